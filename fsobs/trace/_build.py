@@ -1,0 +1,268 @@
+"""Turn a decoded Kineto file into a :class:`RankTrace` (columnar, classified, step-attributed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from fsobs.errors import TraceFormatError
+from fsobs.trace._collectives import build_collectives
+from fsobs.trace._decode import Event, TraceFile, raw_value
+from fsobs.trace.classify import classify, is_device_cat, step_number
+from fsobs.trace.schema import KINDS, ProcessGroup, RankTrace
+
+
+def build_rank_trace(trace: TraceFile, path: Path) -> RankTrace:
+    """Columnar view of one decoded trace file. Raises :class:`TraceFormatError` on bad values."""
+    rank, world_size, backend = _rank_info(trace, path)
+    all_events = trace.traceEvents
+    # HTA rounds timestamps to whole microseconds when the ts column is not all integers.
+    hta_round = any(e.ts.__class__ is not int for e in all_events)
+    index = [i for i, e in enumerate(all_events) if e.dur is not None and e.cat != "Trace"]
+    kept = [all_events[i] for i in index]
+    _check_missing_ts(kept, index, path, rank)
+
+    ts_raw = np.array([e.ts for e in kept], dtype=np.float64 if hta_round else np.int64)
+    dur_raw = np.array([e.dur for e in kept], dtype=np.float64)
+    _check_values(ts_raw, dur_raw, index, path, rank)
+
+    events = pd.DataFrame(
+        {
+            "ts_ns": _to_ns(ts_raw, trace.baseTimeNanoseconds or 0),
+            "dur_ns": np.rint(dur_raw * 1000.0).astype(np.int64),
+            "name": _categorical([e.name or "" for e in kept]),
+            "cat": _categorical([e.cat for e in kept]),
+            "pid": _id_categorical([e.pid for e in kept]),
+            "tid": _id_categorical([e.tid for e in kept]),
+            "stream": np.array([_stream(e) for e in kept], dtype=np.int64),
+            "correlation": _int_arg(kept, "correlation"),
+            "external_id": _int_arg(kept, "external_id"),
+            "event_index": np.array(index, dtype=np.int32),
+        }
+    )
+    _add_kind_and_device(events)
+    if hta_round:
+        events["hta_ts"] = np.ceil(ts_raw)
+        events["hta_end"] = np.floor(ts_raw + dur_raw)
+    else:
+        events["hta_ts"] = ts_raw.astype(np.float64)
+        events["hta_end"] = ts_raw + dur_raw
+    events["step"] = _assign_steps(events)
+
+    thread_names = _thread_names(all_events)
+    warnings = []
+    if not (events["kind"] == "step").any():
+        warnings.append(f"{path.name}: no ProfilerStep events; per-step analysis unavailable")
+    return RankTrace(
+        path=path,
+        rank=rank,
+        world_size=world_size,
+        backend=backend,
+        host_name=trace.host_name,
+        base_time_ns=trace.baseTimeNanoseconds,
+        time_format="relative-us" if trace.baseTimeNanoseconds is not None else "absolute-us",
+        process_groups=_process_groups(trace, path, rank),
+        device_properties=_device_properties(trace, path),
+        thread_names=thread_names,
+        events=events,
+        collectives=build_collectives(events, kept),
+        warnings=warnings,
+    )
+
+
+def _rank_info(trace: TraceFile, path: Path) -> tuple[int, int, str | None]:
+    """(rank, world_size, backend); rank -1 when the file has no ``distributedInfo.rank``."""
+    info = trace.distributedInfo
+    if info is None or info.rank is None:
+        return -1, -1, info.backend if info else None
+    if info.rank < 0:
+        raise TraceFormatError(
+            f"rank must be >= 0, got {info.rank}", path=path, field="distributedInfo.rank"
+        )
+    world_size = info.world_size if info.world_size is not None else -1
+    if info.world_size is not None and not 0 <= info.rank < info.world_size:
+        raise TraceFormatError(
+            f"rank {info.rank} is outside world_size {info.world_size}",
+            path=path,
+            rank=info.rank,
+            field="distributedInfo.world_size",
+        )
+    return info.rank, world_size, info.backend
+
+
+def _check_missing_ts(kept: list[Event], index: list[int], path: Path, rank: int) -> None:
+    for pos, event in enumerate(kept):
+        if event.ts is None:
+            raise TraceFormatError(
+                "complete event without a timestamp",
+                path=path,
+                rank=_r(rank),
+                field=f"traceEvents[{index[pos]}].ts",
+            )
+
+
+def _check_values(ts: np.ndarray, dur: np.ndarray, index: list[int], path: Path, rank: int) -> None:
+    for column, values in (("ts", ts), ("dur", dur)):
+        bad = ~np.isfinite(values) if values.dtype.kind == "f" else np.zeros(len(values), bool)
+        if column == "dur":
+            bad |= values < 0
+        if bad.any():
+            pos = int(np.flatnonzero(bad)[0])
+            what = "negative duration" if values[pos] < 0 else "non-finite value"
+            raise TraceFormatError(
+                f"{what} {values[pos]!r}",
+                path=path,
+                rank=_r(rank),
+                field=f"traceEvents[{index[pos]}].{column}",
+            )
+
+
+def _r(rank: int) -> int | None:
+    return rank if rank >= 0 else None
+
+
+def _to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
+    """Microseconds (relative to ``base_ns``, or absolute when it is 0) -> absolute int64 ns."""
+    if ts.dtype.kind == "i":
+        return ts * 1000 + base_ns
+    whole = np.floor(ts)
+    frac_ns = np.rint((ts - whole) * 1000.0).astype(np.int64)
+    return whole.astype(np.int64) * 1000 + frac_ns + base_ns
+
+
+def _categorical(values: list[str | None]) -> pd.Categorical:
+    """Categorical of strings (``None`` -> NaN)."""
+    return pd.Categorical(values)
+
+
+def _id_categorical(values: list[int | str | None]) -> pd.Categorical:
+    """Categorical of pid/tid values, which Kineto writes as ints or strings."""
+    codes, uniques = pd.factorize(np.array(values, dtype=object))
+    labels = [str(u) for u in uniques]
+    if len(set(labels)) < len(labels):  # both 7 and "7": compare as strings
+        return pd.Categorical([None if v is None else str(v) for v in values])
+    return pd.Categorical.from_codes(codes, categories=labels)
+
+
+def _stream(event: Event) -> int:
+    args = event.args
+    if args is None or args.stream is None:
+        return -1
+    try:
+        return int(args.stream)
+    except ValueError:
+        return -1
+
+
+def _int_arg(kept: list[Event], attr: str) -> np.ndarray:
+    values = [getattr(e.args, attr) if e.args is not None else None for e in kept]
+    return np.array([-1 if v is None else v for v in values], dtype=np.int64)
+
+
+def _add_kind_and_device(events: pd.DataFrame) -> None:
+    """Classify once per distinct (cat, name) pair, then broadcast to the rows."""
+    cat_codes = events["cat"].cat.codes.to_numpy(np.int64)
+    name_codes = events["name"].cat.codes.to_numpy(np.int64)
+    pair = (cat_codes + 1) * (len(events["name"].cat.categories) + 1) + name_codes
+    uniq, inverse = np.unique(pair, return_inverse=True)
+    cats = events["cat"].cat.categories
+    names = events["name"].cat.categories
+    kind_of_pair = []
+    device_cat = []
+    for key in uniq:
+        cat_code, name_code = divmod(int(key), len(names) + 1)
+        cat = cats[cat_code - 1] if cat_code > 0 else None
+        kind_of_pair.append(KINDS.index(classify(cat, names[name_code])))
+        device_cat.append(is_device_cat(cat))
+    kinds = np.array(kind_of_pair, dtype=np.int8)[inverse]
+    events["kind"] = pd.Categorical.from_codes(kinds, categories=list(KINDS))
+    on_device = np.array(device_cat, dtype=bool)[inverse] | (events["stream"].to_numpy() >= 0)
+    events["device"] = pd.Categorical.from_codes(on_device.astype(np.int8), ["cpu", "gpu"])
+
+
+def _assign_steps(events: pd.DataFrame) -> np.ndarray:
+    """ProfilerStep of every event: CPU events by window, GPU events through their launch.
+
+    A CPU event belongs to step ``s`` when ``s.start <= ts < s.end`` (HTA's rule). A GPU event
+    belongs to the step of the CPU event that shares its correlation id, whenever it ran.
+    """
+    steps = np.full(len(events), -1, dtype=np.int32)
+    is_step = (events["kind"] == "step").to_numpy() & (events["device"] == "cpu").to_numpy()
+    if not is_step.any():
+        return steps
+    marks = events.loc[is_step, ["ts_ns", "dur_ns", "name"]].sort_values("ts_ns")
+    starts = marks["ts_ns"].to_numpy()
+    ends = starts + marks["dur_ns"].to_numpy()
+    numbers = np.array([step_number(str(n)) for n in marks["name"]], dtype=np.int32)
+    ts = events["ts_ns"].to_numpy()
+    on_cpu = (events["device"] == "cpu").to_numpy()
+    pos = np.searchsorted(starts, ts, side="right") - 1
+    inside = on_cpu & (pos >= 0) & (ts < ends[np.maximum(pos, 0)])
+    steps[inside] = numbers[pos[inside]]
+
+    corr = events["correlation"].to_numpy()
+    launches = on_cpu & (corr >= 0) & (steps >= 0)
+    if launches.any():
+        by_corr = pd.Series(steps[launches], index=corr[launches])
+        by_corr = by_corr[~by_corr.index.duplicated(keep="first")]
+        gpu = ~on_cpu & (corr >= 0)
+        mapped = pd.Series(corr[gpu]).map(by_corr).fillna(-1).to_numpy(np.int32)
+        steps[gpu] = mapped
+    return steps
+
+
+def _thread_names(all_events: list[Event]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for event in all_events:
+        if event.ph != "M" or event.name != "thread_name" or event.args is None:
+            continue
+        try:
+            value = raw_value(event.args.name)
+        except msgspec.DecodeError:
+            continue
+        if isinstance(value, str):
+            key = str(event.tid)
+            if "pt_gloo_runloop" not in names.get(key, ""):
+                names[key] = value
+    return names
+
+
+def _process_groups(trace: TraceFile, path: Path, rank: int) -> tuple[ProcessGroup, ...]:
+    info = trace.distributedInfo
+    if info is None or not info.pg_config:
+        return ()
+    groups = []
+    for i, pg in enumerate(info.pg_config):
+        ranks = pg.ranks
+        if isinstance(ranks, str):
+            try:
+                ranks = [int(r) for r in ranks.strip("[] ").split(",") if r.strip()]
+            except ValueError as exc:
+                raise TraceFormatError(
+                    f"cannot parse ranks {pg.ranks!r}",
+                    path=path,
+                    rank=_r(rank),
+                    field=f"distributedInfo.pg_config[{i}].ranks",
+                ) from exc
+        ranks = tuple(ranks or ())
+        groups.append(
+            ProcessGroup(
+                name=str(pg.pg_name),
+                desc=pg.pg_desc or "",
+                size=pg.pg_size if pg.pg_size is not None else len(ranks),
+                ranks=ranks,
+            )
+        )
+    return tuple(groups)
+
+
+def _device_properties(trace: TraceFile, path: Path) -> list[dict[str, Any]]:
+    try:
+        value = raw_value(trace.deviceProperties)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(str(exc), path=path, field="deviceProperties") from exc
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

@@ -1,0 +1,224 @@
+"""Collective metadata for every communication event of one rank.
+
+The metadata is taken from the first source that has it:
+
+1. the event's own args (NCCL kernels since PyTorch 2.2 carry ``Collective name``, sizes,
+   process group and ``Seq``);
+2. the ``record_param_comms`` op that enclosed the kernel's launch on the CPU;
+3. the ``nccl:<collective>`` annotation that enclosed the launch (older traces; this is what
+   tells an all_to_all apart from point-to-point SendRecv kernels);
+4. the kernel name (``ncclKernel_AllReduce_*`` -> all_reduce);
+5. for gloo, the ``gloo:<collective>`` annotation itself, sizes from ``Input Dims``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from fsobs.trace._decode import Args, Event, raw_value
+from fsobs.trace.classify import (
+    collective_from_annotation,
+    collective_from_kernel,
+    dtype_bytes,
+    normalize_collective,
+)
+from fsobs.trace.schema import COLLECTIVE_COLUMNS
+
+_INT_COLUMNS = {"row": np.int64, "group_size": np.int32, "seq": np.int64}
+_INT_COLUMNS |= {"in_nelems": np.int64, "out_nelems": np.int64, "msg_bytes": np.int64}
+_STR_COLUMNS = ("coll", "pg_name", "pg_desc", "pg_ranks", "dtype", "in_split", "out_split")
+
+
+class _Enclosing:
+    """Finds, per thread, the latest-starting event of a set that still covers a time."""
+
+    def __init__(self, ts: np.ndarray, end: np.ndarray, tid: np.ndarray, mask: np.ndarray) -> None:
+        self._by_tid: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        rows = np.flatnonzero(mask)
+        for thread in np.unique(tid[rows]):
+            mine = rows[tid[rows] == thread]
+            mine = mine[np.argsort(ts[mine], kind="stable")]
+            self._by_tid[int(thread)] = (ts[mine], end[mine], mine)
+
+    def find(self, thread: int, when: int) -> int:
+        found = self._by_tid.get(thread)
+        if found is None:
+            return -1
+        starts, ends, rows = found
+        pos = int(np.searchsorted(starts, when, side="right")) - 1
+        return int(rows[pos]) if pos >= 0 and ends[pos] >= when else -1
+
+
+def _name_mask(events: pd.DataFrame, test: Callable[[str], bool]) -> np.ndarray:
+    """Row mask of events whose name passes ``test`` (evaluated once per distinct name)."""
+    per_name = np.array([test(str(n)) for n in events["name"].cat.categories], dtype=bool)
+    return per_name[events["name"].cat.codes.to_numpy()]
+
+
+def build_collectives(events: pd.DataFrame, kept: list[Event]) -> pd.DataFrame:
+    """One row per ``kind == "comm"`` event; columns documented in :mod:`fsobs.trace.schema`."""
+    comm_rows = np.flatnonzero((events["kind"] == "comm").to_numpy())
+    if not len(comm_rows):
+        return _frame([])
+    on_cpu = (events["device"] == "cpu").to_numpy()
+    ts = events["ts_ns"].to_numpy()
+    end = ts + events["dur_ns"].to_numpy()
+    tid = events["tid"].cat.codes.to_numpy()
+    names = events["name"].cat.categories
+    name_codes = events["name"].cat.codes.to_numpy()
+    param_comms = _Enclosing(
+        ts, end, tid, on_cpu & _name_mask(events, lambda n: n == "record_param_comms")
+    )
+    annotations = _Enclosing(
+        ts, end, tid, on_cpu & _name_mask(events, lambda n: n.startswith("nccl:"))
+    )
+    launches = _launches(events, on_cpu)
+
+    records: list[dict[str, Any]] = []
+    for row in comm_rows:
+        name = str(names[name_codes[row]])
+        event = kept[row]
+        record = _from_args(event.args)
+        if record is None and on_cpu[row]:
+            record = _from_gloo(name, event.args)
+        if record is None and event.cat == "gpu_memcpy":
+            record = {"coll": "p2p_copy", "source": "memcpy"}
+        if record is None:
+            launch = launches.get(int(events.at[row, "correlation"]))
+            if launch is not None:
+                thread, when = int(tid[launch]), int(ts[launch])
+                record = _from_enclosing(param_comms.find(thread, when), kept, "record_param_comms")
+                if record is None:
+                    enclosing = annotations.find(thread, when)
+                    coll = (
+                        collective_from_annotation(str(names[name_codes[enclosing]]))
+                        if enclosing >= 0
+                        else None
+                    )
+                    record = {"coll": coll, "source": "annotation"} if coll else None
+        if record is None:
+            record = {"coll": collective_from_kernel(name), "source": "kernel_name"}
+        record["row"] = int(row)
+        records.append(record)
+    return _frame(records)
+
+
+def _launches(events: pd.DataFrame, on_cpu: np.ndarray) -> dict[int, int]:
+    """correlation id -> row of the CPU runtime call that launched it."""
+    corr = events["correlation"].to_numpy()
+    mask = on_cpu & (corr >= 0)
+    rows = np.flatnonzero(mask)
+    return dict(zip(corr[rows].tolist(), rows.tolist(), strict=True))
+
+
+def _from_enclosing(row: int, kept: list[Event], source: str) -> dict[str, Any] | None:
+    if row < 0:
+        return None
+    record = _from_args(kept[row].args)
+    if record is not None:
+        record["source"] = source
+    return record
+
+
+def _from_args(args: Args | None) -> dict[str, Any] | None:
+    if args is None or not args.coll_name:
+        return None
+    try:
+        coll = raw_value(args.coll_name)
+        record: dict[str, Any] = {
+            "coll": normalize_collective(str(coll)),
+            "in_nelems": _int(raw_value(args.in_nelems)),
+            "out_nelems": _int(raw_value(args.out_nelems)),
+            "group_size": _int(raw_value(args.group_size)),
+            "dtype": _str(raw_value(args.dtype)),
+            "in_split": _str(raw_value(args.in_split)),
+            "out_split": _str(raw_value(args.out_split)),
+            "pg_name": _str(raw_value(args.pg_name)),
+            "pg_desc": _str(raw_value(args.pg_desc)),
+            "pg_ranks": _str(raw_value(args.pg_ranks)),
+            "seq": _int(raw_value(args.seq)),
+            "comms_id": _uint(raw_value(args.comms_id)),
+            "source": "args",
+        }
+    except msgspec.DecodeError:
+        return None
+    size = dtype_bytes(record["dtype"])
+    if record["in_nelems"] >= 0 and size > 0:
+        record["msg_bytes"] = record["in_nelems"] * size
+    return record
+
+
+def _from_gloo(name: str, args: Args | None) -> dict[str, Any] | None:
+    coll = collective_from_annotation(name)
+    if coll is None:
+        return None
+    record: dict[str, Any] = {"coll": coll, "source": "gloo"}
+    if args is None:
+        return record
+    try:
+        dims = raw_value(args.input_dims)
+        types = raw_value(args.input_type)
+    except msgspec.DecodeError:
+        return record
+    if isinstance(dims, list):
+        shapes = [d for d in dims if isinstance(d, list) and d]
+        nelems = sum(math.prod(int(x) for x in d if isinstance(x, int)) for d in shapes)
+        if shapes:
+            record["in_nelems"] = nelems
+    if isinstance(types, list) and types and isinstance(types[0], str):
+        record["dtype"] = types[0]
+        size = dtype_bytes(types[0])
+        if "in_nelems" in record and size > 0:
+            record["msg_bytes"] = record["in_nelems"] * size
+    return record
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return -1
+    return -1
+
+
+def _uint(value: object) -> int:
+    number = _int(value)
+    return number if 0 <= number < 2**64 else 0
+
+
+def _str(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def _frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+    columns: dict[str, list[Any]] = defaultdict(list)
+    for record in records:
+        for col in COLLECTIVE_COLUMNS:
+            columns[col].append(record.get(col))
+    data: dict[str, Any] = {}
+    for col in COLLECTIVE_COLUMNS:
+        values = columns[col]
+        if col in _INT_COLUMNS:
+            data[col] = np.array([-1 if v is None else v for v in values], dtype=_INT_COLUMNS[col])
+        elif col == "comms_id":
+            data[col] = np.array([0 if v is None else v for v in values], dtype=np.uint64)
+        else:
+            data[col] = pd.Categorical(values)
+    assert set(_STR_COLUMNS) | {"source"} <= set(data)
+    return pd.DataFrame(data, columns=list(COLLECTIVE_COLUMNS))

@@ -1,0 +1,201 @@
+"""Load a run: find the trace files, parse the ranks in parallel, check they form one run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fsobs.errors import (
+    DuplicateRankError,
+    EmptyRunError,
+    MissingRankError,
+    TraceFormatError,
+    TraceReadError,
+    WorldSizeMismatchError,
+)
+from fsobs.trace._build import build_rank_trace
+from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, decode_trace, read_trace_bytes
+from fsobs.trace.schema import RankTrace, Run
+
+logger = logging.getLogger(__name__)
+
+RUN_META = "run.json"
+_PARALLEL_MIN_BYTES = 4 * 2**20  # below this, process start-up costs more than it saves
+
+
+@dataclass(kw_only=True, frozen=True)
+class LoadConfig:
+    """How traces are read."""
+
+    max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
+    """Largest decompressed size accepted per trace file (guards against gzip bombs)."""
+    workers: int | None = None
+    """Parser processes; None: one per file up to the number of CPUs; 1: parse in-process."""
+
+    def __post_init__(self) -> None:
+        if self.max_trace_bytes <= 0:
+            raise ValueError("max_trace_bytes must be positive")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError("workers must be >= 1")
+
+
+def load_rank(path: str | Path, config: LoadConfig | None = None) -> RankTrace:
+    """Parse one trace file (the rank is whatever its ``distributedInfo`` says, -1 if none)."""
+    config = config or LoadConfig()
+    path = Path(path)
+    data = read_trace_bytes(path, config.max_trace_bytes)
+    trace = decode_trace(data, path)
+    del data
+    return build_rank_trace(trace, path)
+
+
+def load_run(source: str | Path | Sequence[str | Path], config: LoadConfig | None = None) -> Run:
+    """Load a run directory, one trace file, or a list of trace files.
+
+    The rank of each file comes from its ``distributedInfo.rank``, never from its name. Raises a
+    :class:`~fsobs.errors.FsobsError` naming the file, rank and field on any bad input.
+    """
+    config = config or LoadConfig()
+    root, files, meta = _discover(source)
+    traces = _parse_all(files, config)
+    warnings: list[str] = []
+    _assign_missing_ranks(traces, warnings)
+    world_size = _world_size(traces, meta, root)
+    by_rank = _index_by_rank(traces)
+    _check_coverage(by_rank, world_size, meta, root, warnings)
+    for trace in by_rank.values():
+        warnings.extend(trace.warnings)
+    return Run(path=root, world_size=world_size, ranks=by_rank, meta=meta, warnings=warnings)
+
+
+def _discover(
+    source: str | Path | Sequence[str | Path],
+) -> tuple[Path, list[Path], dict[str, Any] | None]:
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.is_dir():
+            files = sorted(
+                p
+                for p in path.iterdir()
+                if p.is_file() and p.name != RUN_META and p.name.endswith((".json", ".json.gz"))
+            )
+            if not files:
+                raise EmptyRunError(
+                    "no trace files (*.json, *.json.gz) in this directory", path=path
+                )
+            return path, files, _read_meta(path / RUN_META)
+        if not path.exists():
+            raise TraceReadError("no such file or directory", path=path)
+        return path, [path], None
+    files = [Path(p) for p in source]
+    if not files:
+        raise EmptyRunError("no trace files given")
+    for path in files:
+        if not path.is_file():
+            raise TraceReadError("no such file", path=path)
+    parents = {p.parent for p in files}
+    root = parents.pop() if len(parents) == 1 else Path(os.path.commonpath(files))
+    return root, files, None
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceFormatError(f"unreadable run metadata ({exc})", path=path) from exc
+    if not isinstance(meta, dict):
+        raise TraceFormatError("run metadata must be a JSON object", path=path)
+    return meta
+
+
+def _parse_all(files: list[Path], config: LoadConfig) -> list[RankTrace]:
+    total = sum(p.stat().st_size for p in files)
+    workers = config.workers or min(len(files), os.cpu_count() or 1)
+    if workers <= 1 or len(files) == 1 or total < _PARALLEL_MIN_BYTES:
+        return [load_rank(p, config) for p in files]
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        return list(pool.map(load_rank, files, [config] * len(files)))
+
+
+def _assign_missing_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
+    missing = [t for t in traces if t.rank < 0]
+    if not missing:
+        return
+    if len(traces) > 1:
+        raise TraceFormatError(
+            "missing; needed to tell the ranks of a multi-file run apart",
+            path=missing[0].path,
+            field="distributedInfo.rank",
+        )
+    trace = missing[0]
+    trace.rank = 0
+    trace.world_size = max(trace.world_size, 1)
+    warnings.append(f"{trace.path.name}: no distributedInfo.rank; treated as rank 0")
+
+
+def _world_size(traces: list[RankTrace], meta: dict[str, Any] | None, root: Path) -> int:
+    sizes = {t.world_size for t in traces if t.world_size > 0}
+    if len(sizes) > 1:
+        by_size = {t.world_size: t for t in traces}
+        a, b = (by_size[s] for s in sorted(sizes)[:2])
+        raise WorldSizeMismatchError(
+            f"world_size {a.world_size} in {a.path.name} (rank {a.rank}) but "
+            f"{b.world_size} in {b.path.name} (rank {b.rank})",
+            path=root,
+            field="distributedInfo.world_size",
+        )
+    world_size = sizes.pop() if sizes else max(t.rank for t in traces) + 1
+    for trace in traces:
+        trace.world_size = world_size
+    if meta is not None and "world_size" in meta and meta["world_size"] != world_size:
+        raise WorldSizeMismatchError(
+            f"run.json says world_size {meta['world_size']} but the traces say {world_size}",
+            path=root / RUN_META,
+            field="world_size",
+        )
+    return world_size
+
+
+def _index_by_rank(traces: list[RankTrace]) -> dict[int, RankTrace]:
+    by_rank: dict[int, RankTrace] = {}
+    for trace in traces:
+        other = by_rank.get(trace.rank)
+        if other is not None:
+            raise DuplicateRankError(
+                f"both {other.path.name} and {trace.path.name} claim this rank",
+                path=trace.path.parent,
+                rank=trace.rank,
+                field="distributedInfo.rank",
+            )
+        by_rank[trace.rank] = trace
+    return dict(sorted(by_rank.items()))
+
+
+def _check_coverage(
+    by_rank: dict[int, RankTrace],
+    world_size: int,
+    meta: dict[str, Any] | None,
+    root: Path,
+    warnings: list[str],
+) -> None:
+    missing = sorted(set(range(world_size)) - set(by_rank))
+    if not missing:
+        return
+    shown = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
+    if meta is not None and meta.get("status", "complete") == "complete":
+        raise MissingRankError(
+            f"run.json says the run is complete but ranks {shown} have no trace",
+            path=root,
+            rank=missing[0],
+        )
+    warnings.append(f"loaded {len(by_rank)} of {world_size} ranks (missing: {shown})")
