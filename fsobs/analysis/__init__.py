@@ -1,5 +1,6 @@
 """Analyses over a loaded :class:`~fsobs.trace.Run` (pure functions returning DataFrames; no torch)."""
 
+from fsobs.analysis.analyze import Analysis, HtaMetrics, analyze, hta_metrics, rank_overview
 from fsobs.analysis.hta_compat import (
     comm_comp_overlap,
     hta_views,
@@ -7,4 +8,14 @@ from fsobs.analysis.hta_compat import (
     temporal_breakdown,
 )
 
-__all__ = ["comm_comp_overlap", "hta_views", "idle_time_breakdown", "temporal_breakdown"]
+__all__ = [
+    "Analysis",
+    "HtaMetrics",
+    "analyze",
+    "comm_comp_overlap",
+    "hta_metrics",
+    "hta_views",
+    "idle_time_breakdown",
+    "rank_overview",
+    "temporal_breakdown",
+]

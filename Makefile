@@ -1,0 +1,39 @@
+# FreeScale: one command each. `make demo` and `make test` install first when needed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.install-stamp
+
+.PHONY: install test demo lint format bench clean
+
+install: $(STAMP)
+
+# Pinned CPU set (requirements.txt); torchrec goes in with --no-deps so that its declared
+# dependency on the CUDA `fbgemm-gpu` wheel does not overwrite fbgemm-gpu-cpu.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps torchrec==1.8.0
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+demo: install
+	$(BIN)/fsobs analyze traces/reference/hta_recsys_a2a_2rank
+	$(BIN)/fsobs analyze traces/reference/synthetic_gloo_a2a_straggler_4rank
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install
+	$(BIN)/python benchmarks/bench_load.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache bench_data *.egg-info

@@ -1,0 +1,74 @@
+"""The ``fsobs`` command.
+
+Bad input (unreadable or malformed traces, inconsistent runs) prints one line naming the file,
+rank and field to stderr and exits with code 2; argparse usage errors exit with 2 as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from fsobs.analysis import analyze
+from fsobs.errors import FsobsError
+from fsobs.report import render, to_json
+from fsobs.trace import LoadConfig, load_run
+
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fsobs", description="Find and explain computational bubbles in PyTorch traces."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    analyze_cmd = commands.add_parser(
+        "analyze", help="analyze a run directory or Kineto trace files"
+    )
+    analyze_cmd.add_argument(
+        "paths", nargs="+", metavar="PATH", help="a run directory, or one or more trace files"
+    )
+    analyze_cmd.add_argument("--json", action="store_true", help="print one JSON object")
+    analyze_cmd.add_argument(
+        "--max-trace-gb",
+        type=float,
+        default=LoadConfig().max_trace_bytes / 2**30,
+        help="refuse trace files that decompress to more than this (default: %(default)g)",
+    )
+    analyze_cmd.set_defaults(handler=_analyze)
+    return parser
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    config = LoadConfig(max_trace_bytes=int(args.max_trace_gb * 2**30))
+    source = args.paths[0] if len(args.paths) == 1 else args.paths
+    result = analyze(load_run(source, config))
+    if args.json:
+        print(json.dumps(to_json(result), indent=2, allow_nan=False))
+    else:
+        render(result, Console(soft_wrap=False))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.handler(args))
+    except FsobsError as exc:
+        print(f"fsobs: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

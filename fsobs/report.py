@@ -1,0 +1,143 @@
+"""Render an :class:`~fsobs.analysis.Analysis` for machines (JSON) and for people (tables)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from fsobs.analysis import Analysis
+
+_TEMPORAL_KEYS = (
+    "rank",
+    "idle_time_us",
+    "compute_time_us",
+    "non_compute_time_us",
+    "kernel_time_us",
+    "idle_time_pctg",
+    "compute_time_pctg",
+    "non_compute_time_pctg",
+)
+
+
+def to_json(analysis: Analysis) -> dict[str, Any]:
+    """The ``fsobs analyze --json`` object. Keys keep their names and units across versions."""
+    run = analysis.run
+    hta = None
+    if analysis.hta is not None:
+        hta = {
+            "temporal_breakdown": _records(analysis.hta.temporal_breakdown, _TEMPORAL_KEYS),
+            "comm_comp_overlap": _records(
+                analysis.hta.comm_comp_overlap, ("rank", "comp_comm_overlap_pctg")
+            ),
+            "idle_time_breakdown": _records(analysis.hta.idle_time_breakdown),
+        }
+    return {
+        "run": {
+            "path": str(run.path),
+            "world_size": run.world_size,
+            "ranks": run.rank_ids,
+            "device": run.device,
+            "num_steps": len(run.steps),
+            "steps": run.steps,
+            "hosts": sorted({t.host_name for t in run.ranks.values() if t.host_name}),
+            "simulated": bool(run.meta.get("simulated", False)) if run.meta else False,
+            "warnings": run.warnings,
+        },
+        "ranks_overview": _records(analysis.overview),
+        "hta": hta,
+    }
+
+
+def _records(frame: pd.DataFrame, columns: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    frame = frame[list(columns)] if columns else frame
+    return [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> Python; NaN -> None (JSON has no NaN)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def render(analysis: Analysis, console: Console) -> None:
+    """Print the human report: the run, then the per-rank tables."""
+    run = analysis.run
+    console.print(
+        f"[bold]{run.path}[/]: {run.device.upper()} run, world size {run.world_size}, "
+        f"{len(run.ranks)} rank(s) loaded, {len(run.steps)} step(s) on every rank"
+    )
+    for warning in run.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    console.print(
+        _table(
+            "Ranks",
+            analysis.overview,
+            {
+                "rank": "rank",
+                "host": "host",
+                "num_events": "events",
+                "num_steps": "steps",
+                "step_time_ms_mean": "step ms (mean)",
+                "num_comm_events": "comm events",
+                "comm_time_ms": "comm ms (sum)",
+            },
+        )
+    )
+    if analysis.hta is None:
+        console.print("HTA GPU metrics: not applicable (no GPU events in this run).")
+        return
+    console.print(
+        _table(
+            "GPU temporal breakdown (HTA rules, µs)",
+            analysis.hta.temporal_breakdown.merge(analysis.hta.comm_comp_overlap, on="rank"),
+            {
+                "rank": "rank",
+                "kernel_time_us": "kernel time",
+                "compute_time_us": "compute",
+                "non_compute_time_us": "non-compute",
+                "idle_time_us": "idle",
+                "idle_time_pctg": "idle %",
+                "comp_comm_overlap_pctg": "comm overlapped %",
+            },
+        )
+    )
+    console.print(
+        _table(
+            "GPU idle time by stream (HTA rules, µs)",
+            analysis.hta.idle_time_breakdown,
+            {
+                "rank": "rank",
+                "stream": "stream",
+                "idle_category": "cause",
+                "idle_time_us": "idle",
+                "idle_time_ratio": "share",
+            },
+        )
+    )
+
+
+def _table(title: str, frame: pd.DataFrame, columns: dict[str, str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for header in columns.values():
+        table.add_column(header, justify="right")
+    for row in frame.to_dict("records"):
+        table.add_row(*(_cell(row[c]) for c in columns))
+    return table
+
+
+def _cell(value: Any) -> str:
+    value = _plain(value)
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    return str(value)
