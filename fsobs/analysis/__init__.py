@@ -1,4 +1,4 @@
-"""Analyses over a loaded :class:`~fsobs.trace.Run` (pure functions returning DataFrames; no torch)."""
+"""Analyses over a loaded :class:`~fsobs.trace.Run`: pure functions returning DataFrames."""
 
 from fsobs.analysis.analyze import Analysis, HtaMetrics, analyze, hta_metrics, rank_overview
 from fsobs.analysis.hta_compat import (

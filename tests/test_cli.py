@@ -1,0 +1,91 @@
+"""The `fsobs` command: JSON contract and human report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from fsobs.cli import main
+from tests.test_hta_agreement import REFERENCE
+
+
+def _json(capsys, *args):
+    assert main(["analyze", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_gpu_run(capsys):
+    out = _json(capsys, str(REFERENCE / "hta_recsys_a2a_2rank"))
+    assert out["run"] | {"path": None, "warnings": None, "hosts": None} == {
+        "path": None,
+        "world_size": 128,
+        "ranks": [0, 1],
+        "device": "gpu",
+        "num_steps": 2,
+        "steps": [551, 552],
+        "hosts": None,
+        "simulated": False,
+        "warnings": None,
+    }
+    assert out["run"]["warnings"] == ["loaded 2 of 128 ranks (missing: 2, 3, 4, 5, 6, 7, 8, 9 ...)"]
+    temporal = out["hta"]["temporal_breakdown"]
+    assert [
+        set(r)
+        >= {"rank", "idle_time_us", "compute_time_us", "non_compute_time_us", "kernel_time_us"}
+        for r in temporal
+    ] == [True, True]
+    assert temporal[0]["idle_time_us"] == 321378
+    assert out["hta"]["comm_comp_overlap"] == [
+        {"rank": 0, "comp_comm_overlap_pctg": 11.81},
+        {"rank": 1, "comp_comm_overlap_pctg": 20.05},
+    ]
+
+
+def test_json_cpu_run_has_no_hta(capsys):
+    out = _json(capsys, str(REFERENCE / "synthetic_gloo_a2a_straggler_4rank"))
+    assert out["hta"] is None
+    assert (out["run"]["device"], out["run"]["world_size"], out["run"]["num_steps"]) == (
+        "cpu",
+        4,
+        4,
+    )
+    assert [r["num_comm_events"] for r in out["ranks_overview"]] == [8, 8, 8, 8]
+
+
+def test_json_nan_becomes_null(capsys):
+    out = _json(capsys, str(REFERENCE / "hta_ns_resolution"))
+    assert out["hta"]["comm_comp_overlap"] == [{"rank": 0, "comp_comm_overlap_pctg": None}]
+
+
+def test_json_from_a_list_of_files(capsys):
+    files = sorted(str(p) for p in (REFERENCE / "hta_recsys_a2a_2rank").glob("*.gz"))
+    assert _json(capsys, *files)["run"]["ranks"] == [0, 1]
+
+
+def test_human_report_names_the_tables(capsys):
+    assert main(["analyze", str(REFERENCE / "hta_recsys_a2a_2rank")]) == 0
+    out = capsys.readouterr().out
+    for heading in ("Ranks", "GPU temporal breakdown", "GPU idle time by stream", "321,378"):
+        assert heading in out
+
+
+def test_console_script_bad_input_exit_code(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fsobs.cli", "analyze", str(bad)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "bad.json" in proc.stderr
+
+
+def test_usage_error_exits_2(capsys):
+    try:
+        main(["analyze"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:
+        raise AssertionError("argparse should exit")

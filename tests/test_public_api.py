@@ -1,0 +1,45 @@
+"""The public API is small and explicit; the torch-free parts import without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import fsobs
+import fsobs.analysis
+
+
+def test_exported_members():
+    assert sorted(fsobs.__all__) == sorted(
+        [
+            "DuplicateRankError",
+            "EmptyRunError",
+            "FsobsError",
+            "LoadConfig",
+            "MissingRankError",
+            "RankTrace",
+            "Run",
+            "RunError",
+            "TraceFormatError",
+            "TraceReadError",
+            "WorldSizeMismatchError",
+            "load_rank",
+            "load_run",
+        ]
+    )
+    for name in fsobs.__all__ + fsobs.analysis.__all__:
+        assert not name.startswith("_")
+
+
+def test_errors_are_value_errors():
+    assert issubclass(fsobs.FsobsError, ValueError)
+    assert issubclass(fsobs.DuplicateRankError, fsobs.RunError)
+
+
+def test_trace_and_analysis_import_without_torch():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import fsobs, fsobs.trace, fsobs.analysis, fsobs.cli, fsobs.report\n"
+        "assert 'torchrec' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
