@@ -38,12 +38,22 @@ def build_parser() -> argparse.ArgumentParser:
     analyze_cmd.add_argument("--json", action="store_true", help="print one JSON object")
     analyze_cmd.add_argument(
         "--max-trace-gb",
-        type=float,
+        type=_positive_gb,
         default=LoadConfig().max_trace_bytes / 2**30,
         help="refuse trace files that decompress to more than this (default: %(default)g)",
     )
     analyze_cmd.set_defaults(handler=_analyze)
     return parser
+
+
+def _positive_gb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value * 2**30 >= 1:  # also rejects NaN
+        raise argparse.ArgumentTypeError(f"must be a positive size in GiB, got {text!r}")
+    return value
 
 
 def _analyze(args: argparse.Namespace) -> int:

@@ -89,3 +89,14 @@ def test_usage_error_exits_2(capsys):
         assert exc.code == 2
     else:
         raise AssertionError("argparse should exit")
+
+
+def test_max_trace_gb_must_be_positive(capsys):
+    for value in ("0", "-1", "nan", "abc"):
+        try:
+            main(["analyze", str(REFERENCE / "hta_amd_mi250"), "--max-trace-gb", value])
+        except SystemExit as exc:
+            assert exc.code == 2
+        else:
+            raise AssertionError(value)
+    assert "--max-trace-gb" in capsys.readouterr().err

@@ -270,3 +270,26 @@ def test_every_reference_trace_loads():
         rank = fsobs.load_rank(path)
         assert len(rank.events) > 0, path
         assert np.all(rank.events["dur_ns"].to_numpy() >= 0)
+
+
+def test_oversized_collective_fields_are_unknown_not_a_crash(tmp_path):
+    events = [
+        kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            0,
+            1,
+            corr=1,
+            Collective_name="allreduce",
+            In_msg_nelems=2**70,
+            Group_size=2**40,
+            Seq=2**64,
+            dtype="Float",
+        )
+    ]
+    coll = fsobs.load_rank(write(tmp_path / "t.json", trace(events))).collectives.iloc[0]
+    assert (coll["in_nelems"], coll["group_size"], coll["seq"], coll["msg_bytes"]) == (
+        -1,
+        -1,
+        -1,
+        -1,
+    )

@@ -11,36 +11,50 @@ import pandas as pd
 
 from fsobs.errors import TraceFormatError
 from fsobs.trace._collectives import build_collectives
-from fsobs.trace._decode import Event, TraceFile, raw_value
+from fsobs.trace._decode import Args, Event, TraceFile, raw_value
 from fsobs.trace.classify import classify, is_device_cat, step_number
 from fsobs.trace.schema import KINDS, ProcessGroup, RankTrace
+
+_MAX_ABS_NS = 2**62  # times and durations in ns, so that base + ts stays inside int64
+_MAX_ABS_US = _MAX_ABS_NS // 1000
 
 
 def build_rank_trace(trace: TraceFile, path: Path) -> RankTrace:
     """Columnar view of one decoded trace file. Raises :class:`TraceFormatError` on bad values."""
     rank, world_size, backend = _rank_info(trace, path)
+    base_ns = trace.baseTimeNanoseconds or 0
+    if abs(base_ns) > _MAX_ABS_NS:
+        raise TraceFormatError(
+            f"out of range: {base_ns}", path=path, rank=_r(rank), field="baseTimeNanoseconds"
+        )
     all_events = trace.traceEvents
+    _check_complete(all_events, path, rank)
     # HTA rounds timestamps to whole microseconds when the ts column is not all integers.
     hta_round = any(e.ts.__class__ is not int for e in all_events)
     index = [i for i, e in enumerate(all_events) if e.dur is not None and e.cat != "Trace"]
     kept = [all_events[i] for i in index]
-    _check_missing_ts(kept, index, path, rank)
 
-    ts_raw = np.array([e.ts for e in kept], dtype=np.float64 if hta_round else np.int64)
-    dur_raw = np.array([e.dur for e in kept], dtype=np.float64)
-    _check_values(ts_raw, dur_raw, index, path, rank)
+    where = (index, path, rank)
+    ts_raw = _array([e.ts for e in kept], np.float64 if hta_round else np.int64, "ts", *where)
+    dur_raw = _array([e.dur for e in kept], np.float64, "dur", *where)
+    _check_values(ts_raw, dur_raw, *where)
+    args = [e.args for e in kept]
 
     events = pd.DataFrame(
         {
-            "ts_ns": _to_ns(ts_raw, trace.baseTimeNanoseconds or 0),
+            "ts_ns": _to_ns(ts_raw, base_ns),
             "dur_ns": np.rint(dur_raw * 1000.0).astype(np.int64),
             "name": _categorical([e.name or "" for e in kept]),
             "cat": _categorical([e.cat for e in kept]),
             "pid": _id_categorical([e.pid for e in kept]),
             "tid": _id_categorical([e.tid for e in kept]),
-            "stream": np.array([_stream(e) for e in kept], dtype=np.int64),
-            "correlation": _int_arg(kept, "correlation"),
-            "external_id": _int_arg(kept, "external_id"),
+            "stream": _array([_stream(a) for a in args], np.int64, "args.stream", *where),
+            "correlation": _array(
+                [_arg(a, "correlation") for a in args], np.int64, "args.correlation", *where
+            ),
+            "external_id": _array(
+                [_arg(a, "external_id") for a in args], np.int64, "args.External id", *where
+            ),
             "event_index": np.array(index, dtype=np.int32),
         }
     )
@@ -94,31 +108,47 @@ def _rank_info(trace: TraceFile, path: Path) -> tuple[int, int, str | None]:
     return info.rank, world_size, info.backend
 
 
-def _check_missing_ts(kept: list[Event], index: list[int], path: Path, rank: int) -> None:
-    for pos, event in enumerate(kept):
-        if event.ts is None:
-            raise TraceFormatError(
-                "complete event without a timestamp",
-                path=path,
-                rank=_r(rank),
-                field=f"traceEvents[{index[pos]}].ts",
-            )
+def _check_complete(events: list[Event], path: Path, rank: int) -> None:
+    """Complete events need ``ts`` and ``dur``.
+
+    An ``X`` event without ``dur`` is an error rather than an instant: Kineto always writes
+    ``dur`` on complete events, and dropping the event would silently change the answer.
+    """
+    for i, event in enumerate(events):
+        if event.dur is None and event.ph == "X":
+            missing, key = "duration", "dur"
+        elif event.ts is None and event.dur is not None and event.cat != "Trace":
+            missing, key = "timestamp", "ts"
+        else:
+            continue
+        raise _event_error(f"complete event without a {missing}", i, key, path, rank)
+
+
+def _array(
+    values: list[Any], dtype: type, key: str, index: list[int], path: Path, rank: int
+) -> np.ndarray:
+    try:
+        return np.array(values, dtype=dtype)
+    except OverflowError:  # msgspec decodes integers of any size
+        pos = next(i for i, v in enumerate(values) if v is not None and abs(v) >= 2**63)
+        error = _event_error(f"out of range: {values[pos]}", index[pos], key, path, rank)
+        raise error from None
 
 
 def _check_values(ts: np.ndarray, dur: np.ndarray, index: list[int], path: Path, rank: int) -> None:
-    for column, values in (("ts", ts), ("dur", dur)):
-        bad = ~np.isfinite(values) if values.dtype.kind == "f" else np.zeros(len(values), bool)
-        if column == "dur":
-            bad |= values < 0
+    for key, values in (("ts", ts), ("dur", dur)):
+        bad = (values > _MAX_ABS_US) | (values < (0 if key == "dur" else -_MAX_ABS_US))
+        if values.dtype.kind == "f":
+            bad |= ~np.isfinite(values)
         if bad.any():
             pos = int(np.flatnonzero(bad)[0])
-            what = "negative duration" if values[pos] < 0 else "non-finite value"
-            raise TraceFormatError(
-                f"{what} {values[pos]!r}",
-                path=path,
-                rank=_r(rank),
-                field=f"traceEvents[{index[pos]}].{column}",
-            )
+            value = values[pos].item()
+            what = "negative duration" if key == "dur" and value < 0 else "out of range"
+            raise _event_error(f"{what}: {value}", index[pos], key, path, rank)
+
+
+def _event_error(message: str, i: int, key: str, path: Path, rank: int) -> TraceFormatError:
+    return TraceFormatError(message, path=path, rank=_r(rank), field=f"traceEvents[{i}].{key}")
 
 
 def _r(rank: int) -> int | None:
@@ -148,8 +178,7 @@ def _id_categorical(values: list[int | str | None]) -> pd.Categorical:
     return pd.Categorical.from_codes(codes, categories=labels)
 
 
-def _stream(event: Event) -> int:
-    args = event.args
+def _stream(args: Args | None) -> int:
     if args is None or args.stream is None:
         return -1
     try:
@@ -158,9 +187,9 @@ def _stream(event: Event) -> int:
         return -1
 
 
-def _int_arg(kept: list[Event], attr: str) -> np.ndarray:
-    values = [getattr(e.args, attr) if e.args is not None else None for e in kept]
-    return np.array([-1 if v is None else v for v in values], dtype=np.int64)
+def _arg(args: Args | None, attr: str) -> int:
+    value = getattr(args, attr) if args is not None else None
+    return -1 if value is None else value
 
 
 def _add_kind_and_device(events: pd.DataFrame) -> None:

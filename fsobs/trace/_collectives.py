@@ -136,7 +136,7 @@ def _from_args(args: Args | None) -> dict[str, Any] | None:
             "coll": normalize_collective(str(coll)),
             "in_nelems": _int(raw_value(args.in_nelems)),
             "out_nelems": _int(raw_value(args.out_nelems)),
-            "group_size": _int(raw_value(args.group_size)),
+            "group_size": _int(raw_value(args.group_size), bits=31),
             "dtype": _str(raw_value(args.dtype)),
             "in_split": _str(raw_value(args.in_split)),
             "out_split": _str(raw_value(args.out_split)),
@@ -149,9 +149,7 @@ def _from_args(args: Args | None) -> dict[str, Any] | None:
         }
     except msgspec.DecodeError:
         return None
-    size = dtype_bytes(record["dtype"])
-    if record["in_nelems"] >= 0 and size > 0:
-        record["msg_bytes"] = record["in_nelems"] * size
+    record["msg_bytes"] = _bytes(record["in_nelems"], record["dtype"])
     return record
 
 
@@ -171,31 +169,35 @@ def _from_gloo(name: str, args: Args | None) -> dict[str, Any] | None:
         shapes = [d for d in dims if isinstance(d, list) and d]
         nelems = sum(math.prod(int(x) for x in d if isinstance(x, int)) for d in shapes)
         if shapes:
-            record["in_nelems"] = nelems
+            record["in_nelems"] = _int(nelems)
     if isinstance(types, list) and types and isinstance(types[0], str):
         record["dtype"] = types[0]
-        size = dtype_bytes(types[0])
-        if "in_nelems" in record and size > 0:
-            record["msg_bytes"] = record["in_nelems"] * size
+        record["msg_bytes"] = _bytes(record.get("in_nelems", -1), types[0])
     return record
 
 
-def _int(value: object) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
+def _bytes(nelems: int, dtype: str | None) -> int:
+    """Message size in bytes, -1 when unknown or beyond int64."""
+    size = dtype_bytes(dtype)
+    total = nelems * size if nelems >= 0 and size > 0 else -1
+    return total if total < 2**63 else -1
+
+
+def _int(value: object, bits: int = 63) -> int:
+    """An integer field, -1 when absent, malformed or outside the column's range."""
     if isinstance(value, str):
         try:
-            return int(value)
+            value = int(value)
         except ValueError:
             return -1
-    return -1
+    if not isinstance(value, int):
+        return -1
+    return int(value) if -(2**bits) <= value < 2**bits else -1
 
 
 def _uint(value: object) -> int:
-    number = _int(value)
-    return number if 0 <= number < 2**64 else 0
+    number = _int(value, bits=64)
+    return number if number >= 0 else 0
 
 
 def _str(value: object) -> str | None:

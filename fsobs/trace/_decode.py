@@ -89,16 +89,14 @@ def read_trace_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> by
         raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
     if not raw.startswith(GZIP_MAGIC):
         if len(raw) > max_bytes:
-            raise TraceReadError(_too_big(len(raw), max_bytes), path=path)
+            raise TraceReadError(f"file is {_size(len(raw))}, {_over(max_bytes)}", path=path)
         return raw
     if len(raw) < 18:
         raise TraceReadError("truncated gzip file (shorter than a gzip header)", path=path)
     claimed = int.from_bytes(raw[-4:], "little")  # ISIZE: uncompressed size mod 2**32
     if claimed > max_bytes:
         raise TraceReadError(
-            f"gzip trailer claims {claimed / 2**30:.1f} GiB uncompressed; "
-            + _too_big(claimed, max_bytes),
-            path=path,
+            f"gzip trailer claims {_size(claimed)} uncompressed, {_over(max_bytes)}", path=path
         )
     return _gunzip(raw, path, max_bytes)
 
@@ -111,40 +109,125 @@ def _gunzip(raw: bytes, path: Path, max_bytes: int) -> bytes:
         inflater = zlib.decompressobj(wbits=31)
         try:
             chunk = inflater.decompress(data, max_bytes + 1 - size)
-        except zlib.error as exc:
-            raise TraceReadError(f"corrupt gzip data ({exc})", path=path) from exc
+        except zlib.error as exc:  # "Error -3 while decompressing data: <reason>"
+            reason = str(exc).rpartition(": ")[2]
+            raise TraceReadError(f"corrupt gzip data ({reason})", path=path) from exc
         size += len(chunk)
         out.append(chunk)
         if size > max_bytes or inflater.unconsumed_tail:
-            raise TraceReadError(_too_big(size, max_bytes), path=path)
+            raise TraceReadError(f"decompressed data is {_over(max_bytes)}", path=path)
         if not inflater.eof:
             raise TraceReadError("truncated gzip file (ends before the end of stream)", path=path)
         data = inflater.unused_data.lstrip(b"\x00")
     return b"".join(out)
 
 
-def _too_big(size: int, max_bytes: int) -> str:
+def _over(max_bytes: int) -> str:
     return (
-        f"over the {max_bytes / 2**30:.1f} GiB limit per trace "
-        f"(size {size / 2**30:.1f} GiB or more; raise LoadConfig.max_trace_bytes)"
+        f"over the {_size(max_bytes)} limit per trace "
+        "(raise it with --max-trace-gb or LoadConfig.max_trace_bytes)"
     )
 
 
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def decode_trace(data: bytes, path: Path) -> TraceFile:
-    """Decode JSON text into a :class:`TraceFile`; errors name the JSON path of the bad field."""
+    """Decode JSON text into a :class:`TraceFile`.
+
+    Errors name the JSON path of the bad field, and the rank when the file still tells it.
+    """
     try:
         return _DECODER.decode(data)
     except msgspec.ValidationError as exc:
-        message, _, where = str(exc).partition(" - at `")
-        field = where.rstrip("`").removeprefix("$.") if where else None
-        if field is None and "missing required field" in message:
-            field = message.split("`")[1] if "`" in message else None
-        raise TraceFormatError(message, path=path, field=field) from exc
+        detail, field = _validation_detail(str(exc))
+        raise TraceFormatError(detail, path=path, rank=_rank_hint(data), field=field) from exc
     except msgspec.DecodeError as exc:
-        text = str(exc)
-        if "invalid utf-8" in text.lower() or "utf" in text.lower():
-            raise TraceFormatError(f"not UTF-8 text ({text})", path=path) from exc
-        raise TraceFormatError(f"not valid JSON ({text})", path=path) from exc
+        raise TraceFormatError(_syntax_detail(str(exc), data), path=path) from exc
+    except UnicodeDecodeError as exc:  # msgspec checks UTF-8 string by string
+        start = data.find(exc.object)
+        detail = f"not UTF-8 text: invalid byte 0x{exc.object[exc.start]:02x}"
+        if start >= 0:
+            detail += _location(data, start + exc.start)
+        raise TraceFormatError(detail, path=path, rank=_rank_hint(data)) from exc
+
+
+_TYPES = {
+    "int": "an integer",
+    "float": "a float",
+    "number": "a number",
+    "str": "a string",
+    "bool": "a boolean",
+    "array": "an array",
+    "object": "an object",
+    "null": "null",
+}
+
+
+def _validation_detail(text: str) -> tuple[str, str | None]:
+    """msgspec's "Expected `int | null`, got `str` - at `$.a[1].b`" -> (human text, "a[1].b")."""
+    message, _, where = text.partition(" - at `")
+    field = where.rstrip("`").removeprefix("$").removeprefix(".") or None
+    if message.startswith("Object missing required field `"):
+        name = message.split("`")[1]
+        return "missing", f"{field}.{name}" if field else name
+    if message.startswith("Expected `") and "`, got `" in message:
+        expected, got = message.removeprefix("Expected `").rstrip("`").split("`, got `")
+        types = expected.replace("int | float", "number").split(" | ")
+        types = [t for t in types if t != "null"] or ["null"]
+        wanted = " or ".join(_TYPES.get(t, t) for t in types)
+        detail = f"expected {wanted}, got {_TYPES.get(got, got)}"
+        return (detail if field else f"not a Kineto trace: {detail}"), field
+    return message[:1].lower() + message[1:], field
+
+
+def _syntax_detail(text: str, data: bytes) -> str:
+    """msgspec's "JSON is malformed: invalid character (byte 12)" -> where and what, for humans."""
+    if not data.strip():
+        return "empty file"
+    if text == "Input data was truncated":
+        return "not valid JSON: truncated (the file ends in the middle of the JSON text)"
+    reason, _, byte = text.removeprefix("JSON is malformed: ").rpartition(" (byte ")
+    if not byte.rstrip(")").isdigit():
+        return f"not valid JSON: {text}"
+    pos = int(byte.rstrip(")"))
+    token = next((t for t in ("NaN", "Infinity") if data.startswith(t.encode(), pos)), None)
+    if token:
+        reason = f"{token} is not a JSON number"
+    return f"not valid JSON: {reason}{_location(data, pos)}"
+
+
+def _location(data: bytes, pos: int) -> str:
+    """Where byte ``pos`` of ``data`` is, for a message: at line, column, near some text."""
+    line = data.count(b"\n", 0, pos) + 1
+    column = pos - data.rfind(b"\n", 0, pos)
+    near = " ".join(data[max(0, pos - 24) : pos + 24].decode("utf-8", "backslashreplace").split())
+    return f" at line {line}, column {column} near '{near}'"
+
+
+class _RankInfo(msgspec.Struct, gc=False):
+    rank: object = None
+
+
+class _RankOnly(msgspec.Struct, gc=False):
+    distributedInfo: _RankInfo | None = None  # noqa: N815
+
+
+_RANK_DECODER = msgspec.json.Decoder(_RankOnly)
+
+
+def _rank_hint(data: bytes) -> int | None:
+    """The ``distributedInfo.rank`` of a file that failed to decode, when it still tells it."""
+    try:
+        info = _RANK_DECODER.decode(data).distributedInfo
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        return None
+    rank = info.rank if info is not None else None
+    return rank if type(rank) is int and rank >= 0 else None
 
 
 def raw_value(raw: msgspec.Raw) -> object:

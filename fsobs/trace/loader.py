@@ -99,7 +99,8 @@ def _discover(
         raise EmptyRunError("no trace files given")
     for path in files:
         if not path.is_file():
-            raise TraceReadError("no such file", path=path)
+            why = "a directory; give a run directory alone" if path.is_dir() else "no such file"
+            raise TraceReadError(why, path=path)
     parents = {p.parent for p in files}
     root = parents.pop() if len(parents) == 1 else Path(os.path.commonpath(files))
     return root, files, None
@@ -110,10 +111,22 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
         return None
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TraceFormatError(f"unreadable run metadata ({exc})", path=path) from exc
+    except OSError as exc:
+        raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"run metadata is not UTF-8 text ({exc.reason})", path=path) from exc
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(
+            f"run metadata is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+            path=path,
+        ) from exc
     if not isinstance(meta, dict):
         raise TraceFormatError("run metadata must be a JSON object", path=path)
+    size = meta.get("world_size")
+    if size is not None and (type(size) is not int or size < 1):
+        raise TraceFormatError(
+            f"expected a positive integer, got {json.dumps(size)}", path=path, field="world_size"
+        )
     return meta
 
 
@@ -193,8 +206,9 @@ def _check_coverage(
         return
     shown = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
     if meta is not None and meta.get("status", "complete") == "complete":
+        which = f"rank {shown} has" if len(missing) == 1 else f"ranks {shown} have"
         raise MissingRankError(
-            f"run.json says the run is complete but ranks {shown} have no trace",
+            f"{RUN_META} says the run of {world_size} ranks is complete but {which} no trace",
             path=root,
             rank=missing[0],
         )
