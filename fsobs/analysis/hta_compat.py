@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fsobs.analysis.intervals import intersect, length, union
 from fsobs.trace.schema import RankTrace, Run
 
 _COMM_RE = re.compile(r"(^nccl)")
@@ -61,10 +62,7 @@ def hta_views(run: Run) -> dict[int, HtaView]:
     """Per-rank HTA views of a run (rules 1 and 2 of the module docstring)."""
     raw = {rank: _raw_view(trace) for rank, trace in run.ranks.items()}
     step_names = {
-        name
-        for frame in raw.values()
-        for name in frame["name"].unique()
-        if "ProfilerStep" in name
+        name for frame in raw.values() for name in frame["name"].unique() if "ProfilerStep" in name
     }
     origin = min((float(f["ts"].min()) for f in raw.values() if len(f)), default=0.0)
     views = {}
@@ -131,35 +129,6 @@ def _resolve_runtime_ts(kept: pd.DataFrame) -> np.ndarray:
     return kept["ts_runtime"].map(first).to_numpy(np.float64)
 
 
-def _merged(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals as sorted disjoint (start, end) arrays; touching intervals merge."""
-    if not len(ts):
-        return ts, end
-    order = np.argsort(ts, kind="stable")
-    ts, end = ts[order], end[order]
-    reach = np.maximum.accumulate(end)
-    new_group = np.empty(len(ts), dtype=bool)
-    new_group[0] = True
-    new_group[1:] = ts[1:] > reach[:-1]
-    starts = ts[new_group]
-    group_id = np.cumsum(new_group) - 1
-    ends = np.zeros(len(starts))
-    np.maximum.at(ends, group_id, end)
-    ends = np.maximum(ends, starts)
-    return starts, ends
-
-
-def _intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
-    """Total length covered by both unions (each a sorted disjoint interval list)."""
-    points = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
-    if len(points) < 2:
-        return 0.0
-    mids = (points[:-1] + points[1:]) / 2
-    in_a = np.searchsorted(a[0], mids, "right") > np.searchsorted(a[1], mids, "right")
-    in_b = np.searchsorted(b[0], mids, "right") > np.searchsorted(b[1], mids, "right")
-    return float(np.diff(points)[in_a & in_b].sum())
-
-
 def _kernel_types(frame: pd.DataFrame) -> np.ndarray:
     names = frame["name"]
     per_name = {n: kernel_type(n) for n in names.unique()}
@@ -184,12 +153,11 @@ def temporal_breakdown(views: dict[int, HtaView]) -> pd.DataFrame:
         if gpu.empty:
             rows.append({"rank": rank} | dict.fromkeys(_TB_VALUES, np.nan))
             continue
-        starts, ends = _merged(gpu["ts"].to_numpy(), gpu["end"].to_numpy())
-        kernel_time = float(ends[-1] - starts[0])
-        idle = kernel_time - float((ends - starts).sum())
+        busy = union(gpu["ts"].to_numpy(), gpu["end"].to_numpy())
+        kernel_time = float(busy[1][-1] - busy[0][0])
+        idle = kernel_time - length(busy)
         comp = gpu[_kernel_types(gpu) == "COMPUTATION"]
-        c_starts, c_ends = _merged(comp["ts"].to_numpy(), comp["end"].to_numpy())
-        compute = float((c_ends - c_starts).sum())
+        compute = length(union(comp["ts"].to_numpy(), comp["end"].to_numpy()))
         rows.append(
             {
                 "rank": rank,
@@ -222,10 +190,10 @@ def comm_comp_overlap(views: dict[int, HtaView]) -> pd.DataFrame:
     for rank, view in views.items():
         gpu = view.frame[view.frame["stream"] != -1]
         types = _kernel_types(gpu)
-        comm = _merged(*(gpu.loc[types == "COMMUNICATION", c].to_numpy() for c in ("ts", "end")))
-        comp = _merged(*(gpu.loc[types == "COMPUTATION", c].to_numpy() for c in ("ts", "end")))
-        comm_time = float((comm[1] - comm[0]).sum())
-        ratio = _intersection(comm, comp) / comm_time if comm_time > 0 else np.nan
+        comm = union(*(gpu.loc[types == "COMMUNICATION", c].to_numpy() for c in ("ts", "end")))
+        comp = union(*(gpu.loc[types == "COMPUTATION", c].to_numpy() for c in ("ts", "end")))
+        comm_time = length(comm)
+        ratio = length(intersect(comm, comp)) / comm_time if comm_time > 0 else np.nan
         rows.append({"rank": rank, "comp_comm_overlap_pctg": round(100 * ratio, 2)})
     return pd.DataFrame(rows, columns=["rank", "comp_comm_overlap_pctg"])
 

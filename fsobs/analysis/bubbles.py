@@ -1,0 +1,228 @@
+"""Bubble taxonomy per rank and step (DESIGN §5).
+
+For every rank r and step s the **window** is split exactly into
+
+    window = busy + straggler_wait + exposed_comm + host_idle + other
+
+and ``contention`` is reported beside it. Each class is computed once, here, as an interval set
+(so that ``fsobs export`` can draw it) and then summed.
+
+GPU traces (the resource is the GPU; the window is the span of the GPU work launched in step s)::
+
+    compute   |=====|      |====|             |=====|
+    comm            |..wait..|xx|                            a_r = own start, A = last start
+    memcpy                         |m|
+              <--------------------- window ---------------------->
+    busy = compute;  straggler_wait = [a_r, A) of each collective minus compute;
+    exposed_comm = rest of comm minus compute;  host_idle = no GPU event at all;
+    other = GPU busy with neither compute nor comm (memcpy, memset, sync).
+
+CPU traces (the resource is the training thread; the window is its ProfilerStep)::
+
+    main thread  |op|op|  glue  |op|          (blocked)           |op|
+    gloo thread                     |..wait..|xxxxx|
+    blocked = collective in flight while the main thread runs no op;
+    straggler_wait = blocked before the last rank arrived, exposed_comm = blocked after;
+    host_idle = inside a data-loader range; busy = the rest of the window; other = 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fsobs.analysis import intervals as iv
+from fsobs.analysis.collectives import Collectives
+from fsobs.trace.schema import RankTrace, Run
+
+CLASSES = ("busy", "straggler_wait", "exposed_comm", "host_idle", "other")
+_GPU_WORK = ("compute", "comm", "memcpy", "memset", "sync")
+
+
+@dataclass(kw_only=True, frozen=True)
+class BubbleConfig:
+    """Knobs of the bubble analysis."""
+
+    data_loader_markers: tuple[str, ...] = ("enumerate(DataLoader)", "## fsobs:data ##")
+    """Name prefixes of main-thread ranges that mean "waiting for input data" (CPU traces)."""
+
+
+@dataclass
+class StepBubbles:
+    """The interval sets of one rank and step, in that rank's own clock (ns)."""
+
+    rank: int
+    step: int
+    window: tuple[int, int]
+    classes: dict[str, iv.Intervals]
+    contention_ns: int = 0
+    comm: iv.Intervals = field(default_factory=lambda: (np.zeros(0), np.zeros(0)))
+
+    def total_ns(self, name: str) -> int:
+        return int(iv.length(self.classes[name]))
+
+
+def bubble_intervals(
+    run: Run, colls: Collectives, config: BubbleConfig | None = None
+) -> list[StepBubbles]:
+    """Interval sets of every class for every rank and common step."""
+    config = config or BubbleConfig()
+    result = []
+    for rank in run.rank_ids:
+        trace = run[rank]
+        waits = _wait_intervals(colls, rank)
+        if trace.device == "gpu":
+            result.extend(_gpu_rank(trace, run.steps, waits))
+        else:
+            result.extend(_cpu_rank(trace, run.steps, waits, config))
+    return result
+
+
+def bubble_table(steps: list[StepBubbles]) -> pd.DataFrame:
+    """Per rank and step, in ms: window, busy, bubble and its classes, contention beside."""
+    rows = []
+    for sb in steps:
+        row = {"rank": sb.rank, "step": sb.step, "window_ms": (sb.window[1] - sb.window[0]) / 1e6}
+        for name in CLASSES:
+            row[f"{name}_ms"] = sb.total_ns(name) / 1e6
+        row["bubble_ms"] = row["window_ms"] - row["busy_ms"]
+        row["contention_ms"] = sb.contention_ns / 1e6
+        rows.append(row)
+    columns = [
+        "rank",
+        "step",
+        "window_ms",
+        "busy_ms",
+        "bubble_ms",
+        "straggler_wait_ms",
+        "exposed_comm_ms",
+        "host_idle_ms",
+        "other_ms",
+        "contention_ms",
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _wait_intervals(colls: Collectives, rank: int) -> dict[int, tuple[int, int]]:
+    """event row -> [own start, min(last arrival, own end)) in the rank's own clock."""
+    mine = colls.instances[colls.instances["rank"] == rank]
+    offset = colls.offsets_ns.get(rank, 0)
+    start = mine["start_ns"].to_numpy(np.int64) + offset
+    end = mine["end_ns"].to_numpy(np.int64) + offset
+    last = np.minimum(mine["arrival_last_ns"].to_numpy(np.int64) + offset, end)
+    return {int(r): (int(s), int(e)) for r, s, e in zip(mine["row"], start, last, strict=True)}
+
+
+def _spans(frame: pd.DataFrame) -> iv.Intervals:
+    start = frame["ts_ns"].to_numpy()
+    return iv.union(start, start + frame["dur_ns"].to_numpy())
+
+
+def _wait_set(rows: np.ndarray, waits: dict[int, tuple[int, int]]) -> iv.Intervals:
+    pairs = [waits[r] for r in rows.tolist() if r in waits]
+    return iv.union(
+        np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
+    )
+
+
+def _gpu_rank(
+    trace: RankTrace, steps: list[int], waits: dict[int, tuple[int, int]]
+) -> list[StepBubbles]:
+    ev = trace.events
+    gpu = ev[(ev["stream"] >= 0) & ev["kind"].isin(_GPU_WORK)]
+    contention = _contention(gpu[gpu["kind"] == "compute"], _spans(gpu[gpu["kind"] == "comm"]))
+    out = []
+    for step in steps:
+        sel = gpu[gpu["step"] == step]
+        if sel.empty:
+            continue
+        everything = _spans(sel)
+        window = (int(everything[0][0]), int(everything[1][-1]))
+        compute = _spans(sel[sel["kind"] == "compute"])
+        comm_rows = sel[sel["kind"] == "comm"]
+        comm = _spans(comm_rows)
+        wait = iv.subtract(_wait_set(comm_rows.index.to_numpy(), waits), compute)
+        exposed = iv.subtract(iv.subtract(comm, wait), compute)
+        full = (np.array([window[0]]), np.array([window[1]]))
+        classes = {
+            "busy": compute,
+            "straggler_wait": wait,
+            "exposed_comm": exposed,
+            "host_idle": iv.subtract(full, everything),
+            "other": iv.subtract(everything, iv.merge(compute, comm)),
+        }
+        extra = int(contention[contention.index.isin(sel.index)].sum())
+        out.append(StepBubbles(trace.rank, step, window, classes, extra, comm))
+    return out
+
+
+def _cpu_rank(
+    trace: RankTrace, steps: list[int], waits: dict[int, tuple[int, int]], config: BubbleConfig
+) -> list[StepBubbles]:
+    ev = trace.events
+    marks = ev[(ev["kind"] == "step") & (ev["device"] == "cpu")]
+    main_tid = marks["tid"].mode().iloc[0] if len(marks) else None
+    main = ev[(ev["tid"] == main_tid) & (ev["device"] == "cpu")]
+    comm_all = ev[(ev["kind"] == "comm") & (ev["device"] == "cpu")]
+    ops = _top_level(main[main["kind"] == "compute"])
+    contention = _contention(ops, _spans(comm_all))
+    names = main["name"].astype(str)
+    loading = main[names.str.startswith(config.data_loader_markers)]
+    out = []
+    for step in steps:
+        mark = marks[marks["step"] == step]
+        if mark.empty:
+            continue
+        lo = int(mark["ts_ns"].iloc[0])
+        hi = lo + int(mark["dur_ns"].iloc[0])
+        comm_rows = comm_all[
+            (comm_all["ts_ns"] < hi) & (comm_all["ts_ns"] + comm_all["dur_ns"] > lo)
+        ]
+        comm = iv.clip(_spans(comm_rows), lo, hi)
+        blocked = iv.subtract(comm, iv.clip(_spans(ops), lo, hi))
+        wait = iv.intersect(blocked, _wait_set(comm_rows.index.to_numpy(), waits))
+        idle = iv.subtract(iv.clip(_spans(loading), lo, hi), blocked)
+        full = (np.array([lo]), np.array([hi]))
+        classes = {
+            "busy": iv.subtract(iv.subtract(full, blocked), idle),
+            "straggler_wait": wait,
+            "exposed_comm": iv.subtract(blocked, wait),
+            "host_idle": idle,
+            "other": (np.zeros(0, np.int64), np.zeros(0, np.int64)),
+        }
+        in_step = ops[(ops["ts_ns"] >= lo) & (ops["ts_ns"] < hi)]
+        extra = int(contention[contention.index.isin(in_step.index)].sum())
+        out.append(StepBubbles(trace.rank, step, (lo, hi), classes, extra, comm))
+    return out
+
+
+def _top_level(ops: pd.DataFrame) -> pd.DataFrame:
+    """Ops not nested in an earlier op of the same thread."""
+    ops = ops.sort_values("ts_ns", kind="stable")
+    end = (ops["ts_ns"] + ops["dur_ns"]).to_numpy()
+    reach = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end[:-1]]))
+    return ops[ops["ts_ns"].to_numpy() >= reach]
+
+
+def _contention(work: pd.DataFrame, comm: iv.Intervals) -> pd.Series:
+    """Extra duration (ns) of each op that overlaps communication, against the median duration
+    of the same op (by name) when nothing overlaps it. Ops never seen alone count 0::
+
+        comm        |=========|
+        op  alone |==|        |==|      median 3
+        op  during    |=====|           extra 5 - 3 = 2
+    """
+    if work.empty or not len(comm[0]):
+        return pd.Series(0, index=work.index, dtype=np.int64)
+    start = work["ts_ns"].to_numpy()
+    end = start + work["dur_ns"].to_numpy()
+    pos = np.searchsorted(comm[0], end, "left") - 1
+    overlaps = (pos >= 0) & (comm[1][np.maximum(pos, 0)] > start)
+    names = work["name"].astype(str).to_numpy()
+    alone = pd.Series(work["dur_ns"].to_numpy()[~overlaps]).groupby(names[~overlaps]).median()
+    baseline = pd.Series(names).map(alone).to_numpy()
+    extra = work["dur_ns"].to_numpy() - baseline
+    extra = np.where(overlaps & ~np.isnan(extra), np.maximum(extra, 0), 0)
+    return pd.Series(extra.astype(np.int64), index=work.index)

@@ -1,0 +1,208 @@
+"""Cross-rank collective matching and clock alignment (DESIGN §5).
+
+Matching: every synchronising communication event of every rank gets an instance key
+
+- ``(group, seq)`` when the trace carries NCCL's per-group ``Seq`` (PyTorch >= 2.2);
+- otherwise ``(group, collective, ordinal)``: the k-th all_reduce of a group on one rank is the
+  k-th all_reduce of that group on every other rank. gloo traces carry neither the group nor
+  ``Seq``; their collectives all count as one group.
+
+An instance seen on only some of the ranks that should take part, or whose ranks disagree on
+the message size (for collectives where sizes must agree), is reported, never guessed: it takes
+no part in the wait computations.
+
+Clock alignment: ranks on one host share a clock. Across hosts a per-host offset is estimated
+from the end times of the matched collectives, which finish within microseconds of each other::
+
+    host A rank 0   |----all_reduce----|            end_A
+    host B rank 1        |--all_reduce------|       end_B   offset_B = median(end_B - end_A)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fsobs.trace.schema import Run
+
+SYNC_COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+        "all_to_allv",
+        "barrier",
+        "broadcast",
+        "reduce",
+        "gather",
+        "scatter",
+    }
+)
+_SIZE_MUST_AGREE = frozenset({"all_reduce", "broadcast", "reduce", "barrier"})
+DEFAULT_GROUP = "default"
+
+
+@dataclass
+class Collectives:
+    """Matched collectives of a run.
+
+    ``instances``: one row per (instance, rank) of the complete instances, columns
+    ``instance, rank, group, coll, key, row, step, start_ns, end_ns, msg_bytes`` (clock-aligned
+    times, i.e. on rank 0's host clock) plus ``arrival_last_ns`` (the latest aligned start of the
+    instance over its ranks) and ``last_rank``.
+
+    ``problems``: ``group, coll, key, issue, ranks`` for instances that could not be used.
+
+    ``offsets_ns``: per rank, what was subtracted from its clock; ``skew_ms`` the largest
+    absolute offset.
+    """
+
+    instances: pd.DataFrame
+    problems: pd.DataFrame
+    offsets_ns: dict[int, int]
+
+    @property
+    def skew_ms(self) -> float:
+        return max((abs(v) for v in self.offsets_ns.values()), default=0) / 1e6
+
+
+def match_collectives(run: Run) -> Collectives:
+    """Match the synchronising collectives of every rank and align the hosts' clocks."""
+    raw = pd.concat([_rank_collectives(run, rank) for rank in run.rank_ids], ignore_index=True)
+    if raw.empty:
+        return Collectives(_empty_instances(), _empty_problems(), dict.fromkeys(run.rank_ids, 0))
+    complete, problems = _complete_instances(run, raw)
+    offsets = _clock_offsets(run, complete)
+    shift = complete["rank"].map(offsets).to_numpy(np.int64)
+    complete["start_ns"] -= shift
+    complete["end_ns"] -= shift
+    last = complete.loc[complete.groupby("instance")["start_ns"].idxmax(), ["instance", "rank"]]
+    complete["arrival_last_ns"] = complete.groupby("instance")["start_ns"].transform("max")
+    complete["last_rank"] = complete["instance"].map(last.set_index("instance")["rank"])
+    return Collectives(complete.reset_index(drop=True), problems, offsets)
+
+
+def _rank_collectives(run: Run, rank: int) -> pd.DataFrame:
+    trace = run[rank]
+    colls = trace.collectives
+    colls = colls[colls["coll"].isin(SYNC_COLLECTIVES)]
+    ev = trace.events.loc[colls["row"].to_numpy()]
+    group = colls["pg_name"].astype(object).where(colls["pg_name"].notna(), DEFAULT_GROUP)
+    frame = pd.DataFrame(
+        {
+            "rank": rank,
+            "group": group.astype(str).to_numpy(),
+            "coll": colls["coll"].astype(str).to_numpy(),
+            "seq": colls["seq"].to_numpy(),
+            "row": colls["row"].to_numpy(),
+            "step": ev["step"].to_numpy(),
+            "start_ns": ev["ts_ns"].to_numpy(),
+            "end_ns": (ev["ts_ns"] + ev["dur_ns"]).to_numpy(),
+            "in_nelems": colls["in_nelems"].to_numpy(),
+            "msg_bytes": colls["msg_bytes"].to_numpy(),
+            "pg_ranks": colls["pg_ranks"].astype(object).to_numpy(),
+        }
+    ).sort_values("start_ns", kind="stable")
+    by_seq = frame["seq"] >= 0
+    ordinal = frame.groupby(["group", "coll"], sort=False).cumcount()
+    frame["key"] = np.where(
+        by_seq,
+        "seq " + frame["seq"].astype(str),
+        frame["coll"] + " #" + ordinal.astype(str),
+    )
+    duplicate = frame.groupby(["group", "key"], sort=False).cumcount()
+    frame.loc[duplicate > 0, "key"] += "." + duplicate[duplicate > 0].astype(str)
+    return frame
+
+
+def _group_ranks(run: Run, group: str, pg_ranks: object) -> set[int]:
+    loaded = set(run.rank_ids)
+    if isinstance(pg_ranks, str) and pg_ranks.strip("[] "):
+        try:
+            return {int(r) for r in pg_ranks.strip("[] ").split(",")} & loaded
+        except ValueError:
+            pass
+    for trace in run.ranks.values():
+        for pg in trace.process_groups:
+            if pg.name == group and pg.ranks:
+                return set(pg.ranks) & loaded
+    return loaded
+
+
+def _complete_instances(run: Run, raw: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    problems = []
+    keep = []
+    for (group, key), inst in raw.groupby(["group", "key"], sort=False):
+        expected = _group_ranks(run, str(group), inst["pg_ranks"].iloc[0])
+        present = set(inst["rank"])
+        coll = str(inst["coll"].iloc[0])
+        issue = None
+        if present != expected:
+            issue = f"missing on ranks {sorted(expected - present)}"
+        elif inst["coll"].nunique() > 1:
+            issue = f"ranks disagree on the collective: {sorted(inst['coll'].unique())}"
+        elif (
+            coll in _SIZE_MUST_AGREE and inst.loc[inst["in_nelems"] >= 0, "in_nelems"].nunique() > 1
+        ):
+            issue = f"ranks disagree on the size: {sorted(inst['in_nelems'].unique().tolist())}"
+        if issue is not None:
+            problems.append(
+                {"group": group, "coll": coll, "key": key, "issue": issue, "ranks": sorted(present)}
+            )
+        elif len(present) >= 2:
+            keep.append(inst)
+    complete = pd.concat(keep, ignore_index=True) if keep else _empty_instances()
+    if keep:
+        order = complete.groupby(["group", "key"], sort=False)["start_ns"].transform("min")
+        complete = complete.assign(_first=order).sort_values(["_first", "group", "key", "rank"])
+        complete["instance"] = complete.groupby(["_first", "group", "key"], sort=False).ngroup()
+        complete = complete.drop(columns=["_first", "seq", "in_nelems", "pg_ranks"])
+    problem_frame = pd.DataFrame(problems, columns=list(_empty_problems().columns))
+    return complete, problem_frame
+
+
+def _clock_offsets(run: Run, complete: pd.DataFrame) -> dict[int, int]:
+    """Per-rank clock offset (ns): 0 on the reference host, one value per other host."""
+    host = {r: run[r].host_name or "" for r in run.rank_ids}
+    offsets = dict.fromkeys(run.rank_ids, 0)
+    hosts = sorted(set(host.values()), key=lambda h: min(r for r in host if host[r] == h))
+    if len(hosts) < 2 or complete.empty:
+        return offsets
+    ends = complete.assign(host=complete["rank"].map(host))
+    per_host = ends.groupby(["instance", "host"])["end_ns"].median().unstack("host")
+    reference = hosts[0]
+    for other in hosts[1:]:
+        diff = (per_host[other] - per_host[reference]).dropna()
+        if diff.empty:
+            continue
+        offset = int(round(float(diff.median())))
+        for r in run.rank_ids:
+            if host[r] == other:
+                offsets[r] = offset
+    return offsets
+
+
+def _empty_instances() -> pd.DataFrame:
+    return pd.DataFrame(
+        columns=[
+            "instance",
+            "rank",
+            "group",
+            "coll",
+            "key",
+            "row",
+            "step",
+            "start_ns",
+            "end_ns",
+            "msg_bytes",
+            "arrival_last_ns",
+            "last_rank",
+        ]
+    )
+
+
+def _empty_problems() -> pd.DataFrame:
+    return pd.DataFrame(columns=["group", "coll", "key", "issue", "ranks"])
