@@ -48,6 +48,21 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "warnings": run.warnings,
         },
         "ranks_overview": _records(analysis.overview),
+        "summary": {k: _plain(v) for k, v in analysis.summary.items()},
+        "steps": _records(analysis.steps),
+        "stragglers": {
+            "per_step": _records(analysis.stragglers.per_step, ("step", "rank")),
+            "per_rank": _records(analysis.stragglers.per_rank),
+            "verdict": analysis.stragglers.verdict,
+            "culprit": analysis.stragglers.culprit,
+        },
+        "collectives": {
+            "matched_instances": int(analysis.collectives.instances["instance"].nunique()),
+            "unmatched": _records(analysis.collectives.problems),
+            "clock_offsets_ms": {
+                str(r): v / 1e6 for r, v in analysis.collectives.offsets_ns.items()
+            },
+        },
         "hta": hta,
     }
 
@@ -75,6 +90,32 @@ def render(analysis: Analysis, console: Console) -> None:
     )
     for warning in run.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
+    for line in findings(analysis):
+        console.print(f"- {line}")
+    console.print(
+        _table(
+            "Bubbles per rank (mean ms per step)",
+            analysis.steps.groupby("rank", as_index=False).mean(numeric_only=True),
+            {
+                "rank": "rank",
+                "window_ms": "window",
+                "busy_ms": "busy",
+                "bubble_ms": "bubble",
+                "straggler_wait_ms": "straggler wait",
+                "exposed_comm_ms": "exposed comm",
+                "host_idle_ms": "host idle",
+                "other_ms": "other",
+                "contention_ms": "contention",
+            },
+        )
+    )
+    console.print(
+        _table(
+            "Stragglers",
+            analysis.stragglers.per_rank,
+            {"rank": "rank", "times_last": "steps last", "wait_caused_ms": "wait caused (ms)"},
+        )
+    )
     console.print(
         _table(
             "Ranks",
@@ -121,6 +162,50 @@ def render(analysis: Analysis, console: Console) -> None:
             },
         )
     )
+
+
+_CLASS_LABELS = {
+    "straggler_wait_ms_per_step": "straggler wait",
+    "exposed_comm_ms_per_step": "exposed communication",
+    "host_idle_ms_per_step": "host idle",
+    "other_ms_per_step": "other GPU work",
+}
+
+
+def findings(analysis: Analysis) -> list[str]:
+    """The few sentences a reader needs first: size of the bubble, its main class, the culprit."""
+    summary = analysis.summary
+    if analysis.steps.empty:
+        return ["no step with a ProfilerStep window on every rank: no bubble breakdown"]
+    bubble = summary["bubble_ms_per_step"]
+    lines = [
+        f"bubbles take {summary['bubble_ratio']:.1%} of step time: {bubble:.2f} ms per rank "
+        f"and step (step time p50 {summary['step_time_ms_p50']:.2f} ms)"
+    ]
+    key, value = max(((k, summary[k]) for k in _CLASS_LABELS), key=lambda kv: kv[1])
+    if bubble > 0:
+        lines.append(
+            f"{_CLASS_LABELS[key]} dominates: {value:.2f} ms per step ({value / bubble:.0%} of it)"
+        )
+    strag = analysis.stragglers
+    if strag.culprit is not None:
+        row = strag.per_rank.set_index("rank").loc[strag.culprit]
+        lines.append(
+            f"rank {strag.culprit} is the straggler in {int(row['times_last'])} of "
+            f"{len(strag.per_step)} steps ({strag.verdict}); it made the others wait "
+            f"{row['wait_caused_ms']:.1f} ms in total"
+        )
+    if summary["contention_ms_per_step"] > 0:
+        lines.append(
+            f"compute overlapped with communication ran {summary['contention_ms_per_step']:.2f} "
+            "ms per step longer than alone (contention, not in the bubble)"
+        )
+    problems = analysis.collectives.problems
+    if len(problems):
+        lines.append(f"{len(problems)} collective(s) could not be matched across ranks (see JSON)")
+    if summary["clock_skew_ms"] > 0:
+        lines.append(f"estimated clock skew between hosts: {summary['clock_skew_ms']:.3f} ms")
+    return lines
 
 
 def _table(title: str, frame: pd.DataFrame, columns: dict[str, str]) -> Table:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from fsobs.analysis import hta_compat
+from fsobs.analysis.bubbles import BubbleConfig, StepBubbles, bubble_intervals, bubble_table
+from fsobs.analysis.collectives import Collectives, match_collectives
+from fsobs.analysis.stragglers import Stragglers, find_stragglers
 from fsobs.trace.schema import Run
 
 
@@ -26,14 +30,68 @@ class Analysis:
     run: Run
     overview: pd.DataFrame
     """Per-rank facts, see :func:`rank_overview`."""
+    collectives: Collectives
+    """Collectives matched across ranks, clock offsets, unmatched instances."""
+    bubbles: list[StepBubbles]
+    """Interval sets of every bubble class per rank and step (for export and timelines)."""
+    steps: pd.DataFrame
+    """Per rank and step, ms: see :func:`fsobs.analysis.bubbles.bubble_table`."""
+    stragglers: Stragglers
+    summary: dict[str, float]
+    """The KPIs, see :func:`summarize`."""
     hta: HtaMetrics | None
     """None for CPU-only runs, where HTA's GPU metrics do not apply."""
 
 
-def analyze(run: Run) -> Analysis:
-    """Analyze a loaded run."""
-    hta = hta_metrics(run) if run.device == "gpu" else None
-    return Analysis(run=run, overview=rank_overview(run), hta=hta)
+def analyze(run: Run, config: BubbleConfig | None = None) -> Analysis:
+    """Analyze a loaded run: collectives, bubbles per rank and step, stragglers, KPIs, HTA."""
+    colls = match_collectives(run)
+    bubbles = bubble_intervals(run, colls, config)
+    steps = bubble_table(bubbles)
+    return Analysis(
+        run=run,
+        overview=rank_overview(run),
+        collectives=colls,
+        bubbles=bubbles,
+        steps=steps,
+        stragglers=find_stragglers(colls, run.steps),
+        summary=summarize(steps, colls),
+        hta=hta_metrics(run) if run.device == "gpu" else None,
+    )
+
+
+def summarize(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
+    """KPIs over all ranks and steps.
+
+    ``bubble_ratio = Σ bubble / Σ window``; ``*_ms_per_step`` are means over (rank, step);
+    the step time of a step is its longest window over the ranks, and its p50/p90 are over steps.
+    """
+    if steps.empty:
+        nan = float("nan")
+        keys = (
+            "bubble_ratio",
+            "bubble_ms_per_step",
+            "straggler_wait_ms_per_step",
+            "exposed_comm_ms_per_step",
+            "host_idle_ms_per_step",
+            "contention_ms_per_step",
+            "step_time_ms_p50",
+            "step_time_ms_p90",
+        )
+        return dict.fromkeys(keys, nan) | {"clock_skew_ms": colls.skew_ms}
+    step_time = steps.groupby("step")["window_ms"].max().to_numpy()
+    return {
+        "bubble_ratio": float(steps["bubble_ms"].sum() / steps["window_ms"].sum()),
+        "bubble_ms_per_step": float(steps["bubble_ms"].mean()),
+        "straggler_wait_ms_per_step": float(steps["straggler_wait_ms"].mean()),
+        "exposed_comm_ms_per_step": float(steps["exposed_comm_ms"].mean()),
+        "host_idle_ms_per_step": float(steps["host_idle_ms"].mean()),
+        "other_ms_per_step": float(steps["other_ms"].mean()),
+        "contention_ms_per_step": float(steps["contention_ms"].mean()),
+        "step_time_ms_p50": float(np.percentile(step_time, 50)),
+        "step_time_ms_p90": float(np.percentile(step_time, 90)),
+        "clock_skew_ms": colls.skew_ms,
+    }
 
 
 def hta_metrics(run: Run) -> HtaMetrics:
