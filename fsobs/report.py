@@ -56,6 +56,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "verdict": analysis.stragglers.verdict,
             "culprit": analysis.stragglers.culprit,
         },
+        "data_attribution": _attribution_json(analysis),
         "collectives": {
             "matched_instances": int(analysis.collectives.instances["instance"].nunique()),
             "unmatched": _records(analysis.collectives.problems),
@@ -64,6 +65,18 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             },
         },
         "hta": hta,
+    }
+
+
+def _attribution_json(analysis: Analysis) -> dict[str, Any] | None:
+    attr = analysis.attribution
+    if attr is None:
+        return None
+    return {
+        "cost_source": attr.cost_source,
+        "rank_correlation": _plain(attr.rank_correlation),
+        "explained_wait_share": _plain(attr.explained_wait_share),
+        "per_step": _records(attr.per_step),
     }
 
 
@@ -195,6 +208,17 @@ def findings(analysis: Analysis) -> list[str]:
             f"{len(strag.per_step)} steps ({strag.verdict}); it made the others wait "
             f"{row['wait_caused_ms']:.1f} ms in total"
         )
+    attr = analysis.attribution
+    if attr is not None and len(attr.per_step):
+        lines.append(
+            f"the input data explains it: the straggler had the costliest data in "
+            f"{int(attr.per_step['culprit_has_max_cost'].sum())} of {len(attr.per_step)} steps "
+            f"({attr.explained_wait_share:.0%} of the wait), "
+            f"{attr.per_step['cost_ratio'].mean():.2f}x the mean cost; "
+            f"cost vs lateness rank correlation {attr.rank_correlation:.2f}"
+        )
+    elif strag.culprit is not None:
+        lines.append("no step sidecar (steps.rank<R>.jsonl): the input data cannot be checked")
     if summary["contention_ms_per_step"] > 0:
         lines.append(
             f"compute overlapped with communication ran {summary['contention_ms_per_step']:.2f} "

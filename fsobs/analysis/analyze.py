@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import hta_compat
+from fsobs.analysis.attribution import Attribution, attribute
 from fsobs.analysis.bubbles import BubbleConfig, StepBubbles, bubble_intervals, bubble_table
 from fsobs.analysis.collectives import Collectives, match_collectives
 from fsobs.analysis.stragglers import Stragglers, find_stragglers
@@ -37,6 +38,8 @@ class Analysis:
     steps: pd.DataFrame
     """Per rank and step, ms: see :func:`fsobs.analysis.bubbles.bubble_table`."""
     stragglers: Stragglers
+    attribution: Attribution | None
+    """How much of the straggler wait the input data explains; None without step sidecars."""
     summary: dict[str, float]
     """The KPIs, see :func:`summarize`."""
     hta: HtaMetrics | None
@@ -48,13 +51,16 @@ def analyze(run: Run, config: BubbleConfig | None = None) -> Analysis:
     colls = match_collectives(run)
     bubbles = bubble_intervals(run, colls, config)
     steps = bubble_table(bubbles)
+    stragglers = find_stragglers(colls, run.steps)
+    has_sidecar = run.sidecar is not None and not run.sidecar.empty
     return Analysis(
         run=run,
         overview=rank_overview(run),
         collectives=colls,
         bubbles=bubbles,
         steps=steps,
-        stragglers=find_stragglers(colls, run.steps),
+        stragglers=stragglers,
+        attribution=attribute(run.sidecar, stragglers, colls) if has_sidecar else None,
         summary=summarize(steps, colls),
         hta=hta_metrics(run) if run.device == "gpu" else None,
     )

@@ -23,6 +23,7 @@ from fsobs.errors import (
 from fsobs.trace._build import build_rank_trace
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, decode_trace, read_trace_bytes
 from fsobs.trace.schema import RankTrace, Run
+from fsobs.trace.sidecar import read_sidecars
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,16 @@ def load_run(source: str | Path | Sequence[str | Path], config: LoadConfig | Non
     _check_coverage(by_rank, world_size, meta, root, warnings)
     for trace in by_rank.values():
         warnings.extend(trace.warnings)
-    return Run(path=root, world_size=world_size, ranks=by_rank, meta=meta, warnings=warnings)
+    is_dir = isinstance(source, (str, Path)) and Path(source).is_dir()
+    sidecar = read_sidecars(root) if is_dir else None
+    return Run(
+        path=root,
+        world_size=world_size,
+        ranks=by_rank,
+        meta=meta,
+        warnings=warnings,
+        sidecar=sidecar,
+    )
 
 
 def _discover(

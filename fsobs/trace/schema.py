@@ -146,6 +146,8 @@ class Run:
     meta: dict[str, Any] | None
     """The run's ``run.json`` when present (DESIGN §3), else None."""
     warnings: list[str] = field(default_factory=list)
+    sidecar: pd.DataFrame | None = None
+    """The step sidecars (:mod:`fsobs.trace.sidecar`), None when the run has none."""
 
     @property
     def rank_ids(self) -> list[int]:

@@ -1,0 +1,68 @@
+"""Data attribution from step sidecars, on the real 4-rank gloo straggler trace."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+import fsobs
+from fsobs.analysis import analyze
+from tests.test_hta_agreement import REFERENCE
+
+STEPS = (2, 3, 4, 5)
+
+
+@pytest.fixture
+def gloo_run(tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(REFERENCE / "synthetic_gloo_a2a_straggler_4rank", run_dir)
+    return run_dir
+
+
+def _write_sidecars(run_dir, lengths_of):
+    for rank in range(4):
+        with open(run_dir / f"steps.rank{rank}.jsonl", "w") as f:
+            for step in STEPS:
+                lengths = lengths_of(rank, step)
+                record = {"step": step, "num_samples": len(lengths), "seq_lengths": lengths}
+                f.write(json.dumps(record) + "\n")
+
+
+def test_costly_data_on_the_straggler_explains_the_wait(gloo_run):
+    # rank 2 (the rank that sleeps) gets 4x longer sequences; rank 3 slightly longer than 0, 1
+    _write_sidecars(gloo_run, lambda r, s: [400] * 8 if r == 2 else [100 + 10 * (r == 3)] * 8)
+    result = analyze(fsobs.load_run(gloo_run))
+    attr = result.attribution
+    assert attr is not None and attr.cost_source == "len_sq_sum"
+    assert attr.per_step["rank"].tolist() == [2, 2, 2, 2]
+    assert attr.per_step["culprit_has_max_cost"].all()
+    mean = (2 * 8 * 100**2 + 8 * 110**2 + 8 * 400**2) / 4  # ranks 0, 1 equal; 3 and 2 above
+    assert attr.per_step["cost_ratio"].tolist() == pytest.approx([8 * 400**2 / mean] * 4)
+    assert attr.explained_wait_share == 1.0
+    assert attr.rank_correlation > 0.5
+
+
+def test_data_that_does_not_match_arrivals_explains_nothing(gloo_run):
+    _write_sidecars(gloo_run, lambda r, s: [400] * 8 if r == 0 else [100] * 8)
+    attr = analyze(fsobs.load_run(gloo_run)).attribution
+    assert not attr.per_step["culprit_has_max_cost"].any()
+    assert attr.explained_wait_share == 0.0
+
+
+def test_no_sidecar_no_attribution():
+    assert (
+        analyze(fsobs.load_run(REFERENCE / "synthetic_gloo_a2a_straggler_4rank")).attribution
+        is None
+    )
+
+
+def test_bad_sidecar_line_names_file_rank_and_line(gloo_run):
+    _write_sidecars(gloo_run, lambda r, s: [100] * 8)
+    with open(gloo_run / "steps.rank1.jsonl", "a") as f:
+        f.write('{"step": "x"}\n')
+    with pytest.raises(fsobs.TraceFormatError) as info:
+        fsobs.load_run(gloo_run)
+    message = str(info.value)
+    assert "steps.rank1.jsonl" in message and "rank 1" in message and "line 5" in message
