@@ -11,11 +11,15 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 
 from fsobs.analysis import analyze
+from fsobs.analysis.bubbles import bubble_intervals
+from fsobs.analysis.collectives import match_collectives
 from fsobs.errors import FsobsError
+from fsobs.export import export_run
 from fsobs.report import render, to_json
 from fsobs.trace import LoadConfig, load_run
 
@@ -36,14 +40,30 @@ def build_parser() -> argparse.ArgumentParser:
         "paths", nargs="+", metavar="PATH", help="a run directory, or one or more trace files"
     )
     analyze_cmd.add_argument("--json", action="store_true", help="print one JSON object")
-    analyze_cmd.add_argument(
+    _add_load_options(analyze_cmd)
+    analyze_cmd.set_defaults(handler=_analyze)
+
+    export_cmd = commands.add_parser(
+        "export",
+        help="write the run's traces with bubble tracks added (for Perfetto / chrome://tracing)",
+    )
+    export_cmd.add_argument("run", metavar="RUN", help="a run directory, or a trace file")
+    export_cmd.add_argument("out", metavar="OUT", help="output directory (created if needed)")
+    export_cmd.add_argument(
+        "--overwrite", action="store_true", help="replace files a previous export left in OUT"
+    )
+    _add_load_options(export_cmd)
+    export_cmd.set_defaults(handler=_export)
+    return parser
+
+
+def _add_load_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--max-trace-gb",
         type=_positive_gb,
         default=LoadConfig().max_trace_bytes / 2**30,
         help="refuse trace files that decompress to more than this (default: %(default)g)",
     )
-    analyze_cmd.set_defaults(handler=_analyze)
-    return parser
 
 
 def _positive_gb(text: str) -> float:
@@ -64,6 +84,25 @@ def _analyze(args: argparse.Namespace) -> int:
         print(json.dumps(to_json(result), indent=2, allow_nan=False))
     else:
         render(result, Console(soft_wrap=False))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    config = LoadConfig(max_trace_bytes=int(args.max_trace_gb * 2**30))
+    run = load_run(args.run, config)
+    steps = bubble_intervals(run, match_collectives(run))
+    out = Path(args.out)
+    written = export_run(
+        run, steps, out, overwrite=args.overwrite, max_trace_bytes=config.max_trace_bytes
+    )
+    traces = [p for p in written if p.name.endswith(".trace.json.gz")]
+    print(f"wrote {len(traces)} trace(s) with bubble tracks to {out}/:")
+    for path in written:
+        print(f"  {path.name}")
+    print(
+        "open one in https://ui.perfetto.dev (Open trace file) or chrome://tracing (Load); "
+        'the "fsobs bubbles" process on top has one track per bubble class'
+    )
     return 0
 
 

@@ -1,0 +1,257 @@
+"""``fsobs export``: the run's traces with the bubble classes drawn as extra tracks.
+
+Each rank's trace is written again as ``rank<R>.trace.json.gz``: every original top-level value
+and every original event is copied byte for byte, and new events are appended to
+``traceEvents``: one process ``fsobs bubbles (rank R)`` sorted on top, one thread per bubble
+class, and one complete (``X``) slice per interval of that class::
+
+    python            |op|op|        (blocked)            |op|
+    fsobs bubbles
+      straggler_wait           |......|
+      exposed_comm                    |xxxxx|
+      host_idle
+
+Timestamps use the trace's own time base (microseconds relative to ``baseTimeNanoseconds``, or
+absolute microseconds for old traces), written as exact decimals (ns precision). The output
+directory is itself a run (``run.json`` and ``steps.rank*.jsonl`` are copied), so it loads
+again with :func:`fsobs.trace.load_run`; Perfetto and chrome://tracing open the files as is.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+import msgspec
+
+from fsobs.analysis.bubbles import StepBubbles
+from fsobs.errors import FsobsError, TraceFormatError
+from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, read_trace_bytes
+from fsobs.trace.loader import RUN_META
+from fsobs.trace.schema import RankTrace, Run
+
+PID = "fsobs bubbles"
+CATEGORY = "fsobs_bubble"
+TRACKS = ("straggler_wait", "exposed_comm", "host_idle")
+"""Always drawn; ``other`` is drawn too when a rank has any."""
+SORT_INDEX = -1000  # Kineto sorts CPU processes by pid and GPUs above 2**24: this goes on top
+GZIP_LEVEL = 6
+
+
+class ExportError(FsobsError):
+    """The export would overwrite the input or existing files."""
+
+
+def export_run(
+    run: Run,
+    steps: list[StepBubbles],
+    out_dir: Path,
+    *,
+    overwrite: bool = False,
+    max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
+) -> list[Path]:
+    """Write every rank's trace with bubble tracks to ``out_dir``; return the written paths.
+
+    Refuses (:class:`ExportError`) when ``out_dir`` holds the run's own files, or when files it
+    would write already exist (unless ``overwrite``), before writing anything.
+    """
+    out_dir = Path(out_dir)
+    plan = _plan(run, out_dir, overwrite)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_rank: dict[int, list[StepBubbles]] = {}
+    for sb in steps:
+        by_rank.setdefault(sb.rank, []).append(sb)
+    written = []
+    for rank in run.rank_ids:
+        trace = run[rank]
+        target = out_dir / _trace_name(rank)
+        extra = bubble_events(trace, by_rank.get(rank, []))
+        _atomic_write(
+            target, lambda f, t=trace, e=extra: _write_trace(f, t, e, max_trace_bytes), gz=True
+        )
+        written.append(target)
+    for source in plan:
+        target = out_dir / source.name
+        _atomic_write(target, lambda f, s=source: _copy(f, s), gz=False)
+        written.append(target)
+    return written
+
+
+def bubble_events(trace: RankTrace, steps: list[StepBubbles]) -> list[str]:
+    """The JSON text of the events added to ``trace``: metadata, then one slice per interval.
+
+    One thread per class. On GPU traces the windows of consecutive steps can overlap (step s+1's
+    kernels start before step s's last ones end), and so can the slices of one class; a thread
+    must hold properly nested slices only, so those go to an extra lane ``<class> #2``::
+
+        host_idle      |--s1--|   |--s2--|        (greedy: first lane free at the start)
+        host_idle #2        |--s2'--|
+    """
+    base = (trace.base_time_ns or 0) if trace.time_format == "relative-us" else 0
+    tracks = list(TRACKS)
+    if any(sb.total_ns("other") > 0 for sb in steps):
+        tracks.append("other")
+    first = min((sb.window[0] for sb in steps), default=base)
+    ts0 = _us(first - base)
+    meta = [
+        _meta("process_name", ts0, None, {"name": f"fsobs bubbles (rank {trace.rank})"}),
+        _meta("process_labels", ts0, None, {"labels": "bubble classes (fsobs)"}),
+        _meta("process_sort_index", ts0, None, {"sort_index": SORT_INDEX}),
+    ]
+    slices = []
+    for name in tracks:
+        pieces = sorted(
+            (int(lo), int(hi), sb.step)
+            for sb in steps
+            for lo, hi in zip(*(a.tolist() for a in sb.classes[name]), strict=True)
+            if hi > lo
+        )
+        lane_end: list[int] = []
+        for lo, hi, step in pieces:
+            lane = next((k for k, end in enumerate(lane_end) if end <= lo), len(lane_end))
+            if lane == len(lane_end):
+                lane_end.append(hi)
+            lane_end[lane] = hi
+            slices.append(_slice(name, _lane(name, lane), lo - base, hi - lo, step))
+        for lane in range(max(len(lane_end), 1)):
+            tid = _lane(name, lane)
+            meta.append(_meta("thread_name", ts0, tid, {"name": tid}))
+            order = sum(e.startswith('{"ph": "M", "name": "thread_name"') for e in meta)
+            meta.append(_meta("thread_sort_index", ts0, tid, {"sort_index": order}))
+    return meta + slices
+
+
+def _lane(name: str, lane: int) -> str:
+    return name if lane == 0 else f"{name} #{lane + 1}"
+
+
+def _us(ns: int) -> str:
+    """Exact decimal microseconds of an integer nanosecond count (3 decimals)."""
+    sign = "-" if ns < 0 else ""
+    whole, frac = divmod(abs(ns), 1000)
+    return f"{sign}{whole}.{frac:03d}"
+
+
+def _meta(name: str, ts: str, tid: str | None, args: dict[str, object]) -> str:
+    tid_text = json.dumps(tid if tid is not None else 0)
+    return (
+        f'{{"ph": "M", "name": {json.dumps(name)}, "pid": {json.dumps(PID)}, '
+        f'"tid": {tid_text}, "ts": {ts}, "args": {json.dumps(args)}}}'
+    )
+
+
+def _slice(name: str, tid: str, start_ns: int, dur_ns: int, step: int) -> str:
+    args = {"step": step, "class": name, "dur_ms": round(dur_ns / 1e6, 6)}
+    return (
+        f'{{"ph": "X", "cat": "{CATEGORY}", "name": {json.dumps(name)}, '
+        f'"pid": {json.dumps(PID)}, "tid": {json.dumps(tid)}, '
+        f'"ts": {_us(start_ns)}, "dur": {_us(dur_ns)}, '
+        f'"args": {json.dumps(args, allow_nan=False)}}}'
+    )
+
+
+def _write_trace(out: BinaryIO, trace: RankTrace, extra: list[str], max_bytes: int) -> None:
+    """Copy the top-level object value by value, appending ``extra`` to ``traceEvents``."""
+    data = read_trace_bytes(trace.path, max_bytes)
+    try:
+        top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(
+            f"cannot re-read the trace for export: {exc}", path=trace.path, rank=trace.rank
+        ) from exc
+    if "traceEvents" not in top:
+        raise TraceFormatError("missing", path=trace.path, rank=trace.rank, field="traceEvents")
+    out.write(b"{")
+    for i, (key, raw) in enumerate(top.items()):
+        out.write(b", " if i else b"")
+        out.write(msgspec.json.encode(key) + b": ")
+        if key == "traceEvents":
+            _write_events(out, memoryview(raw), extra, trace)
+        else:
+            out.write(memoryview(raw))
+    out.write(b"}\n")
+
+
+def _write_events(out: BinaryIO, events: memoryview, extra: list[str], trace: RankTrace) -> None:
+    if len(events) < 2 or events[0:1] != b"[" or events[-1:] != b"]":
+        raise TraceFormatError(
+            "not a JSON array", path=trace.path, rank=trace.rank, field="traceEvents"
+        )
+    last = len(events) - 2  # the last non-blank byte before the closing bracket
+    while last > 0 and events[last : last + 1] in (b" ", b"\n", b"\r", b"\t"):
+        last -= 1
+    out.write(events[:-1])
+    if extra:
+        out.write(b",\n" if last > 0 else b"\n")
+        out.write(",\n".join(extra).encode())
+        out.write(b"\n")
+    out.write(b"]")
+
+
+def _copy(out: BinaryIO, source: Path) -> None:
+    with source.open("rb") as f:
+        shutil.copyfileobj(f, out)
+
+
+def _trace_name(rank: int) -> str:
+    return f"rank{rank}.trace.json.gz"
+
+
+def _plan(run: Run, out_dir: Path, overwrite: bool) -> list[Path]:
+    """Check ``out_dir``; return the run files to copy along (run.json, steps.rank*.jsonl)."""
+    run_dir = run.path if run.path.is_dir() else run.path.parent
+    inputs = {run_dir} | {run[r].path.parent for r in run.rank_ids}
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError("exists and is not a directory", path=out_dir)
+    if out_dir.exists() and any(out_dir.samefile(p) for p in inputs if p.exists()):
+        raise ExportError("is the run's own directory; export into another directory", path=out_dir)
+    extra = [run_dir / RUN_META] if run.meta is not None else []
+    extra += [run_dir / f"steps.rank{r}.jsonl" for r in run.rank_ids]
+    extra = [p for p in extra if p.is_file()]
+    if not out_dir.exists():
+        return extra
+    names = {_trace_name(r) for r in run.rank_ids} | {p.name for p in extra}
+    existing = sorted(n for n in names if (out_dir / n).exists())
+    if existing and not overwrite:
+        shown = ", ".join(existing[:3]) + (" ..." if len(existing) > 3 else "")
+        raise ExportError(
+            f"already holds {shown}; use --overwrite (overwrite=True) to replace",
+            path=out_dir,
+        )
+    foreign = sorted(
+        p.name
+        for p in out_dir.iterdir()
+        if p.is_file() and p.name not in names and p.name.endswith((".json", ".json.gz"))
+    )
+    if foreign:  # another run's traces or run.json would make OUT an inconsistent run
+        shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+        raise ExportError(
+            f"holds other run files ({shown}) that would mix with the export; "
+            "use an empty directory",
+            path=out_dir,
+        )
+    return extra
+
+
+def _atomic_write(target: Path, write: Callable[[BinaryIO], None], *, gz: bool) -> None:
+    """Write ``target`` through a temporary file in the same directory, then rename it."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if gz:
+                name = target.name.removesuffix(".gz")
+                with gzip.GzipFile(name, "wb", GZIP_LEVEL, raw, mtime=0) as out:
+                    write(out)  # type: ignore[arg-type]  # GzipFile is binary IO
+            else:
+                write(raw)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
