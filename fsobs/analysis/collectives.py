@@ -171,7 +171,9 @@ def _clock_offsets(run: Run, complete: pd.DataFrame) -> dict[int, int]:
     hosts = sorted(set(host.values()), key=lambda h: min(r for r in host if host[r] == h))
     if len(hosts) < 2 or complete.empty:
         return offsets
-    ends = complete.assign(host=complete["rank"].map(host))
+    # relative to the earliest end, so that the medians (floats) stay exact to the ns
+    since = complete["end_ns"].to_numpy(np.int64) - int(complete["end_ns"].min())
+    ends = complete.assign(host=complete["rank"].map(host), end_ns=since)
     per_host = ends.groupby(["instance", "host"])["end_ns"].median().unstack("host")
     reference = hosts[0]
     for other in hosts[1:]:
