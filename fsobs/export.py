@@ -86,12 +86,8 @@ def export_run(
 def bubble_events(trace: RankTrace, steps: list[StepBubbles]) -> list[str]:
     """The JSON text of the events added to ``trace``: metadata, then one slice per interval.
 
-    One thread per class. On GPU traces the windows of consecutive steps can overlap (step s+1's
-    kernels start before step s's last ones end), and so can the slices of one class; a thread
-    must hold properly nested slices only, so those go to an extra lane ``<class> #2``::
-
-        host_idle      |--s1--|   |--s2--|        (greedy: first lane free at the start)
-        host_idle #2        |--s2'--|
+    One thread per class. Step windows tile the timeline and the intervals of one class are
+    disjoint inside a window, so the slices of a thread never overlap (viewers need that).
     """
     base = (trace.base_time_ns or 0) if trace.time_format == "relative-us" else 0
     tracks = list(TRACKS)
@@ -105,30 +101,17 @@ def bubble_events(trace: RankTrace, steps: list[StepBubbles]) -> list[str]:
         _meta("process_sort_index", ts0, None, {"sort_index": SORT_INDEX}),
     ]
     slices = []
-    for name in tracks:
+    for order, name in enumerate(tracks):
+        meta.append(_meta("thread_name", ts0, name, {"name": name}))
+        meta.append(_meta("thread_sort_index", ts0, name, {"sort_index": order}))
         pieces = sorted(
             (int(lo), int(hi), sb.step)
             for sb in steps
             for lo, hi in zip(*(a.tolist() for a in sb.classes[name]), strict=True)
             if hi > lo
         )
-        lane_end: list[int] = []
-        for lo, hi, step in pieces:
-            lane = next((k for k, end in enumerate(lane_end) if end <= lo), len(lane_end))
-            if lane == len(lane_end):
-                lane_end.append(hi)
-            lane_end[lane] = hi
-            slices.append(_slice(name, _lane(name, lane), lo - base, hi - lo, step))
-        for lane in range(max(len(lane_end), 1)):
-            tid = _lane(name, lane)
-            meta.append(_meta("thread_name", ts0, tid, {"name": tid}))
-            order = sum(e.startswith('{"ph": "M", "name": "thread_name"') for e in meta)
-            meta.append(_meta("thread_sort_index", ts0, tid, {"sort_index": order}))
+        slices.extend(_slice(name, name, lo - base, hi - lo, step) for lo, hi, step in pieces)
     return meta + slices
-
-
-def _lane(name: str, lane: int) -> str:
-    return name if lane == 0 else f"{name} #{lane + 1}"
 
 
 def _us(ns: int) -> str:

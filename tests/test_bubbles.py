@@ -304,10 +304,11 @@ def test_collective_running_past_its_step_belongs_to_the_launching_step(tmp_path
         rank 0          |=====|     |~~~~~|xxxxxxxxxxx|     |=====|
         rank 1          |=====|           |xxxxxxxxxxx|     |=====|
 
-    step 1: rank 0 window [10, 130) = 120, busy 40, straggler_wait [60, 80) = 20,
-            exposed_comm [80, 130) = 50, host_idle [50, 60) = 10;
-            rank 1 window 120, busy 40, exposed_comm 50, host_idle [50, 80) = 30.
-    step 2: window [135, 180) = 45, all busy, on both ranks.
+    GPU windows tile: step 1 runs to the first GPU event of step 2.
+    step 1: rank 0 window [10, 135) = 125, busy 40, straggler_wait [60, 80) = 20,
+            exposed_comm [80, 130) = 50, host_idle [50, 60) + [130, 135) = 15;
+            rank 1 window 125, busy 40, exposed_comm 50, host_idle [50, 80) + [130, 135) = 35.
+    step 2 (the last): window [135, 180) = 45, all busy, on both ranks.
     """
     steps = {1: (0, 100), 2: (100, 100)}
     rank0 = [(1, _gemm(10, 40)), (1, _allreduce(60, 70, seq=0)), (2, _gemm(135, 45))]
@@ -316,8 +317,8 @@ def test_collective_running_past_its_step_belongs_to_the_launching_step(tmp_path
     colls = match_collectives(run)
     assert colls.instances["step"].tolist() == [1, 1]
     table = _table(run, colls)
-    _row(table, 0, 1, window=120, busy=40, straggler_wait=20, exposed_comm=50, host_idle=10)
-    _row(table, 1, 1, window=120, busy=40, exposed_comm=50, host_idle=30)
+    _row(table, 0, 1, window=125, busy=40, straggler_wait=20, exposed_comm=50, host_idle=15)
+    _row(table, 1, 1, window=125, busy=40, exposed_comm=50, host_idle=35)
     for rank in (0, 1):
         _row(table, rank, 2, window=45, busy=45)
 
@@ -367,7 +368,8 @@ def test_rotating_straggler_per_step(tmp_path):
                                                     rank 2    |===========|~~~~~|xxxxx|
 
     wait of rank r in step s = (longest gemm = 50) - own gemm; exposed = 10 everywhere;
-    window = 60, busy = own gemm, host_idle = other = 0.
+    busy = own gemm, other = 0. GPU windows tile: steps 1 and 2 run to the next step's first
+    kernel (window 100, host_idle [60, 100) = 40); step 3, the last, ends with its work (60).
     """
     gemm = {1: (50, 20, 30), 2: (30, 50, 20), 3: (20, 30, 50)}
     steps = {s: (100 * (s - 1), 100) for s in gemm}
@@ -386,8 +388,17 @@ def test_rotating_straggler_per_step(tmp_path):
     table = _table(run, colls)
     for s, lengths in gemm.items():
         for rank in range(3):
-            own = lengths[rank]
-            _row(table, rank, s, window=60, busy=own, straggler_wait=50 - own, exposed_comm=10)
+            own, last = lengths[rank], s == 3
+            _row(
+                table,
+                rank,
+                s,
+                window=60 if last else 100,
+                busy=own,
+                straggler_wait=50 - own,
+                exposed_comm=10,
+                host_idle=0 if last else 40,
+            )
     waits_us = (table["straggler_wait_ms"].unstack("rank") * 1000).round(6)
     assert waits_us.values.tolist() == [[0, 30, 20], [20, 0, 30], [30, 20, 0]]
 

@@ -7,7 +7,8 @@ For every rank r and step s the **window** is split exactly into
 and ``contention`` is reported beside it. Each class is computed once, here, as an interval set
 (so that ``fsobs export`` can draw it) and then summed.
 
-GPU traces (the resource is the GPU; the window is the span of the GPU work launched in step s)::
+GPU traces (the resource is the GPU; the window runs from the first GPU event launched in step s
+to the first one of the next step, see :func:`_gpu_windows`)::
 
     compute   |=====|      |====|             |=====|
     comm            |..wait..|xx|                            a_r = own start, A = last start
@@ -127,34 +128,58 @@ def _wait_set(rows: np.ndarray, waits: dict[int, tuple[int, int]]) -> iv.Interva
     )
 
 
+def _gpu_windows(gpu: pd.DataFrame) -> dict[int, tuple[int, int]]:
+    """GPU window of every step: from its first GPU event to the next step's first one.
+
+    Consecutive windows tile the GPU timeline, so a gap between steps (data loading, a late
+    launch) counts once, as host_idle of the step before it, and work of two steps that overlap
+    (pipelining) is never counted twice. The last recorded step ends with its own last event::
+
+        step 1 work |====|  |===|         step 2 work  |===| |====|
+        window 1    [-----------------)   window 2     [----------]
+    """
+    mine = gpu[gpu["step"] >= 0]
+    first = mine.groupby("step")["ts_ns"].min().sort_values()
+    last = (mine["ts_ns"] + mine["dur_ns"]).groupby(mine["step"]).max()
+    starts = first.to_numpy()
+    windows = {}
+    for i, step in enumerate(first.index):
+        end = starts[i + 1] if i + 1 < len(starts) else last[step]
+        windows[int(step)] = (int(starts[i]), int(max(end, starts[i])))
+    return windows
+
+
 def _gpu_rank(
     trace: RankTrace, steps: list[int], waits: dict[int, tuple[int, int]]
 ) -> list[StepBubbles]:
     ev = trace.events
     gpu = ev[(ev["stream"] >= 0) & ev["kind"].isin(_GPU_WORK)]
     contention = _contention(gpu[gpu["kind"] == "compute"], _spans(gpu[gpu["kind"] == "comm"]))
+    windows = _gpu_windows(gpu)
+    start = gpu["ts_ns"].to_numpy()
+    end = start + gpu["dur_ns"].to_numpy()
     out = []
     for step in steps:
-        sel = gpu[gpu["step"] == step]
-        if sel.empty:
+        if step not in windows:
             continue
-        everything = _spans(sel)
-        window = (int(everything[0][0]), int(everything[1][-1]))
-        compute = _spans(sel[sel["kind"] == "compute"])
+        lo, hi = windows[step]
+        sel = gpu[(start < hi) & (end > lo)]
+        everything = iv.clip(_spans(sel), lo, hi)
+        compute = iv.clip(_spans(sel[sel["kind"] == "compute"]), lo, hi)
         comm_rows = sel[sel["kind"] == "comm"]
-        comm = _spans(comm_rows)
-        wait = iv.subtract(_wait_set(comm_rows.index.to_numpy(), waits), compute)
-        exposed = iv.subtract(iv.subtract(comm, wait), compute)
-        full = (np.array([window[0]]), np.array([window[1]]))
+        comm = iv.clip(_spans(comm_rows), lo, hi)
+        wait_set = iv.clip(_wait_set(comm_rows.index.to_numpy(), waits), lo, hi)
+        wait = iv.subtract(wait_set, compute)
         classes = {
             "busy": compute,
             "straggler_wait": wait,
-            "exposed_comm": exposed,
-            "host_idle": iv.subtract(full, everything),
+            "exposed_comm": iv.subtract(iv.subtract(comm, wait), compute),
+            "host_idle": iv.subtract((np.array([lo]), np.array([hi])), everything),
             "other": iv.subtract(everything, iv.merge(compute, comm)),
         }
-        extra = int(contention[contention.index.isin(sel.index)].sum())
-        out.append(StepBubbles(trace.rank, step, window, classes, extra, comm))
+        launched = gpu.index[gpu["step"].to_numpy() == step]
+        extra = int(contention[contention.index.isin(launched)].sum())
+        out.append(StepBubbles(trace.rank, step, (lo, hi), classes, extra, comm))
     return out
 
 
