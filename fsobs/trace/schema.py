@@ -51,6 +51,7 @@ source        category  where the metadata came from: ``args``, ``record_param_c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,7 @@ class RankTrace:
         """``gpu`` when the trace has device-side events, else ``cpu``."""
         return "gpu" if bool((self.events["device"] == "gpu").any()) else "cpu"
 
-    @property
+    @cached_property
     def steps(self) -> list[int]:
         """ProfilerStep numbers recorded on this rank, in order."""
         marks = self.events.loc[self.events["kind"] == "step", "step"]
@@ -157,7 +158,7 @@ class Run:
     def device(self) -> str:
         return "gpu" if any(r.device == "gpu" for r in self.ranks.values()) else "cpu"
 
-    @property
+    @cached_property
     def steps(self) -> list[int]:
         """Step numbers recorded on every loaded rank."""
         common: set[int] | None = None
