@@ -293,3 +293,13 @@ def test_oversized_collective_fields_are_unknown_not_a_crash(tmp_path):
         -1,
         -1,
     )
+
+
+def test_missing_category_is_nan_not_a_string(tmp_path):
+    events = [
+        x("aten::mm", "cpu_op", 0, 1),
+        {"ph": "X", "name": "nocat", "pid": 1, "tid": 1, "ts": 2, "dur": 1},
+    ]
+    ev = _events(write(tmp_path / "t.json", trace(events)))
+    assert ev["cat"].isna().tolist() == [False, True]
+    assert ev["kind"].tolist() == ["compute", "other"]

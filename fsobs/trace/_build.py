@@ -11,15 +11,15 @@ import pandas as pd
 
 from fsobs.errors import TraceFormatError
 from fsobs.trace._collectives import build_collectives
-from fsobs.trace._decode import Args, Event, TraceFile, raw_value
+from fsobs.trace._columns import _MAX_ABS_NS, ColumnBuilder
+from fsobs.trace._decode import TraceFile, decode_events, raw_value
 from fsobs.trace.classify import classify, is_device_cat, step_number
-from fsobs.trace.schema import KINDS, ProcessGroup, RankTrace
+from fsobs.trace.schema import EVENT_COLUMNS, KINDS, ProcessGroup, RankTrace
 
-_MAX_ABS_NS = 2**62  # times and durations in ns, so that base + ts stays inside int64
-_MAX_ABS_US = _MAX_ABS_NS // 1000
+BATCH = 65_536  # events decoded to typed structs at a time
 
 
-def build_rank_trace(trace: TraceFile, path: Path) -> RankTrace:
+def build_rank_trace(trace: TraceFile, data: bytes, path: Path) -> RankTrace:
     """Columnar view of one decoded trace file. Raises :class:`TraceFormatError` on bad values."""
     rank, world_size, backend = _rank_info(trace, path)
     base_ns = trace.baseTimeNanoseconds or 0
@@ -27,47 +27,29 @@ def build_rank_trace(trace: TraceFile, path: Path) -> RankTrace:
         raise TraceFormatError(
             f"out of range: {base_ns}", path=path, rank=_r(rank), field="baseTimeNanoseconds"
         )
-    all_events = trace.traceEvents
-    _check_complete(all_events, path, rank)
-    # HTA rounds timestamps to whole microseconds when the ts column is not all integers.
-    hta_round = any(e.ts.__class__ is not int for e in all_events)
-    index = [i for i, e in enumerate(all_events) if e.dur is not None and e.cat != "Trace"]
-    kept = [all_events[i] for i in index]
-
-    where = (index, path, rank)
-    ts_raw = _array([e.ts for e in kept], np.float64 if hta_round else np.int64, "ts", *where)
-    dur_raw = _array([e.dur for e in kept], np.float64, "dur", *where)
-    _check_values(ts_raw, dur_raw, *where)
-    args = [e.args for e in kept]
-
+    builder = ColumnBuilder(path, rank)
+    raws = trace.traceEvents
+    for offset in range(0, len(raws), BATCH):
+        builder.add(decode_events(raws[offset : offset + BATCH], data, path), offset)
+    columns = builder.columns()
+    ts_raw, dur_raw = columns.pop("ts_raw"), columns.pop("dur_raw")
     events = pd.DataFrame(
         {
             "ts_ns": _to_ns(ts_raw, base_ns),
             "dur_ns": np.rint(dur_raw * 1000.0).astype(np.int64),
-            "name": _categorical([e.name or "" for e in kept]),
-            "cat": _categorical([e.cat for e in kept]),
-            "pid": _id_categorical([e.pid for e in kept]),
-            "tid": _id_categorical([e.tid for e in kept]),
-            "stream": _array([_stream(a) for a in args], np.int64, "args.stream", *where),
-            "correlation": _array(
-                [_arg(a, "correlation") for a in args], np.int64, "args.correlation", *where
-            ),
-            "external_id": _array(
-                [_arg(a, "external_id") for a in args], np.int64, "args.External id", *where
-            ),
-            "event_index": np.array(index, dtype=np.int32),
+            **columns,
         }
     )
     _add_kind_and_device(events)
-    if hta_round:
+    if builder.hta_round:
         events["hta_ts"] = np.ceil(ts_raw)
         events["hta_end"] = np.floor(ts_raw + dur_raw)
     else:
-        events["hta_ts"] = ts_raw.astype(np.float64)
+        events["hta_ts"] = ts_raw
         events["hta_end"] = ts_raw + dur_raw
     events["step"] = _assign_steps(events)
+    events = events[list(EVENT_COLUMNS)]
 
-    thread_names = _thread_names(all_events)
     warnings = []
     if not (events["kind"] == "step").any():
         warnings.append(f"{path.name}: no ProfilerStep events; per-step analysis unavailable")
@@ -81,9 +63,9 @@ def build_rank_trace(trace: TraceFile, path: Path) -> RankTrace:
         time_format="relative-us" if trace.baseTimeNanoseconds is not None else "absolute-us",
         process_groups=_process_groups(trace, path, rank),
         device_properties=_device_properties(trace, path),
-        thread_names=thread_names,
+        thread_names=builder.thread_names,
         events=events,
-        collectives=build_collectives(events, kept),
+        collectives=build_collectives(events, builder.structs),
         warnings=warnings,
     )
 
@@ -108,88 +90,18 @@ def _rank_info(trace: TraceFile, path: Path) -> tuple[int, int, str | None]:
     return info.rank, world_size, info.backend
 
 
-def _check_complete(events: list[Event], path: Path, rank: int) -> None:
-    """Complete events need ``ts`` and ``dur``.
-
-    An ``X`` event without ``dur`` is an error rather than an instant: Kineto always writes
-    ``dur`` on complete events, and dropping the event would silently change the answer.
-    """
-    for i, event in enumerate(events):
-        if event.dur is None and event.ph == "X":
-            missing, key = "duration", "dur"
-        elif event.ts is None and event.dur is not None and event.cat != "Trace":
-            missing, key = "timestamp", "ts"
-        else:
-            continue
-        raise _event_error(f"complete event without a {missing}", i, key, path, rank)
-
-
-def _array(
-    values: list[Any], dtype: type, key: str, index: list[int], path: Path, rank: int
-) -> np.ndarray:
-    try:
-        return np.array(values, dtype=dtype)
-    except OverflowError:  # msgspec decodes integers of any size
-        pos = next(i for i, v in enumerate(values) if v is not None and abs(v) >= 2**63)
-        error = _event_error(f"out of range: {values[pos]}", index[pos], key, path, rank)
-        raise error from None
-
-
-def _check_values(ts: np.ndarray, dur: np.ndarray, index: list[int], path: Path, rank: int) -> None:
-    for key, values in (("ts", ts), ("dur", dur)):
-        bad = (values > _MAX_ABS_US) | (values < (0 if key == "dur" else -_MAX_ABS_US))
-        if values.dtype.kind == "f":
-            bad |= ~np.isfinite(values)
-        if bad.any():
-            pos = int(np.flatnonzero(bad)[0])
-            value = values[pos].item()
-            what = "negative duration" if key == "dur" and value < 0 else "out of range"
-            raise _event_error(f"{what}: {value}", index[pos], key, path, rank)
-
-
-def _event_error(message: str, i: int, key: str, path: Path, rank: int) -> TraceFormatError:
-    return TraceFormatError(message, path=path, rank=_r(rank), field=f"traceEvents[{i}].{key}")
-
-
 def _r(rank: int) -> int | None:
     return rank if rank >= 0 else None
 
 
 def _to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
-    """Microseconds (relative to ``base_ns``, or absolute when it is 0) -> absolute int64 ns."""
-    if ts.dtype.kind == "i":
-        return ts * 1000 + base_ns
+    """Microseconds (relative to ``base_ns``, or absolute when it is 0) -> absolute int64 ns.
+
+    Whole and fractional microseconds are converted apart, so absolute timestamps (about 1.7e15
+    µs, exact in float64) keep their nanoseconds."""
     whole = np.floor(ts)
     frac_ns = np.rint((ts - whole) * 1000.0).astype(np.int64)
     return whole.astype(np.int64) * 1000 + frac_ns + base_ns
-
-
-def _categorical(values: list[str | None]) -> pd.Categorical:
-    """Categorical of strings (``None`` -> NaN)."""
-    return pd.Categorical(values)
-
-
-def _id_categorical(values: list[int | str | None]) -> pd.Categorical:
-    """Categorical of pid/tid values, which Kineto writes as ints or strings."""
-    codes, uniques = pd.factorize(np.array(values, dtype=object))
-    labels = [str(u) for u in uniques]
-    if len(set(labels)) < len(labels):  # both 7 and "7": compare as strings
-        return pd.Categorical([None if v is None else str(v) for v in values])
-    return pd.Categorical.from_codes(codes, categories=labels)
-
-
-def _stream(args: Args | None) -> int:
-    if args is None or args.stream is None:
-        return -1
-    try:
-        return int(args.stream)
-    except ValueError:
-        return -1
-
-
-def _arg(args: Args | None, attr: str) -> int:
-    value = getattr(args, attr) if args is not None else None
-    return -1 if value is None else value
 
 
 def _add_kind_and_device(events: pd.DataFrame) -> None:
@@ -242,22 +154,6 @@ def _assign_steps(events: pd.DataFrame) -> np.ndarray:
         mapped = pd.Series(corr[gpu]).map(by_corr).fillna(-1).to_numpy(np.int32)
         steps[gpu] = mapped
     return steps
-
-
-def _thread_names(all_events: list[Event]) -> dict[str, str]:
-    names: dict[str, str] = {}
-    for event in all_events:
-        if event.ph != "M" or event.name != "thread_name" or event.args is None:
-            continue
-        try:
-            value = raw_value(event.args.name)
-        except msgspec.DecodeError:
-            continue
-        if isinstance(value, str):
-            key = str(event.tid)
-            if "pt_gloo_runloop" not in names.get(key, ""):
-                names[key] = value
-    return names
 
 
 def _process_groups(trace: TraceFile, path: Path, rank: int) -> tuple[ProcessGroup, ...]:

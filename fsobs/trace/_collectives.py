@@ -62,8 +62,11 @@ def _name_mask(events: pd.DataFrame, test: Callable[[str], bool]) -> np.ndarray:
     return per_name[events["name"].cat.codes.to_numpy()]
 
 
-def build_collectives(events: pd.DataFrame, kept: list[Event]) -> pd.DataFrame:
-    """One row per ``kind == "comm"`` event; columns documented in :mod:`fsobs.trace.schema`."""
+def build_collectives(events: pd.DataFrame, structs: dict[int, Event]) -> pd.DataFrame:
+    """One row per ``kind == "comm"`` event; columns documented in :mod:`fsobs.trace.schema`.
+
+    ``structs`` holds the decoded events of the rows whose args may carry collective metadata.
+    """
     comm_rows = np.flatnonzero((events["kind"] == "comm").to_numpy())
     if not len(comm_rows):
         return _frame([])
@@ -84,7 +87,7 @@ def build_collectives(events: pd.DataFrame, kept: list[Event]) -> pd.DataFrame:
     records: list[dict[str, Any]] = []
     for row in comm_rows:
         name = str(names[name_codes[row]])
-        event = kept[row]
+        event = structs[int(row)]
         record = _from_args(event.args)
         if record is None and on_cpu[row]:
             record = _from_gloo(name, event.args)
@@ -94,7 +97,9 @@ def build_collectives(events: pd.DataFrame, kept: list[Event]) -> pd.DataFrame:
             launch = launches.get(int(events.at[row, "correlation"]))
             if launch is not None:
                 thread, when = int(tid[launch]), int(ts[launch])
-                record = _from_enclosing(param_comms.find(thread, when), kept, "record_param_comms")
+                record = _from_enclosing(
+                    param_comms.find(thread, when), structs, "record_param_comms"
+                )
                 if record is None:
                     enclosing = annotations.find(thread, when)
                     coll = (
@@ -118,10 +123,10 @@ def _launches(events: pd.DataFrame, on_cpu: np.ndarray) -> dict[int, int]:
     return dict(zip(corr[rows].tolist(), rows.tolist(), strict=True))
 
 
-def _from_enclosing(row: int, kept: list[Event], source: str) -> dict[str, Any] | None:
-    if row < 0:
+def _from_enclosing(row: int, structs: dict[int, Event], source: str) -> dict[str, Any] | None:
+    if row < 0 or row not in structs:
         return None
-    record = _from_args(kept[row].args)
+    record = _from_args(structs[row].args)
     if record is not None:
         record["source"] = source
     return record

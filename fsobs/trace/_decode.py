@@ -22,9 +22,8 @@ DEFAULT_MAX_TRACE_BYTES = 16 * 2**30  # decompressed size limit per file
 class Args(msgspec.Struct, gc=False):
     """The ``args`` of an event: the lifted keys, the rest is skipped."""
 
-    stream: int | str | None = None
-    correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
+    stream: int | str = -1
+    correlation: int = -1
     # collective metadata (record_param_comms and NCCL kernels), decoded on demand
     coll_name: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Collective name")
     in_nelems: msgspec.Raw = msgspec.field(default=RAW_NONE, name="In msg nelems")
@@ -71,14 +70,25 @@ class DistributedInfo(msgspec.Struct, gc=False):
 
 
 class TraceFile(msgspec.Struct, gc=False):
-    traceEvents: list[Event]  # noqa: N815 (Kineto's key)
+    """The top level; events stay raw JSON slices until :func:`decode_events` takes them in
+    batches, so the typed structs of only one batch exist at a time."""
+
+    traceEvents: list[msgspec.Raw]  # noqa: N815 (Kineto's key)
     distributedInfo: DistributedInfo | None = None  # noqa: N815
     baseTimeNanoseconds: int | None = None  # noqa: N815
     host_name: str | None = None
     deviceProperties: msgspec.Raw = RAW_NONE  # noqa: N815
 
 
+class _StrictTraceFile(TraceFile):
+    """Everything typed at once: used only to word the error of a file that failed to decode."""
+
+    traceEvents: list[Event]  # type: ignore[assignment]  # noqa: N815
+
+
 _DECODER = msgspec.json.Decoder(TraceFile)
+_STRICT_DECODER = msgspec.json.Decoder(_StrictTraceFile)
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 
 
 def read_trace_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes:
@@ -119,7 +129,7 @@ def _gunzip(raw: bytes, path: Path, max_bytes: int) -> bytes:
         if not inflater.eof:
             raise TraceReadError("truncated gzip file (ends before the end of stream)", path=path)
         data = inflater.unused_data.lstrip(b"\x00")
-    return b"".join(out)
+    return out[0] if len(out) == 1 else b"".join(out)  # no second copy for one member
 
 
 def _over(max_bytes: int) -> str:
@@ -141,8 +151,21 @@ def decode_trace(data: bytes, path: Path) -> TraceFile:
 
     Errors name the JSON path of the bad field, and the rank when the file still tells it.
     """
+    return _decode(_DECODER, data, path)
+
+
+def decode_events(raws: list[msgspec.Raw], data: bytes, path: Path) -> list[Event]:
+    """Typed events of a batch of raw events taken from ``data``."""
     try:
-        return _DECODER.decode(data)
+        return _EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        _decode(_STRICT_DECODER, data, path)  # raises the error, worded for the whole file
+        raise
+
+
+def _decode(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> TraceFile:
+    try:
+        return decoder.decode(data)
     except msgspec.ValidationError as exc:
         detail, field = _validation_detail(str(exc))
         raise TraceFormatError(detail, path=path, rank=_rank_hint(data), field=field) from exc

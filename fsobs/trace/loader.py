@@ -52,9 +52,7 @@ def load_rank(path: str | Path, config: LoadConfig | None = None) -> RankTrace:
     config = config or LoadConfig()
     path = Path(path)
     data = read_trace_bytes(path, config.max_trace_bytes)
-    trace = decode_trace(data, path)
-    del data
-    return build_rank_trace(trace, path)
+    return build_rank_trace(decode_trace(data, path), data, path)
 
 
 def load_run(source: str | Path | Sequence[str | Path], config: LoadConfig | None = None) -> Run:

@@ -17,7 +17,6 @@ device         category      ``gpu`` (device-side event) or ``cpu``
 pid, tid       category      process / thread (strings; GPU events: device / stream)
 stream         int64         CUDA stream, -1 on CPU events
 correlation    int64         launch <-> kernel correlation id, -1 when absent
-external_id    int64         ``External id``, -1 when absent
 step           int32         ProfilerStep number the event belongs to, -1 outside any step;
                              GPU events inherit the step of their launch (via correlation)
 event_index    int32         position of the event in the file's ``traceEvents``
@@ -70,7 +69,6 @@ EVENT_COLUMNS = (
     "tid",
     "stream",
     "correlation",
-    "external_id",
     "step",
     "event_index",
     "hta_ts",

@@ -1,0 +1,188 @@
+"""Columns of the events table, built batch by batch from typed events.
+
+Only one batch of typed msgspec structs exists at a time; strings become integer codes through
+dictionaries shared across batches; the few events the collective metadata needs later
+(communication kernels, gloo annotations, ``record_param_comms``) are kept by row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from fsobs.errors import TraceFormatError
+from fsobs.trace._decode import Event, raw_value
+from fsobs.trace.classify import COMM_KERNEL_RE
+
+_MAX_ABS_NS = 2**62  # times and durations in ns, so that base + ts stays inside int64
+_MAX_ABS_US = _MAX_ABS_NS // 1000
+
+
+def _keeps_struct(name: object) -> bool:
+    """Events whose args the collective metadata may need (see ``_collectives``)."""
+    if not isinstance(name, str):
+        return False
+    return (
+        bool(COMM_KERNEL_RE.search(name))
+        or name.startswith("gloo:")
+        or name == "record_param_comms"
+        or "PtoP" in name
+    )
+
+
+class ColumnBuilder:
+    """Accumulates the kept events (those with a ``dur``, except ``Trace`` spans) of one file."""
+
+    def __init__(self, path: Path, rank: int) -> None:
+        self.path = path
+        self.rank = rank
+        self.hta_round = False
+        """HTA rounds timestamps when any ``ts`` of the file is not an integer (or missing)."""
+        self.structs: dict[int, Event] = {}
+        self.thread_names: dict[str, str] = {}
+        self._tables: dict[str, dict[Any, int]] = {c: {} for c in ("name", "cat", "pid", "tid")}
+        self._chunks: dict[str, list[np.ndarray]] = {}
+        self._keep_flags: list[bool] = []
+        self._rows = 0
+
+    def add(self, events: list[Event], offset: int) -> None:
+        """Add a batch whose first event is ``traceEvents[offset]``."""
+        self._check_complete(events, offset)
+        if not self.hta_round:
+            self.hta_round = any(e.ts.__class__ is not int for e in events)
+        self._collect_thread_names(events)
+        index = [i for i, e in enumerate(events) if e.dur is not None and e.cat != "Trace"]
+        kept = [events[i] for i in index]
+        where = np.asarray(index, dtype=np.int64) + offset
+        ts = self._array([e.ts for e in kept], np.float64, "ts", where)
+        dur = self._array([e.dur for e in kept], np.float64, "dur", where)
+        self._check_values(ts, dur, where)
+        args = [e.args for e in kept]
+        columns = {
+            "ts_raw": ts,
+            "dur_raw": dur,
+            "event_index": where.astype(np.int32),
+            "name": self._codes("name", [e.name for e in kept]),
+            "cat": self._codes("cat", [e.cat for e in kept]),
+            "pid": self._codes("pid", [e.pid for e in kept]),
+            "tid": self._codes("tid", [e.tid for e in kept]),
+            "stream": self._streams([a.stream if a is not None else -1 for a in args], where),
+            "correlation": self._array(
+                [a.correlation if a is not None else -1 for a in args],
+                np.int64,
+                "args.correlation",
+                where,
+            ),
+        }
+        for key, values in columns.items():
+            self._chunks.setdefault(key, []).append(values)
+        self._keep_structs(kept, columns["name"])
+        self._rows += len(kept)
+
+    def columns(self) -> dict[str, Any]:
+        """The finished columns: raw times (float µs), codes as Categoricals, ints."""
+        data: dict[str, Any] = {}
+        for key, chunks in self._chunks.items():
+            values = np.concatenate(chunks) if chunks else np.zeros(0)
+            data[key] = self._categorical(key, values) if key in self._tables else values
+        if not self._chunks:
+            for key in ("ts_raw", "dur_raw"):
+                data[key] = np.zeros(0)
+            for key in ("event_index", "stream", "correlation"):
+                data[key] = np.zeros(0, np.int64)
+            for key in self._tables:
+                data[key] = pd.Categorical([])
+        return data
+
+    def _codes(self, key: str, values: list[Any]) -> np.ndarray:
+        """Codes in the file-wide table of ``key`` (hashing in C, per batch)."""
+        local, uniques = pd.factorize(np.array(values, dtype=object))  # None -> -1
+        table = self._tables[key]
+        remap = [table.setdefault(u, len(table)) for u in uniques]
+        if (local < 0).any():
+            remap.append(table.setdefault(None, len(table)))  # index -1 picks it
+        return np.asarray(remap, dtype=np.int32)[local] if len(local) else local.astype(np.int32)
+
+    def _categorical(self, key: str, codes: np.ndarray) -> pd.Categorical:
+        """Codes -> Categorical of strings; ``None`` -> NaN; 7 and "7" become one category."""
+        labels = [None if v is None else str(v) for v in self._tables[key]]
+        unique: dict[str, int] = {}
+        remap = np.array(
+            [-1 if v is None else unique.setdefault(v, len(unique)) for v in labels] or [-1],
+            dtype=np.int32,
+        )
+        return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, list(unique))
+
+    def _keep_structs(self, kept: list[Event], name_codes: np.ndarray) -> None:
+        flags = self._keep_flags
+        names = list(self._tables["name"])
+        flags.extend(_keeps_struct(n) for n in names[len(flags) :])
+        chosen = np.flatnonzero(np.asarray(flags, dtype=bool)[name_codes]) if len(kept) else []
+        for pos in chosen:
+            self.structs[self._rows + int(pos)] = kept[int(pos)]
+
+    def _collect_thread_names(self, events: list[Event]) -> None:
+        for event in events:
+            if event.ph != "M" or event.name != "thread_name" or event.args is None:
+                continue
+            try:
+                value = raw_value(event.args.name)
+            except msgspec.DecodeError:
+                continue
+            key = str(event.tid)
+            if isinstance(value, str) and "pt_gloo_runloop" not in self.thread_names.get(key, ""):
+                self.thread_names[key] = value
+
+    def _check_complete(self, events: list[Event], offset: int) -> None:
+        """Complete events need ``ts`` and ``dur``.
+
+        An ``X`` event without ``dur`` is an error rather than an instant: Kineto always writes
+        ``dur`` on complete events, and dropping the event would silently change the answer.
+        """
+        for i, event in enumerate(events):
+            if event.dur is None and event.ph == "X":
+                missing, key = "duration", "dur"
+            elif event.ts is None and event.dur is not None and event.cat != "Trace":
+                missing, key = "timestamp", "ts"
+            else:
+                continue
+            raise self._error(f"complete event without a {missing}", offset + i, key)
+
+    def _array(self, values: list[Any], dtype: type, key: str, where: np.ndarray) -> np.ndarray:
+        try:
+            return np.array(values, dtype=dtype)
+        except OverflowError:  # msgspec decodes integers of any size
+            pos = next(i for i, v in enumerate(values) if v is not None and abs(v) >= 2**63)
+            raise self._error(f"out of range: {values[pos]}", int(where[pos]), key) from None
+
+    def _streams(self, values: list[int | str], where: np.ndarray) -> np.ndarray:
+        """HTA's rule: ``int(stream)``, -1 when that fails."""
+        try:
+            return self._array(values, np.int64, "args.stream", where)
+        except (ValueError, TypeError):
+            return np.array([_int_or_minus_one(v) for v in values], dtype=np.int64)
+
+    def _check_values(self, ts: np.ndarray, dur: np.ndarray, where: np.ndarray) -> None:
+        for key, values in (("ts", ts), ("dur", dur)):
+            bad = ~np.isfinite(values) | (values > _MAX_ABS_US)
+            bad |= values < (0 if key == "dur" else -_MAX_ABS_US)
+            if bad.any():
+                pos = int(np.flatnonzero(bad)[0])
+                value = values[pos].item()
+                what = "negative duration" if key == "dur" and value < 0 else "out of range"
+                raise self._error(f"{what}: {value}", int(where[pos]), key)
+
+    def _error(self, message: str, i: int, key: str) -> TraceFormatError:
+        rank = self.rank if self.rank >= 0 else None
+        return TraceFormatError(message, path=self.path, rank=rank, field=f"traceEvents[{i}].{key}")
+
+
+def _int_or_minus_one(value: int | str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return -1
