@@ -15,13 +15,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fsobs.analysis import analyze
-from fsobs.analysis.bubbles import bubble_intervals
-from fsobs.analysis.collectives import match_collectives
+from fsobs.analysis import analyze_path
 from fsobs.errors import FsobsError
 from fsobs.export import export_run
 from fsobs.report import render, to_json
-from fsobs.trace import LoadConfig, load_run
+from fsobs.trace import LoadConfig
 
 EXIT_BAD_INPUT = 2
 
@@ -79,7 +77,7 @@ def _positive_gb(text: str) -> float:
 def _analyze(args: argparse.Namespace) -> int:
     config = LoadConfig(max_trace_bytes=int(args.max_trace_gb * 2**30))
     source = args.paths[0] if len(args.paths) == 1 else args.paths
-    result = analyze(load_run(source, config))
+    result = analyze_path(source, config)
     if args.json:
         print(json.dumps(to_json(result), indent=2, allow_nan=False))
     else:
@@ -89,11 +87,14 @@ def _analyze(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     config = LoadConfig(max_trace_bytes=int(args.max_trace_gb * 2**30))
-    run = load_run(args.run, config)
-    steps = bubble_intervals(run, match_collectives(run))
+    analysis = analyze_path(args.run, config)
     out = Path(args.out)
     written = export_run(
-        run, steps, out, overwrite=args.overwrite, max_trace_bytes=config.max_trace_bytes
+        analysis.run,
+        analysis.bubbles,
+        out,
+        overwrite=args.overwrite,
+        max_trace_bytes=config.max_trace_bytes,
     )
     traces = [p for p in written if p.name.endswith(".trace.json.gz")]
     print(f"wrote {len(traces)} trace(s) with bubble tracks to {out}/:")

@@ -31,10 +31,11 @@ from typing import BinaryIO
 import msgspec
 
 from fsobs.analysis.bubbles import StepBubbles
+from fsobs.analysis.summary import RankSummary
 from fsobs.errors import FsobsError, TraceFormatError
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, read_trace_bytes
 from fsobs.trace.loader import RUN_META
-from fsobs.trace.schema import RankTrace, Run
+from fsobs.trace.schema import Run
 
 PID = "fsobs bubbles"
 CATEGORY = "fsobs_bubble"
@@ -49,7 +50,7 @@ class ExportError(FsobsError):
 
 
 def export_run(
-    run: Run,
+    run: Run[RankSummary],
     steps: list[StepBubbles],
     out_dir: Path,
     *,
@@ -83,7 +84,7 @@ def export_run(
     return written
 
 
-def bubble_events(trace: RankTrace, steps: list[StepBubbles]) -> list[str]:
+def bubble_events(trace: RankSummary, steps: list[StepBubbles]) -> list[str]:
     """The JSON text of the events added to ``trace``: metadata, then one slice per interval.
 
     One thread per class. Step windows tile the timeline and the intervals of one class are
@@ -139,7 +140,7 @@ def _slice(name: str, tid: str, start_ns: int, dur_ns: int, step: int) -> str:
     )
 
 
-def _write_trace(out: BinaryIO, trace: RankTrace, extra: list[str], max_bytes: int) -> None:
+def _write_trace(out: BinaryIO, trace: RankSummary, extra: list[str], max_bytes: int) -> None:
     """Copy the top-level object value by value, appending ``extra`` to ``traceEvents``."""
     data = read_trace_bytes(trace.path, max_bytes)
     try:
@@ -161,7 +162,7 @@ def _write_trace(out: BinaryIO, trace: RankTrace, extra: list[str], max_bytes: i
     out.write(b"}\n")
 
 
-def _write_events(out: BinaryIO, events: memoryview, extra: list[str], trace: RankTrace) -> None:
+def _write_events(out: BinaryIO, events: memoryview, extra: list[str], trace: RankSummary) -> None:
     if len(events) < 2 or events[0:1] != b"[" or events[-1:] != b"]":
         raise TraceFormatError(
             "not a JSON array", path=trace.path, rank=trace.rank, field="traceEvents"
@@ -186,7 +187,7 @@ def _trace_name(rank: int) -> str:
     return f"rank{rank}.trace.json.gz"
 
 
-def _plan(run: Run, out_dir: Path, overwrite: bool) -> list[Path]:
+def _plan(run: Run[RankSummary], out_dir: Path, overwrite: bool) -> list[Path]:
     """Check ``out_dir``; return the run files to copy along (run.json, steps.rank*.jsonl)."""
     run_dir = run.path if run.path.is_dir() else run.path.parent
     inputs = {run_dir} | {run[r].path.parent for r in run.rank_ids}

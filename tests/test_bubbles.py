@@ -18,8 +18,9 @@ import pandas as pd
 import pytest
 
 import fsobs
-from fsobs.analysis.bubbles import CLASSES, bubble_intervals, bubble_table
-from fsobs.analysis.collectives import Collectives, match_collectives
+from fsobs.analysis import analyze
+from fsobs.analysis.bubbles import CLASSES
+from fsobs.analysis.collectives import Collectives
 from tests.kineto import BASE_NS, kernel, launch, step, thread_name, trace, write, x
 
 REFERENCE = Path(__file__).resolve().parent.parent / "traces" / "reference"
@@ -96,9 +97,14 @@ def _load(tmp_path: Path, docs: list[dict]) -> fsobs.Run:
     return fsobs.load_run(tmp_path)
 
 
+def match_collectives(run: fsobs.Run) -> Collectives:
+    return analyze(run).collectives
+
+
 def _table(run: fsobs.Run, colls: Collectives | None = None) -> pd.DataFrame:
     """The bubble table, checked for its identities, indexed by (rank, step)."""
-    table = bubble_table(bubble_intervals(run, colls or match_collectives(run)))
+    del colls  # the analysis matches the collectives itself
+    table = analyze(run).steps
     classes = table[[f"{c}_ms" for c in CLASSES]].sum(axis=1)
     assert (classes - table["window_ms"]).abs().max() < TOL_MS
     assert ((table["window_ms"] - table["busy_ms"]) - table["bubble_ms"]).abs().max() < TOL_MS

@@ -13,8 +13,8 @@ import msgspec
 import pytest
 
 from fsobs import load_run
-from fsobs.analysis.bubbles import bubble_intervals, bubble_table
-from fsobs.analysis.collectives import match_collectives
+from fsobs.analysis import analyze_path
+from fsobs.analysis.bubbles import bubble_table
 from fsobs.cli import main
 from fsobs.export import CATEGORY, PID, ExportError, export_run
 from fsobs.trace._decode import read_trace_bytes
@@ -37,10 +37,9 @@ def _strict(data: bytes) -> dict:
 
 
 def _export(source: Path, out: Path):
-    run = load_run(source)
-    steps = bubble_intervals(run, match_collectives(run))
-    written = export_run(run, steps, out)
-    return run, steps, written
+    analysis = analyze_path(source)
+    written = export_run(analysis.run, analysis.bubbles, out)
+    return analysis.run, analysis.bubbles, written
 
 
 def _abs_ns(trace, ts: Decimal) -> int:
@@ -167,7 +166,7 @@ def test_output_is_a_run_that_loads_again_with_the_same_bubbles(exported):
     for rank in run.rank_ids:
         assert again[rank].time_format == run[rank].time_format
         assert again[rank].base_time_ns == run[rank].base_time_ns
-    steps_again = bubble_intervals(again, match_collectives(again))
+    steps_again = analyze_path(again.path).bubbles
     assert bubble_table(steps_again).equals(bubble_table(steps))
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import fsobs
-from fsobs.analysis import hta_metrics
+from fsobs.analysis import analyze_path
 
 REFERENCE = Path(__file__).resolve().parents[1] / "traces" / "reference"
 GPU_FOLDERS = [
@@ -47,7 +47,7 @@ def test_every_gpu_reference_folder_is_covered():
 @pytest.mark.parametrize("folder", GPU_FOLDERS)
 def test_equal_to_hta(folder, trace_analysis):
     ta = trace_analysis(trace_dir=str(REFERENCE / folder))
-    ours = hta_metrics(fsobs.load_run(REFERENCE / folder))
+    ours = analyze_path(REFERENCE / folder).hta
 
     theirs = ta.get_temporal_breakdown(visualize=False).rename(
         columns=lambda c: c.replace("(us)", "_us")
@@ -71,7 +71,7 @@ def test_equal_to_hta(folder, trace_analysis):
 
 def test_known_values_recsys_2rank():
     """HTA 0.5.0's numbers from shared/notes/kineto_hta.md §10, as a regression anchor."""
-    result = hta_metrics(fsobs.load_run(REFERENCE / "hta_recsys_a2a_2rank"))
+    result = analyze_path(REFERENCE / "hta_recsys_a2a_2rank").hta
     tb = result.temporal_breakdown.set_index("rank")
     assert tb.loc[0, "idle_time_us"] == 321_378
     assert tb.loc[0, "compute_time_us"] == 106_252

@@ -1,21 +1,22 @@
-"""Analyses over a loaded :class:`~fsobs.trace.Run`: pure functions returning DataFrames."""
+"""Analyses over a run: pure functions returning DataFrames (no torch)."""
 
-from fsobs.analysis.analyze import Analysis, HtaMetrics, analyze, hta_metrics, rank_overview
-from fsobs.analysis.hta_compat import (
-    comm_comp_overlap,
-    hta_views,
-    idle_time_breakdown,
-    temporal_breakdown,
-)
+from fsobs.analysis.analyze import Analysis, analyze, analyze_path, analyze_summary, kpis
+from fsobs.analysis.bubbles import BubbleConfig
+from fsobs.analysis.hta_compat import HtaMetrics, combine_hta, rank_hta
+from fsobs.analysis.summary import RankSummary, summarize_path, summarize_rank, summarize_run
 
 __all__ = [
     "Analysis",
+    "BubbleConfig",
     "HtaMetrics",
+    "RankSummary",
     "analyze",
-    "comm_comp_overlap",
-    "hta_metrics",
-    "hta_views",
-    "idle_time_breakdown",
-    "rank_overview",
-    "temporal_breakdown",
+    "analyze_path",
+    "analyze_summary",
+    "combine_hta",
+    "kpis",
+    "rank_hta",
+    "summarize_path",
+    "summarize_rank",
+    "summarize_run",
 ]

@@ -36,7 +36,7 @@ import pandas as pd
 
 from fsobs.analysis import intervals as iv
 from fsobs.analysis.collectives import Collectives
-from fsobs.trace.schema import RankTrace, Run
+from fsobs.trace.schema import RankTrace
 
 CLASSES = ("busy", "straggler_wait", "exposed_comm", "host_idle", "other")
 _GPU_WORK = ("compute", "comm", "memcpy", "memset", "sync")
@@ -50,6 +50,32 @@ class BubbleConfig:
     """Name prefixes of main-thread ranges that mean "waiting for input data" (CPU traces)."""
 
 
+_EMPTY: iv.Intervals = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+@dataclass
+class StepParts:
+    """What one rank contributes to one step's classes, before the cross-rank waits are known.
+
+    All interval sets are clipped to ``window`` and in the rank's own clock (ns).
+    """
+
+    rank: int
+    step: int
+    device: str
+    window: tuple[int, int]
+    compute: iv.Intervals
+    """GPU: compute kernels. CPU: top-level ops of the training thread."""
+    comm: iv.Intervals
+    comm_rows: np.ndarray
+    """Event rows of the communication events in the window (to look up their waits)."""
+    everything: iv.Intervals = _EMPTY
+    """GPU: any GPU work."""
+    loading: iv.Intervals = _EMPTY
+    """CPU: data-loader ranges of the training thread."""
+    contention_ns: int = 0
+
+
 @dataclass
 class StepBubbles:
     """The interval sets of one rank and step, in that rank's own clock (ns)."""
@@ -59,25 +85,58 @@ class StepBubbles:
     window: tuple[int, int]
     classes: dict[str, iv.Intervals]
     contention_ns: int = 0
-    comm: iv.Intervals = field(default_factory=lambda: (np.zeros(0), np.zeros(0)))
+    comm: iv.Intervals = field(default_factory=lambda: _EMPTY)
 
     def total_ns(self, name: str) -> int:
         return int(iv.length(self.classes[name]))
 
 
+def step_parts(trace: RankTrace, config: BubbleConfig | None = None) -> list[StepParts]:
+    """Per-step parts of one rank (every step it recorded)."""
+    if trace.device == "gpu":
+        return _gpu_parts(trace)
+    return _cpu_parts(trace, config or BubbleConfig())
+
+
+def classify(parts: StepParts, waits: dict[int, tuple[int, int]]) -> StepBubbles:
+    """Split one rank's step window into the classes, given every collective's wait interval."""
+    lo, hi = parts.window
+    wait_set = iv.clip(_wait_set(parts.comm_rows, waits), lo, hi)
+    full = (np.array([lo]), np.array([hi]))
+    if parts.device == "gpu":
+        wait = iv.subtract(wait_set, parts.compute)
+        classes = {
+            "busy": parts.compute,
+            "straggler_wait": wait,
+            "exposed_comm": iv.subtract(iv.subtract(parts.comm, wait), parts.compute),
+            "host_idle": iv.subtract(full, parts.everything),
+            "other": iv.subtract(parts.everything, iv.merge(parts.compute, parts.comm)),
+        }
+    else:
+        blocked = iv.subtract(parts.comm, parts.compute)
+        wait = iv.intersect(blocked, wait_set)
+        idle = iv.subtract(parts.loading, blocked)
+        classes = {
+            "busy": iv.subtract(iv.subtract(full, blocked), idle),
+            "straggler_wait": wait,
+            "exposed_comm": iv.subtract(blocked, wait),
+            "host_idle": idle,
+            "other": _EMPTY,
+        }
+    return StepBubbles(
+        parts.rank, parts.step, parts.window, classes, parts.contention_ns, parts.comm
+    )
+
+
 def bubble_intervals(
-    run: Run, colls: Collectives, config: BubbleConfig | None = None
+    parts: dict[int, list[StepParts]], steps: list[int], colls: Collectives
 ) -> list[StepBubbles]:
-    """Interval sets of every class for every rank and common step."""
-    config = config or BubbleConfig()
+    """Classes of every rank for every step in ``steps`` (the steps common to all ranks)."""
+    wanted = set(steps)
     result = []
-    for rank in run.rank_ids:
-        trace = run[rank]
+    for rank in sorted(parts):
         waits = _wait_intervals(colls, rank)
-        if trace.device == "gpu":
-            result.extend(_gpu_rank(trace, run.steps, waits))
-        else:
-            result.extend(_cpu_rank(trace, run.steps, waits, config))
+        result.extend(classify(p, waits) for p in parts[rank] if p.step in wanted)
     return result
 
 
@@ -149,43 +208,36 @@ def _gpu_windows(gpu: pd.DataFrame) -> dict[int, tuple[int, int]]:
     return windows
 
 
-def _gpu_rank(
-    trace: RankTrace, steps: list[int], waits: dict[int, tuple[int, int]]
-) -> list[StepBubbles]:
+def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     ev = trace.events
     gpu = ev[(ev["stream"] >= 0) & ev["kind"].isin(_GPU_WORK)]
-    contention = _contention(gpu[gpu["kind"] == "compute"], _spans(gpu[gpu["kind"] == "comm"]))
-    windows = _gpu_windows(gpu)
+    kind = gpu["kind"].to_numpy()
     start = gpu["ts_ns"].to_numpy()
     end = start + gpu["dur_ns"].to_numpy()
+    is_compute, is_comm = kind == "compute", kind == "comm"
+    contention = _contention(gpu[is_compute], iv.union(start[is_comm], end[is_comm]))
+    launched_in = gpu.loc[is_compute, "step"].to_numpy()
     out = []
-    for step in steps:
-        if step not in windows:
-            continue
-        lo, hi = windows[step]
-        sel = gpu[(start < hi) & (end > lo)]
-        everything = iv.clip(_spans(sel), lo, hi)
-        compute = iv.clip(_spans(sel[sel["kind"] == "compute"]), lo, hi)
-        comm_rows = sel[sel["kind"] == "comm"]
-        comm = iv.clip(_spans(comm_rows), lo, hi)
-        wait_set = iv.clip(_wait_set(comm_rows.index.to_numpy(), waits), lo, hi)
-        wait = iv.subtract(wait_set, compute)
-        classes = {
-            "busy": compute,
-            "straggler_wait": wait,
-            "exposed_comm": iv.subtract(iv.subtract(comm, wait), compute),
-            "host_idle": iv.subtract((np.array([lo]), np.array([hi])), everything),
-            "other": iv.subtract(everything, iv.merge(compute, comm)),
-        }
-        launched = gpu.index[gpu["step"].to_numpy() == step]
-        extra = int(contention[contention.index.isin(launched)].sum())
-        out.append(StepBubbles(trace.rank, step, (lo, hi), classes, extra, comm))
+    for step, (lo, hi) in _gpu_windows(gpu).items():
+        sel = (start < hi) & (end > lo)
+        comm = sel & is_comm
+        out.append(
+            StepParts(
+                rank=trace.rank,
+                step=step,
+                device="gpu",
+                window=(lo, hi),
+                compute=iv.clip(iv.union(start[sel & is_compute], end[sel & is_compute]), lo, hi),
+                comm=iv.clip(iv.union(start[comm], end[comm]), lo, hi),
+                comm_rows=gpu.index.to_numpy()[comm],
+                everything=iv.clip(iv.union(start[sel], end[sel]), lo, hi),
+                contention_ns=int(contention[launched_in == step].sum()),
+            )
+        )
     return out
 
 
-def _cpu_rank(
-    trace: RankTrace, steps: list[int], waits: dict[int, tuple[int, int]], config: BubbleConfig
-) -> list[StepBubbles]:
+def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     ev = trace.events
     marks = ev[(ev["kind"] == "step") & (ev["device"] == "cpu")]
     main_tid = marks["tid"].mode().iloc[0] if len(marks) else None
@@ -193,33 +245,29 @@ def _cpu_rank(
     comm_all = ev[(ev["kind"] == "comm") & (ev["device"] == "cpu")]
     ops = _top_level(main[main["kind"] == "compute"])
     contention = _contention(ops, _spans(comm_all))
-    names = main["name"].astype(str)
-    loading = main[names.str.startswith(config.data_loader_markers)]
+    loading = _spans(main[main["name"].astype(str).str.startswith(config.data_loader_markers)])
+    op_spans = _spans(ops)
+    op_start = ops["ts_ns"].to_numpy()
+    comm_start = comm_all["ts_ns"].to_numpy()
+    comm_end = comm_start + comm_all["dur_ns"].to_numpy()
     out = []
-    for step in steps:
-        mark = marks[marks["step"] == step]
-        if mark.empty:
-            continue
-        lo = int(mark["ts_ns"].iloc[0])
-        hi = lo + int(mark["dur_ns"].iloc[0])
-        comm_rows = comm_all[
-            (comm_all["ts_ns"] < hi) & (comm_all["ts_ns"] + comm_all["dur_ns"] > lo)
-        ]
-        comm = iv.clip(_spans(comm_rows), lo, hi)
-        blocked = iv.subtract(comm, iv.clip(_spans(ops), lo, hi))
-        wait = iv.intersect(blocked, _wait_set(comm_rows.index.to_numpy(), waits))
-        idle = iv.subtract(iv.clip(_spans(loading), lo, hi), blocked)
-        full = (np.array([lo]), np.array([hi]))
-        classes = {
-            "busy": iv.subtract(iv.subtract(full, blocked), idle),
-            "straggler_wait": wait,
-            "exposed_comm": iv.subtract(blocked, wait),
-            "host_idle": idle,
-            "other": (np.zeros(0, np.int64), np.zeros(0, np.int64)),
-        }
-        in_step = ops[(ops["ts_ns"] >= lo) & (ops["ts_ns"] < hi)]
-        extra = int(contention[contention.index.isin(in_step.index)].sum())
-        out.append(StepBubbles(trace.rank, step, (lo, hi), classes, extra, comm))
+    for step, lo, dur in marks[["step", "ts_ns", "dur_ns"]].itertuples(index=False):
+        hi = int(lo) + int(dur)
+        lo = int(lo)
+        comm = (comm_start < hi) & (comm_end > lo)
+        out.append(
+            StepParts(
+                rank=trace.rank,
+                step=int(step),
+                device="cpu",
+                window=(lo, hi),
+                compute=iv.clip(op_spans, lo, hi),
+                comm=iv.clip(iv.union(comm_start[comm], comm_end[comm]), lo, hi),
+                comm_rows=comm_all.index.to_numpy()[comm],
+                loading=iv.clip(loading, lo, hi),
+                contention_ns=int(contention[(op_start >= lo) & (op_start < hi)].sum()),
+            )
+        )
     return out
 
 

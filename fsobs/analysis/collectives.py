@@ -21,11 +21,15 @@ from the end times of the matched collectives, which finish within microseconds 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from fsobs.trace.schema import Run
+from fsobs.trace.schema import RankTrace, Run
+
+if TYPE_CHECKING:
+    from fsobs.analysis.summary import RankSummary
 
 SYNC_COLLECTIVES = frozenset(
     {
@@ -69,9 +73,10 @@ class Collectives:
         return max((abs(v) for v in self.offsets_ns.values()), default=0) / 1e6
 
 
-def match_collectives(run: Run) -> Collectives:
+def match_collectives(run: Run[RankSummary]) -> Collectives:
     """Match the synchronising collectives of every rank and align the hosts' clocks."""
-    raw = pd.concat([_rank_collectives(run, rank) for rank in run.rank_ids], ignore_index=True)
+    frames = [run[rank].sync_collectives for rank in run.rank_ids]
+    raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if raw.empty:
         return Collectives(_empty_instances(), _empty_problems(), dict.fromkeys(run.rank_ids, 0))
     complete, problems = _complete_instances(run, raw)
@@ -85,8 +90,9 @@ def match_collectives(run: Run) -> Collectives:
     return Collectives(complete.reset_index(drop=True), problems, offsets)
 
 
-def _rank_collectives(run: Run, rank: int) -> pd.DataFrame:
-    trace = run[rank]
+def rank_collectives(trace: RankTrace) -> pd.DataFrame:
+    """One rank's synchronising collectives with their instance keys (see the module doc)."""
+    rank = trace.rank
     colls = trace.collectives
     colls = colls[colls["coll"].isin(SYNC_COLLECTIVES)]
     ev = trace.events.loc[colls["row"].to_numpy()]
@@ -118,7 +124,7 @@ def _rank_collectives(run: Run, rank: int) -> pd.DataFrame:
     return frame
 
 
-def _group_ranks(run: Run, group: str, pg_ranks: object) -> set[int]:
+def _group_ranks(run: Run[RankSummary], group: str, pg_ranks: object) -> set[int]:
     loaded = set(run.rank_ids)
     if isinstance(pg_ranks, str) and pg_ranks.strip("[] "):
         try:
@@ -132,7 +138,9 @@ def _group_ranks(run: Run, group: str, pg_ranks: object) -> set[int]:
     return loaded
 
 
-def _complete_instances(run: Run, raw: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _complete_instances(
+    run: Run[RankSummary], raw: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     problems = []
     keep = []
     for (group, key), inst in raw.groupby(["group", "key"], sort=False):
@@ -164,7 +172,7 @@ def _complete_instances(run: Run, raw: pd.DataFrame) -> tuple[pd.DataFrame, pd.D
     return complete, problem_frame
 
 
-def _clock_offsets(run: Run, complete: pd.DataFrame) -> dict[int, int]:
+def _clock_offsets(run: Run[RankSummary], complete: pd.DataFrame) -> dict[int, int]:
     """Per-rank clock offset (ns): 0 on the reference host, one value per other host."""
     host = {r: run[r].host_name or "" for r in run.rank_ids}
     offsets = dict.fromkeys(run.rank_ids, 0)

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.intervals import intersect, length, union
-from fsobs.trace.schema import RankTrace, Run
+from fsobs.trace.schema import RankTrace
 
 _COMM_RE = re.compile(r"(^nccl)")
 _MEMORY_RE = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")
@@ -55,26 +55,60 @@ class HtaView:
 
     rank: int
     frame: pd.DataFrame
-    """Columns: event_index, ts, end (µs, aligned), stream, correlation, name, cat, ts_runtime."""
+    """Columns: event_index, ts, end (µs), stream, correlation, name, cat, ts_runtime."""
 
 
-def hta_views(run: Run) -> dict[int, HtaView]:
-    """Per-rank HTA views of a run (rules 1 and 2 of the module docstring)."""
-    raw = {rank: _raw_view(trace) for rank, trace in run.ranks.items()}
-    step_names = {
-        name for frame in raw.values() for name in frame["name"].unique() if "ProfilerStep" in name
-    }
-    origin = min((float(f["ts"].min()) for f in raw.values() if len(f)), default=0.0)
-    views = {}
-    for rank, frame in raw.items():
-        frame["ts"] -= origin
-        frame["end"] -= origin
-        frame["ts_runtime"] = _runtime_ts_index(frame)
-        kept = _filter(frame, step_names) if len(step_names) >= 2 else frame
+@dataclass
+class HtaMetrics:
+    """HTA-compatible GPU metrics: the three tables, one or more rows per rank."""
+
+    temporal_breakdown: pd.DataFrame
+    comm_comp_overlap: pd.DataFrame
+    idle_time_breakdown: pd.DataFrame
+
+
+@dataclass
+class RankHta:
+    """One rank's metrics, computed where its events are (a parser worker).
+
+    HTA filters every rank by its last ProfilerStep only when the *whole run* has two or more
+    distinct ProfilerStep names, so a rank with fewer than two of its own carries both variants.
+    """
+
+    step_names: frozenset[str]
+    variants: dict[bool, HtaMetrics]
+    """filtered? -> metrics."""
+
+
+def rank_hta(trace: RankTrace) -> RankHta:
+    """HTA's metrics of one rank, for each filter decision the run as a whole may take."""
+    frame = _raw_view(trace)
+    frame["ts_runtime"] = _runtime_ts_index(frame)
+    names = frozenset(n for n in frame["name"].unique() if "ProfilerStep" in n)
+    variants = {}
+    for filtered in (True,) if len(names) >= 2 else (False, True):
+        kept = _filter(frame, names) if filtered else frame
         kept = kept.reset_index(drop=True)
         kept["ts_runtime"] = _resolve_runtime_ts(kept)
-        views[rank] = HtaView(rank=rank, frame=kept)
-    return views
+        views = {trace.rank: HtaView(rank=trace.rank, frame=kept)}
+        variants[filtered] = HtaMetrics(
+            temporal_breakdown=temporal_breakdown(views),
+            comm_comp_overlap=comm_comp_overlap(views),
+            idle_time_breakdown=idle_time_breakdown(views),
+        )
+    return RankHta(step_names=names, variants=variants)
+
+
+def combine_hta(ranks: dict[int, RankHta]) -> HtaMetrics:
+    """The run's tables from its ranks' (rule 2: filter iff >= 2 ProfilerStep names in all)."""
+    names = frozenset().union(*(r.step_names for r in ranks.values()))
+    chosen = [ranks[r].variants[len(names) >= 2] for r in sorted(ranks)]
+    return HtaMetrics(
+        *(
+            pd.concat([getattr(m, table) for m in chosen], ignore_index=True)
+            for table in ("temporal_breakdown", "comm_comp_overlap", "idle_time_breakdown")
+        )
+    )
 
 
 def _raw_view(trace: RankTrace) -> pd.DataFrame:

@@ -6,11 +6,12 @@ import json
 import logging
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from fsobs.errors import (
     DuplicateRankError,
@@ -28,6 +29,17 @@ from fsobs.trace.sidecar import read_sidecars
 logger = logging.getLogger(__name__)
 
 RUN_META = "run.json"
+Source = str | Path | Sequence[str | Path]
+
+
+class _RankLike(Protocol):
+    rank: int
+    world_size: int
+    path: Path
+    warnings: list[str]
+
+
+R = TypeVar("R", bound=_RankLike)
 _PARALLEL_MIN_BYTES = 4 * 2**20  # below this, process start-up costs more than it saves
 
 
@@ -55,17 +67,28 @@ def load_rank(path: str | Path, config: LoadConfig | None = None) -> RankTrace:
     return build_rank_trace(decode_trace(data, path), data, path)
 
 
-def load_run(source: str | Path | Sequence[str | Path], config: LoadConfig | None = None) -> Run:
+def load_run(source: Source, config: LoadConfig | None = None) -> Run[RankTrace]:
     """Load a run directory, one trace file, or a list of trace files.
 
     The rank of each file comes from its ``distributedInfo.rank``, never from its name. Raises a
     :class:`~fsobs.errors.FsobsError` naming the file, rank and field on any bad input.
     """
+    return map_run(source, _identity, config)
+
+
+def map_run(
+    source: Source, reduce: Callable[[RankTrace], R], config: LoadConfig | None = None
+) -> Run[R]:
+    """Like :func:`load_run`, but each rank is passed through ``reduce`` right after parsing,
+    in the worker process, so only the reduced ranks (e.g. analysis summaries) ever coexist.
+
+    ``reduce`` must be picklable (a module-level function or a ``functools.partial`` of one) and
+    return an object with the ``rank``, ``world_size``, ``path`` and ``warnings`` of its trace.
+    """
     config = config or LoadConfig()
     root, files, meta = _discover(source)
-    traces = _parse_all(files, config)
+    traces = _parse_all(files, config, reduce)
     warnings: list[str] = []
-    _assign_missing_ranks(traces, warnings)
     world_size = _world_size(traces, meta, root)
     by_rank = _index_by_rank(traces)
     _check_coverage(by_rank, world_size, meta, root, warnings)
@@ -84,7 +107,7 @@ def load_run(source: str | Path | Sequence[str | Path], config: LoadConfig | Non
 
 
 def _discover(
-    source: str | Path | Sequence[str | Path],
+    source: Source,
 ) -> tuple[Path, list[Path], dict[str, Any] | None]:
     if isinstance(source, (str, Path)):
         path = Path(source)
@@ -138,33 +161,39 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
     return meta
 
 
-def _parse_all(files: list[Path], config: LoadConfig) -> list[RankTrace]:
+def _identity(trace: RankTrace) -> RankTrace:
+    return trace
+
+
+def _load_reduced(
+    path: Path, config: LoadConfig, reduce: Callable[[RankTrace], R], sole: bool
+) -> R:
+    trace = load_rank(path, config)
+    if trace.rank < 0:  # settle the rank before anything is computed from it
+        if not sole:
+            raise TraceFormatError(
+                "missing; needed to tell the ranks of a multi-file run apart",
+                path=path,
+                field="distributedInfo.rank",
+            )
+        trace.rank = 0
+        trace.world_size = max(trace.world_size, 1)
+        trace.warnings.append(f"{path.name}: no distributedInfo.rank; treated as rank 0")
+    return reduce(trace)
+
+
+def _parse_all(files: list[Path], config: LoadConfig, reduce: Callable[[RankTrace], R]) -> list[R]:
     total = sum(p.stat().st_size for p in files)
     workers = config.workers or min(len(files), os.cpu_count() or 1)
+    work = partial(_load_reduced, config=config, reduce=reduce, sole=len(files) == 1)
     if workers <= 1 or len(files) == 1 or total < _PARALLEL_MIN_BYTES:
-        return [load_rank(p, config) for p in files]
+        return [work(p) for p in files]
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        return list(pool.map(load_rank, files, [config] * len(files)))
+        return list(pool.map(work, files))
 
 
-def _assign_missing_ranks(traces: list[RankTrace], warnings: list[str]) -> None:
-    missing = [t for t in traces if t.rank < 0]
-    if not missing:
-        return
-    if len(traces) > 1:
-        raise TraceFormatError(
-            "missing; needed to tell the ranks of a multi-file run apart",
-            path=missing[0].path,
-            field="distributedInfo.rank",
-        )
-    trace = missing[0]
-    trace.rank = 0
-    trace.world_size = max(trace.world_size, 1)
-    warnings.append(f"{trace.path.name}: no distributedInfo.rank; treated as rank 0")
-
-
-def _world_size(traces: list[RankTrace], meta: dict[str, Any] | None, root: Path) -> int:
+def _world_size(traces: Sequence[_RankLike], meta: dict[str, Any] | None, root: Path) -> int:
     sizes = {t.world_size for t in traces if t.world_size > 0}
     if len(sizes) > 1:
         by_size = {t.world_size: t for t in traces}
@@ -187,8 +216,8 @@ def _world_size(traces: list[RankTrace], meta: dict[str, Any] | None, root: Path
     return world_size
 
 
-def _index_by_rank(traces: list[RankTrace]) -> dict[int, RankTrace]:
-    by_rank: dict[int, RankTrace] = {}
+def _index_by_rank(traces: list[R]) -> dict[int, R]:
+    by_rank: dict[int, R] = {}
     for trace in traces:
         other = by_rank.get(trace.rank)
         if other is not None:
@@ -203,7 +232,7 @@ def _index_by_rank(traces: list[RankTrace]) -> dict[int, RankTrace]:
 
 
 def _check_coverage(
-    by_rank: dict[int, RankTrace],
+    by_rank: dict[int, R],
     world_size: int,
     meta: dict[str, Any] | None,
     root: Path,

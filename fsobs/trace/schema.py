@@ -52,7 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pandas as pd
 
@@ -135,13 +135,21 @@ class RankTrace:
         return sorted(int(s) for s in marks.unique())
 
 
+R = TypeVar("R")
+
+
 @dataclass
-class Run:
-    """All ranks of one run (or the subset that was loaded)."""
+class Run(Generic[R]):
+    """All ranks of one run (or the subset that was loaded).
+
+    ``Run[RankTrace]`` holds the full event tables (:func:`fsobs.load_run`); the analyzer's
+    streaming path holds a compact summary per rank instead (``Run[RankSummary]``). Both rank
+    types have ``device``, ``steps``, ``host_name`` and ``path``.
+    """
 
     path: Path
     world_size: int
-    ranks: dict[int, RankTrace]
+    ranks: dict[int, R]
     meta: dict[str, Any] | None
     """The run's ``run.json`` when present (DESIGN §3), else None."""
     warnings: list[str] = field(default_factory=list)
@@ -165,5 +173,5 @@ class Run:
             common = steps if common is None else common & steps
         return sorted(common or ())
 
-    def __getitem__(self, rank: int) -> RankTrace:
+    def __getitem__(self, rank: int) -> R:
         return self.ranks[rank]

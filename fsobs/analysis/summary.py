@@ -1,0 +1,105 @@
+"""Per-rank reduction: everything the cross-rank analysis needs from one rank, and nothing more.
+
+The analyzer never holds the event tables of all ranks at once. Each rank is parsed and reduced
+to a :class:`RankSummary` (its synchronising collectives, the per-step interval sets of
+:mod:`fsobs.analysis.bubbles`, its HTA metrics and a few facts), in the parser's worker process
+when the run is loaded with :func:`summarize_path`; only the summaries reach the parent. The
+collective matching, the waits and the KPIs then work on summaries alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fsobs.analysis.bubbles import BubbleConfig, StepParts, step_parts
+from fsobs.analysis.collectives import rank_collectives
+from fsobs.analysis.hta_compat import RankHta, rank_hta
+from fsobs.trace.loader import LoadConfig, Source, map_run
+from fsobs.trace.schema import ProcessGroup, RankTrace, Run
+
+
+@dataclass
+class RankSummary:
+    """One rank, reduced. Same identity fields as :class:`~fsobs.trace.RankTrace`."""
+
+    rank: int
+    world_size: int
+    path: Path
+    host_name: str | None
+    device: str
+    base_time_ns: int | None
+    time_format: str
+    process_groups: tuple[ProcessGroup, ...]
+    steps: list[int]
+    overview: dict[str, Any]
+    """Row of the per-rank overview table (see :func:`overview_row`)."""
+    sync_collectives: pd.DataFrame
+    """See :func:`fsobs.analysis.collectives.rank_collectives`."""
+    parts: list[StepParts]
+    hta: RankHta | None
+    """None on CPU-only ranks."""
+    warnings: list[str] = field(default_factory=list)
+
+
+def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> RankSummary:
+    """Reduce one rank (see the module docstring)."""
+    device = trace.device
+    return RankSummary(
+        rank=trace.rank,
+        world_size=trace.world_size,
+        path=trace.path,
+        host_name=trace.host_name,
+        device=device,
+        base_time_ns=trace.base_time_ns,
+        time_format=trace.time_format,
+        process_groups=trace.process_groups,
+        steps=trace.steps,
+        overview=overview_row(trace),
+        sync_collectives=rank_collectives(trace),
+        parts=step_parts(trace, config),
+        hta=rank_hta(trace) if device == "gpu" else None,
+        warnings=list(trace.warnings),
+    )
+
+
+def summarize_run(run: Run[RankTrace], config: BubbleConfig | None = None) -> Run[RankSummary]:
+    """Reduce a run already loaded in memory."""
+    ranks = {r: summarize_rank(t, config) for r, t in run.ranks.items()}
+    return Run(
+        path=run.path,
+        world_size=run.world_size,
+        ranks=ranks,
+        meta=run.meta,
+        warnings=run.warnings,
+        sidecar=run.sidecar,
+    )
+
+
+def summarize_path(
+    source: Source, load: LoadConfig | None = None, config: BubbleConfig | None = None
+) -> Run[RankSummary]:
+    """Load and reduce a run rank by rank, in parallel, never holding all event tables."""
+    return map_run(source, partial(summarize_rank, config=config), load)
+
+
+def overview_row(trace: RankTrace) -> dict[str, Any]:
+    """rank, host, device, num_events, num_steps, step_time_ms_mean, num_comm_events,
+    comm_time_ms (sum of communication event durations; they may overlap)."""
+    ev = trace.events
+    steps = ev[ev["kind"] == "step"]
+    comm = ev[ev["kind"] == "comm"]
+    return {
+        "rank": trace.rank,
+        "host": trace.host_name or "",
+        "device": trace.device,
+        "num_events": len(ev),
+        "num_steps": len(steps),
+        "step_time_ms_mean": steps["dur_ns"].mean() / 1e6 if len(steps) else float("nan"),
+        "num_comm_events": len(comm),
+        "comm_time_ms": comm["dur_ns"].sum() / 1e6,
+    }
