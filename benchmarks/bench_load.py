@@ -5,7 +5,8 @@
 
 Each measurement runs one tool in a fresh child process (this script with ``--worker``):
 
-- fsobs: ``fsobs.load_run(dir)`` then ``hta_compat.temporal_breakdown(hta_compat.hta_views(run))``
+- fsobs: ``fsobs.analysis.analyze_path(dir)`` (what ``fsobs analyze`` runs: the streaming
+  loader, the whole bubble analysis and the HTA metrics), then its ``hta.temporal_breakdown``
 - HTA:   ``TraceAnalysis(trace_dir=dir)`` then ``get_temporal_breakdown(visualize=False)``
 
 The child times the work after its imports (``work``); the parent times the whole child from
@@ -60,13 +61,11 @@ def worker(tool: str, trace_dir: str) -> None:
     """Run one tool on ``trace_dir`` and print one JSON line with timings and the breakdown."""
     t0 = time.perf_counter()
     if tool == "fsobs":
-        import fsobs
-        from fsobs.analysis import hta_compat
+        from fsobs.analysis import analyze_path
 
         t1 = time.perf_counter()
         rss_after_import = _rss(os.getpid())
-        run = fsobs.load_run(trace_dir)
-        breakdown = hta_compat.temporal_breakdown(hta_compat.hta_views(run))
+        breakdown = analyze_path(trace_dir).hta.temporal_breakdown
     else:
         import logging
         import warnings

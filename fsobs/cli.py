@@ -81,7 +81,7 @@ def _analyze(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(result), indent=2, allow_nan=False))
     else:
-        render(result, Console(soft_wrap=False))
+        render(result, Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160))
     return 0
 
 

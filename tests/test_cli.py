@@ -100,3 +100,52 @@ def test_max_trace_gb_must_be_positive(capsys):
         else:
             raise AssertionError(value)
     assert "--max-trace-gb" in capsys.readouterr().err
+
+
+def test_json_bubble_keys_on_the_gloo_straggler_run(capsys):
+    out = _json(capsys, str(REFERENCE / "synthetic_gloo_a2a_straggler_4rank"))
+    assert set(out["summary"]) >= {
+        "bubble_ratio",
+        "bubble_ms_per_step",
+        "straggler_wait_ms_per_step",
+        "exposed_comm_ms_per_step",
+        "host_idle_ms_per_step",
+        "contention_ms_per_step",
+        "step_time_ms_p50",
+        "step_time_ms_p90",
+        "clock_skew_ms",
+    }
+    assert 0 < out["summary"]["bubble_ratio"] < 1
+    assert len(out["steps"]) == 4 * 4
+    assert set(out["steps"][0]) == {
+        "rank",
+        "step",
+        "window_ms",
+        "busy_ms",
+        "bubble_ms",
+        "straggler_wait_ms",
+        "exposed_comm_ms",
+        "host_idle_ms",
+        "other_ms",
+        "contention_ms",
+    }
+    for row in out["steps"]:
+        classes = sum(
+            row[k]
+            for k in ("busy_ms", "straggler_wait_ms", "exposed_comm_ms", "host_idle_ms", "other_ms")
+        )
+        assert abs(classes - row["window_ms"]) < 1e-6
+    assert out["stragglers"]["per_step"] == [{"step": s, "rank": 2} for s in (2, 3, 4, 5)]
+    per_rank = {r["rank"]: r for r in out["stragglers"]["per_rank"]}
+    assert per_rank[2]["times_last"] == 4 and per_rank[2]["wait_caused_ms"] > 200
+    assert out["stragglers"]["verdict"] == "stable"
+    assert out["data_attribution"] is None
+    assert out["collectives"]["unmatched"] == []
+
+
+def test_human_report_leads_with_findings(capsys):
+    assert main(["analyze", str(REFERENCE / "synthetic_gloo_a2a_straggler_4rank")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("- bubbles take ")
+    assert lines[2].startswith("- straggler wait dominates")
+    assert lines[3].startswith("- rank 2 is the straggler in 4 of 4 steps (stable)")
