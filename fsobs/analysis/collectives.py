@@ -141,35 +141,60 @@ def _group_ranks(run: Run[RankSummary], group: str, pg_ranks: object) -> set[int
 def _complete_instances(
     run: Run[RankSummary], raw: pd.DataFrame
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    problems = []
-    keep = []
-    for (group, key), inst in raw.groupby(["group", "key"], sort=False):
-        expected = _group_ranks(run, str(group), inst["pg_ranks"].iloc[0])
-        present = set(inst["rank"])
-        coll = str(inst["coll"].iloc[0])
-        issue = None
-        if present != expected:
-            issue = f"missing on ranks {sorted(expected - present)}"
-        elif inst["coll"].nunique() > 1:
-            issue = f"ranks disagree on the collective: {sorted(inst['coll'].unique())}"
-        elif (
-            coll in _SIZE_MUST_AGREE and inst.loc[inst["in_nelems"] >= 0, "in_nelems"].nunique() > 1
-        ):
-            issue = f"ranks disagree on the size: {sorted(inst['in_nelems'].unique().tolist())}"
-        if issue is not None:
-            problems.append(
-                {"group": group, "coll": coll, "key": key, "issue": issue, "ranks": sorted(present)}
-            )
-        elif len(present) >= 2:
-            keep.append(inst)
-    complete = pd.concat(keep, ignore_index=True) if keep else _empty_instances()
-    if keep:
-        order = complete.groupby(["group", "key"], sort=False)["start_ns"].transform("min")
-        complete = complete.assign(_first=order).sort_values(["_first", "group", "key", "rank"])
-        complete["instance"] = complete.groupby(["_first", "group", "key"], sort=False).ngroup()
-        complete = complete.drop(columns=["_first", "seq", "in_nelems", "pg_ranks"])
+    """Split the instances into complete ones (all rows kept) and problems (one row each)."""
+    raw = raw.assign(_id=raw.groupby(["group", "key"], sort=False).ngroup())
+    by = raw.groupby("_id", sort=True)
+    facts = by.agg(
+        group=("group", "first"),
+        key=("key", "first"),
+        coll=("coll", "first"),
+        pg_ranks=("pg_ranks", "first"),
+        num_ranks=("rank", "nunique"),
+        num_colls=("coll", "nunique"),
+    )
+    sized = raw[raw["in_nelems"] >= 0].groupby("_id")["in_nelems"].nunique()
+    facts["num_sizes"] = sized.reindex(facts.index, fill_value=0)
+    expected = {
+        (g, r): _group_ranks(run, str(g), r)
+        for g, r in facts[["group", "pg_ranks"]].drop_duplicates().itertuples(index=False)
+    }
+    facts["expected"] = [
+        expected[(g, r)] for g, r in zip(facts["group"], facts["pg_ranks"], strict=True)
+    ]
+    complete_ids = facts.index[
+        (facts["num_ranks"] == facts["expected"].map(len))
+        & (facts["num_colls"] == 1)
+        & ~(facts["coll"].isin(_SIZE_MUST_AGREE) & (facts["num_sizes"] > 1))
+    ]
+    problems = [
+        _problem(row, raw[raw["_id"] == i]) for i, row in facts.drop(complete_ids).iterrows()
+    ]
+    complete_ids = complete_ids[facts.loc[complete_ids, "num_ranks"] >= 2]
+    complete = raw[raw["_id"].isin(complete_ids)]
+    first = complete.groupby("_id")["start_ns"].transform("min")
+    complete = complete.assign(_first=first).sort_values(["_first", "_id", "rank"], kind="stable")
+    complete["instance"] = complete.groupby(["_first", "_id"], sort=False).ngroup()
+    complete = complete.drop(columns=["_first", "_id", "seq", "in_nelems", "pg_ranks"])
     problem_frame = pd.DataFrame(problems, columns=list(_empty_problems().columns))
-    return complete, problem_frame
+    return complete.reset_index(drop=True), problem_frame
+
+
+def _problem(facts: pd.Series, inst: pd.DataFrame) -> dict[str, object]:
+    """Why an instance cannot be used, in words."""
+    present = set(inst["rank"].tolist())
+    if present != facts["expected"]:
+        issue = f"missing on ranks {sorted(facts['expected'] - present)}"
+    elif facts["num_colls"] > 1:
+        issue = f"ranks disagree on the collective: {sorted(inst['coll'].unique())}"
+    else:
+        issue = f"ranks disagree on the size: {sorted(inst['in_nelems'].unique().tolist())}"
+    return {
+        "group": facts["group"],
+        "coll": facts["coll"],
+        "key": facts["key"],
+        "issue": issue,
+        "ranks": sorted(present),
+    }
 
 
 def _clock_offsets(run: Run[RankSummary], complete: pd.DataFrame) -> dict[int, int]:
