@@ -245,7 +245,9 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     comm_all = ev[(ev["kind"] == "comm") & (ev["device"] == "cpu")]
     ops = _top_level(main[main["kind"] == "compute"])
     contention = _contention(ops, _spans(comm_all))
-    loading = _spans(main[main["name"].astype(str).str.startswith(config.data_loader_markers)])
+    names = main["name"].cat.categories
+    markers = [n for n in names if str(n).startswith(config.data_loader_markers)]
+    loading = _spans(main[main["name"].isin(markers)])
     op_spans = _spans(ops)
     op_start = ops["ts_ns"].to_numpy()
     comm_start = comm_all["ts_ns"].to_numpy()
@@ -293,9 +295,9 @@ def _contention(work: pd.DataFrame, comm: iv.Intervals) -> pd.Series:
     end = start + work["dur_ns"].to_numpy()
     pos = np.searchsorted(comm[0], end, "left") - 1
     overlaps = (pos >= 0) & (comm[1][np.maximum(pos, 0)] > start)
-    names = work["name"].astype(str).to_numpy()
+    names = work["name"].cat.codes.to_numpy()
     alone = pd.Series(work["dur_ns"].to_numpy()[~overlaps]).groupby(names[~overlaps]).median()
-    baseline = pd.Series(names).map(alone).to_numpy()
+    baseline = pd.Series(names).map(alone).to_numpy(np.float64)
     extra = work["dur_ns"].to_numpy() - baseline
     extra = np.where(overlaps & ~np.isnan(extra), np.maximum(extra, 0), 0)
     return pd.Series(extra.astype(np.int64), index=work.index)

@@ -12,16 +12,23 @@ import pandas as pd
 from fsobs.errors import TraceFormatError
 from fsobs.trace._collectives import build_collectives
 from fsobs.trace._columns import _MAX_ABS_NS, ColumnBuilder
-from fsobs.trace._decode import TraceFile, decode_events, raw_value
+from fsobs.trace._decode import TraceFile, decode_events, decode_trace, raw_value, read_trace_bytes
 from fsobs.trace.classify import classify, is_device_cat, step_number
 from fsobs.trace.schema import EVENT_COLUMNS, KINDS, ProcessGroup, RankTrace
 
-BATCH = 65_536  # events decoded to typed structs at a time
+BATCH = 16_384  # events decoded to typed structs at a time
 
 
-def build_rank_trace(trace: TraceFile, data: bytes, path: Path) -> RankTrace:
-    """Columnar view of one decoded trace file. Raises :class:`TraceFormatError` on bad values."""
+def build_rank_trace(path: Path, max_bytes: int) -> RankTrace:
+    """Read, decode and tabulate one trace file. Raises :class:`FsobsError` on bad input.
+
+    Memory: the JSON text is alive only while the events are decoded, batch by batch; the
+    events table, classification and collectives are built after it is freed.
+    """
+    data = read_trace_bytes(path, max_bytes)
+    trace = decode_trace(data, path)
     rank, world_size, backend = _rank_info(trace, path)
+    device_properties = _device_properties(trace, path)
     base_ns = trace.baseTimeNanoseconds or 0
     if abs(base_ns) > _MAX_ABS_NS:
         raise TraceFormatError(
@@ -31,6 +38,8 @@ def build_rank_trace(trace: TraceFile, data: bytes, path: Path) -> RankTrace:
     raws = trace.traceEvents
     for offset in range(0, len(raws), BATCH):
         builder.add(decode_events(raws[offset : offset + BATCH], data, path), offset)
+    trace.traceEvents = trace.deviceProperties = None  # type: ignore[assignment]
+    del raws, data  # nothing references the JSON text any more
     columns = builder.columns()
     ts_raw, dur_raw = columns.pop("ts_raw"), columns.pop("dur_raw")
     events = pd.DataFrame(
@@ -62,7 +71,7 @@ def build_rank_trace(trace: TraceFile, data: bytes, path: Path) -> RankTrace:
         base_time_ns=trace.baseTimeNanoseconds,
         time_format="relative-us" if trace.baseTimeNanoseconds is not None else "absolute-us",
         process_groups=_process_groups(trace, path, rank),
-        device_properties=_device_properties(trace, path),
+        device_properties=device_properties,
         thread_names=builder.thread_names,
         events=events,
         collectives=build_collectives(events, builder.structs),

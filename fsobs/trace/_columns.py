@@ -123,7 +123,7 @@ class ColumnBuilder:
         flags.extend(_keeps_struct(n) for n in names[len(flags) :])
         chosen = np.flatnonzero(np.asarray(flags, dtype=bool)[name_codes]) if len(kept) else []
         for pos in chosen:
-            self.structs[self._rows + int(pos)] = kept[int(pos)]
+            self.structs[self._rows + int(pos)] = _detached(kept[int(pos)])
 
     def _collect_thread_names(self, events: list[Event]) -> None:
         for event in events:
@@ -179,6 +179,18 @@ class ColumnBuilder:
     def _error(self, message: str, i: int, key: str) -> TraceFormatError:
         rank = self.rank if self.rank >= 0 else None
         return TraceFormatError(message, path=self.path, rank=rank, field=f"traceEvents[{i}].{key}")
+
+
+def _detached(event: Event) -> Event:
+    """A copy whose raw JSON fields no longer point into the file's text (so it can be freed)."""
+    if event.args is None:
+        return event
+    raws = {
+        name: value.copy()
+        for name in event.args.__struct_fields__
+        if isinstance(value := getattr(event.args, name), msgspec.Raw) and value
+    }
+    return msgspec.structs.replace(event, args=msgspec.structs.replace(event.args, **raws))
 
 
 def _int_or_minus_one(value: int | str) -> int:

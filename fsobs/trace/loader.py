@@ -22,7 +22,7 @@ from fsobs.errors import (
     WorldSizeMismatchError,
 )
 from fsobs.trace._build import build_rank_trace
-from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, decode_trace, read_trace_bytes
+from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
 from fsobs.trace.schema import RankTrace, Run
 from fsobs.trace.sidecar import read_sidecars
 
@@ -62,9 +62,7 @@ class LoadConfig:
 def load_rank(path: str | Path, config: LoadConfig | None = None) -> RankTrace:
     """Parse one trace file (the rank is whatever its ``distributedInfo`` says, -1 if none)."""
     config = config or LoadConfig()
-    path = Path(path)
-    data = read_trace_bytes(path, config.max_trace_bytes)
-    return build_rank_trace(decode_trace(data, path), data, path)
+    return build_rank_trace(Path(path), config.max_trace_bytes)
 
 
 def load_run(source: Source, config: LoadConfig | None = None) -> Run[RankTrace]:
