@@ -1,5 +1,6 @@
 """fsobs: FreeScale observability — computational bubbles in distributed training traces."""
 
+from fsobs.analysis import Analysis, BubbleConfig, analyze, analyze_path
 from fsobs.errors import (
     DuplicateRankError,
     EmptyRunError,
@@ -13,6 +14,8 @@ from fsobs.errors import (
 from fsobs.trace import LoadConfig, RankTrace, Run, load_rank, load_run
 
 __all__ = [
+    "Analysis",
+    "BubbleConfig",
     "DuplicateRankError",
     "EmptyRunError",
     "FsobsError",
@@ -24,6 +27,8 @@ __all__ = [
     "TraceFormatError",
     "TraceReadError",
     "WorldSizeMismatchError",
+    "analyze",
+    "analyze_path",
     "load_rank",
     "load_run",
 ]

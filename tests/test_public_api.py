@@ -12,6 +12,8 @@ import fsobs.analysis
 def test_exported_members():
     assert sorted(fsobs.__all__) == sorted(
         [
+            "Analysis",
+            "BubbleConfig",
             "DuplicateRankError",
             "EmptyRunError",
             "FsobsError",
@@ -23,6 +25,8 @@ def test_exported_members():
             "TraceFormatError",
             "TraceReadError",
             "WorldSizeMismatchError",
+            "analyze",
+            "analyze_path",
             "load_rank",
             "load_run",
         ]
