@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -9,10 +10,18 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from fsobs.errors import TraceFormatError
+from fsobs.errors import FsobsError, TraceFormatError
 from fsobs.trace._collectives import build_collectives
 from fsobs.trace._columns import _MAX_ABS_NS, ColumnBuilder
-from fsobs.trace._decode import TraceFile, decode_events, decode_trace, raw_value, read_trace_bytes
+from fsobs.trace._decode import (
+    TraceFile,
+    decode_event_array,
+    decode_events,
+    decode_trace,
+    raw_value,
+    read_trace_bytes,
+)
+from fsobs.trace._stream import EventStream, SplitError
 from fsobs.trace.classify import classify, is_device_cat, step_number
 from fsobs.trace.schema import EVENT_COLUMNS, KINDS, ProcessGroup, RankTrace
 
@@ -22,24 +31,48 @@ BATCH = 16_384  # events decoded to typed structs at a time
 def build_rank_trace(path: Path, max_bytes: int) -> RankTrace:
     """Read, decode and tabulate one trace file. Raises :class:`FsobsError` on bad input.
 
-    Memory: the JSON text is alive only while the events are decoded, batch by batch; the
-    events table, classification and collectives are built after it is freed.
+    The file is first read as a stream (:mod:`fsobs.trace._stream`): a few MB of JSON text at a
+    time. Should that fail for any reason (an unusual layout, or bad input), it is read again
+    whole, which also words the error if the input is bad.
     """
+    try:
+        return _build_streaming(path, max_bytes)
+    except (SplitError, msgspec.MsgspecError, FsobsError, zlib.error, UnicodeDecodeError):
+        return _build_whole(path, max_bytes)
+
+
+def _build_streaming(path: Path, max_bytes: int) -> RankTrace:
+    stream = EventStream(path, max_bytes)
+    builder = ColumnBuilder(path, -1)
+    offset = 0
+    for chunk in stream:
+        events = decode_event_array(chunk)
+        builder.add(events, offset)
+        offset += len(events)
+    return _finish(decode_trace(stream.skeleton, path), builder, path)
+
+
+def _build_whole(path: Path, max_bytes: int) -> RankTrace:
+    """The whole JSON text in memory while its events are decoded, batch by batch."""
     data = read_trace_bytes(path, max_bytes)
     trace = decode_trace(data, path)
+    builder = ColumnBuilder(path, _rank_info(trace, path)[0])
+    raws = trace.traceEvents
+    for offset in range(0, len(raws), BATCH):
+        builder.add(decode_events(raws[offset : offset + BATCH], data, path), offset)
+    trace.traceEvents = []
+    del raws, data  # nothing references the JSON text any more
+    return _finish(trace, builder, path)
+
+
+def _finish(trace: TraceFile, builder: ColumnBuilder, path: Path) -> RankTrace:
+    """The events table and the rank's facts, once every event is in ``builder``."""
     rank, world_size, backend = _rank_info(trace, path)
-    device_properties = _device_properties(trace, path)
     base_ns = trace.baseTimeNanoseconds or 0
     if abs(base_ns) > _MAX_ABS_NS:
         raise TraceFormatError(
             f"out of range: {base_ns}", path=path, rank=_r(rank), field="baseTimeNanoseconds"
         )
-    builder = ColumnBuilder(path, rank)
-    raws = trace.traceEvents
-    for offset in range(0, len(raws), BATCH):
-        builder.add(decode_events(raws[offset : offset + BATCH], data, path), offset)
-    trace.traceEvents = trace.deviceProperties = None  # type: ignore[assignment]
-    del raws, data  # nothing references the JSON text any more
     columns = builder.columns()
     ts_raw, dur_raw = columns.pop("ts_raw"), columns.pop("dur_raw")
     events = pd.DataFrame(
@@ -71,7 +104,7 @@ def build_rank_trace(path: Path, max_bytes: int) -> RankTrace:
         base_time_ns=trace.baseTimeNanoseconds,
         time_format="relative-us" if trace.baseTimeNanoseconds is not None else "absolute-us",
         process_groups=_process_groups(trace, path, rank),
-        device_properties=device_properties,
+        device_properties=_device_properties(trace, path),
         thread_names=builder.thread_names,
         events=events,
         collectives=build_collectives(events, builder.structs),

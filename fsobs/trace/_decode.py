@@ -168,6 +168,11 @@ def decode_trace(data: bytes, path: Path) -> TraceFile:
     return _decode(_DECODER, data, path)
 
 
+def decode_event_array(text: bytes) -> list[Event]:
+    """Typed events of a JSON array of events (msgspec's errors are left to the caller)."""
+    return _EVENTS_DECODER.decode(text)
+
+
 def decode_events(raws: list[msgspec.Raw], data: bytes, path: Path) -> list[Event]:
     """Typed events of a batch of raw events taken from ``data``."""
     try:
