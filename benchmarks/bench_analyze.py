@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {mode} | {m['work_s']:.2f} | {m['rss_mib']:.0f} | {m['pss_mib']:.0f} |")
     ratio = med["analyze"]["work_s"] / med["parse"]["work_s"]
     mem = med["analyze"]["pss_mib"] / med["one_rank"]["pss_mib"]
-    print(f"\n- analyze / parse time: {ratio:.2f}x (goal <= 2x: {'met' if ratio <= 2 else 'MISSED'})")
+    verdict = "met" if ratio <= 2 else "MISSED"
+    print(f"\n- analyze / parse time: {ratio:.2f}x (goal <= 2x: {verdict})")
     print(f"- analyze peak PSS / one rank's: {mem:.2f}x")
     print(f"- straggler found: rank {results['analyze'][0]['straggler']}")
     return 0
