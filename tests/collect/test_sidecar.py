@@ -1,0 +1,120 @@
+"""SidecarWriter: lines round-trip through the reader; an interrupted writer stays analyzable."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("torch")  # fsobs.collect needs torch
+
+from fsobs.collect import SidecarWriter, finalize_incomplete, read_run_json  # noqa: E402
+from fsobs.collect.sidecar import MAX_LISTED_LENGTHS, step_record  # noqa: E402
+from fsobs.trace.sidecar import read_sidecars  # noqa: E402
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_round_trip_small_and_large_steps(tmp_path):
+    small = [5, 3, 9]
+    listed = list(range(MAX_LISTED_LENGTHS))
+    large = [7] * 5000 + [300]
+    with SidecarWriter(tmp_path, 1) as writer:
+        writer.write(0, small, 12.5, 1_000, 2_000)
+        writer.write(1, listed, None, 2_000, 3_000)
+        writer.write(2, large, 4.0e7, 3_000, 9_000)
+        assert writer.partial_path.exists() and not writer.path.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["steps.rank1.jsonl"]
+    raw = _lines(writer.path)
+    assert raw[0] == {
+        "step": 0,
+        "num_samples": 3,
+        "seq_lengths": small,
+        "est_cost": 12.5,
+        "wall_start_ns": 1_000,
+        "wall_end_ns": 2_000,
+    }
+    assert len(raw[1]["seq_lengths"]) == MAX_LISTED_LENGTHS
+    assert "seq_lengths" not in raw[2]
+    assert (raw[2]["len_sum"], raw[2]["len_max"]) == (35_300, 300)
+
+    frame = read_sidecars(tmp_path)
+    assert frame["rank"].tolist() == [1, 1, 1]
+    assert frame["step"].tolist() == [0, 1, 2]
+    assert frame["num_samples"].tolist() == [3, MAX_LISTED_LENGTHS, 5001]
+    assert frame["len_sum"].tolist() == [17, sum(listed), 35_300]
+    assert frame["len_sq_sum"].tolist() == [115, sum(v * v for v in listed), 5000 * 49 + 90_000]
+    assert frame["len_max"].tolist() == [9, MAX_LISTED_LENGTHS - 1, 300]
+    assert frame["est_cost"][0] == 12.5 and math.isnan(frame["est_cost"][1])
+
+
+def test_tensor_and_numpy_lengths(tmp_path):
+    import numpy as np
+    import torch
+
+    assert step_record(0, torch.tensor([3, 4]), 1.0, 0, 1)["seq_lengths"] == [3, 4]
+    assert step_record(0, np.array([3, 4], dtype=np.int64), None, 0, 1)["seq_lengths"] == [3, 4]
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        ((-1, [1], None, 0, 1), "step"),
+        ((0, [1, -2], None, 0, 1), "seq length"),
+        ((0, [1.5], None, 0, 1), "seq length"),
+        ((0, [1], float("nan"), 0, 1), "est_cost"),
+        ((0, [1], None, 5, 4), "wall_end_ns"),
+        ((True, [1], None, 0, 1), "step"),
+    ],
+)
+def test_bad_records_are_refused(args, field):
+    with pytest.raises(ValueError, match=field):
+        step_record(*args)
+
+
+def test_steps_must_increase(tmp_path):
+    with SidecarWriter(tmp_path, 0) as writer:
+        writer.write(3, [1], None, 0, 1)
+        with pytest.raises(ValueError, match="must increase"):
+            writer.write(3, [1], None, 1, 2)
+
+
+def test_refuses_to_overwrite(tmp_path):
+    SidecarWriter(tmp_path, 0).close()
+    with pytest.raises(FileExistsError, match="steps.rank0.jsonl"):
+        SidecarWriter(tmp_path, 0)
+
+
+def test_exception_leaves_the_partial_file(tmp_path):
+    with pytest.raises(RuntimeError), SidecarWriter(tmp_path, 0) as writer:
+        writer.write(0, [1, 2], None, 0, 1)
+        raise RuntimeError("rank died")
+    assert [p.name for p in tmp_path.iterdir()] == ["steps.rank0.jsonl.partial"]
+    assert read_sidecars(tmp_path) is None  # an unfinished file is never read as finished
+
+
+def test_interrupted_writer_is_recovered_by_finalize(tmp_path):
+    done = SidecarWriter(tmp_path, 0)
+    for step in range(3):
+        done.write(step, [4, 4], 1.0, step, step + 1)
+    done.close()
+    killed = SidecarWriter(tmp_path, 1)  # never closed: the process "dies"
+    for step in range(2):
+        killed.write(step, [2, 6], 2.0, step, step + 1)
+    with open(killed.partial_path, "a", encoding="utf-8") as handle:
+        handle.write('{"step": 2, "num_samples": 2, "seq_len')  # torn last line
+    assert killed.partial_path.exists()
+
+    meta = finalize_incomplete(tmp_path)
+
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["run.json", "steps.rank0.jsonl", "steps.rank1.jsonl"]
+    frame = read_sidecars(tmp_path)
+    assert frame.groupby("rank")["step"].apply(list).to_dict() == {0: [0, 1, 2], 1: [0, 1]}
+    assert meta["status"] == "incomplete" and meta["ranks_present"] == []
+    assert "ranks [1] were never closed, 1 torn line(s) dropped" in meta["reason"]
+    assert read_run_json(tmp_path) == meta
+    killed.abandon()
