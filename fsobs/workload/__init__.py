@@ -1,0 +1,88 @@
+"""Reference sequence-recommendation workload: synthetic heavy-tailed histories and the model.
+
+Modules (torch-free ones import without torch; names load lazily from them on first use):
+
+- ``lengths``: ``LengthPreset``, ``PRESETS`` (lognormal / powerlaw / uniform). No torch.
+- ``data``: ``DataConfig``, ``SyntheticHistories``, ``Sample``, ``global_batches``,
+  ``random_split``. No torch (except ``SyntheticHistories.batch``).
+- ``config``: ``ModelConfig`` and its presets, ``data_config_for``. No torch.
+- ``cost``: ``estimate_cost``, ``cost_coefficients``, ``CostCoefficients``. No torch.
+- ``batch``: ``Batch`` (torchrec KJTs), ``collate``.
+- ``model``: ``SeqRecModel`` (EBC + EC + HSTU blocks on jagged sequences).
+- ``sharding``: ``wrap_model`` (DMP), ``build_optimizer``.
+- ``smoke_dmp``: a few DMP training steps under torchrun.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fsobs.workload.batch import Batch, collate
+    from fsobs.workload.config import ModelConfig, check_compatible, data_config_for
+    from fsobs.workload.cost import CostCoefficients, cost_coefficients, estimate_cost
+    from fsobs.workload.data import (
+        DataConfig,
+        Sample,
+        SyntheticHistories,
+        global_batches,
+        random_split,
+    )
+    from fsobs.workload.lengths import PRESETS, LengthPreset
+    from fsobs.workload.model import SeqRecModel
+    from fsobs.workload.sharding import build_optimizer, wrap_model
+
+_SOURCES = {
+    "Batch": "batch",
+    "collate": "batch",
+    "ModelConfig": "config",
+    "check_compatible": "config",
+    "data_config_for": "config",
+    "CostCoefficients": "cost",
+    "cost_coefficients": "cost",
+    "estimate_cost": "cost",
+    "DataConfig": "data",
+    "Sample": "data",
+    "SyntheticHistories": "data",
+    "global_batches": "data",
+    "random_split": "data",
+    "PRESETS": "lengths",
+    "LengthPreset": "lengths",
+    "SeqRecModel": "model",
+    "build_optimizer": "sharding",
+    "wrap_model": "sharding",
+}
+
+__all__ = [
+    "Batch",
+    "CostCoefficients",
+    "DataConfig",
+    "LengthPreset",
+    "ModelConfig",
+    "PRESETS",
+    "Sample",
+    "SeqRecModel",
+    "SyntheticHistories",
+    "build_optimizer",
+    "check_compatible",
+    "collate",
+    "cost_coefficients",
+    "data_config_for",
+    "estimate_cost",
+    "global_batches",
+    "random_split",
+    "wrap_model",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

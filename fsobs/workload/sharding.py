@@ -1,0 +1,94 @@
+"""Wrap ``SeqRecModel`` in torchrec ``DistributedModelParallel`` on CPU (gloo) or GPU.
+
+Follows ``shared/examples/torchrec_cpu_dmp.py`` and the CPU rules in
+``shared/notes/torch_torchrec_cpu.md`` §3: the planner with one sharding type per table
+(table_wise by default; an EmbeddingCollection must not be data_parallel), the fused compute
+kernel (the planner picks it; a manual plan must ask for it), and the fused embedding optimizer
+combined with a dense optimizer that leaves the fused parameters out.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torchrec.distributed.embedding import EmbeddingCollectionSharder
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
+from torchrec.distributed.types import ModuleSharder, ShardingEnv, ShardingPlan
+from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+
+from fsobs.workload.model import EBC_TABLES, EC_TABLES, SeqRecModel
+
+EMBEDDING_LR = 0.01
+
+
+def sharders(embedding_lr: float = EMBEDDING_LR) -> list[ModuleSharder[torch.nn.Module]]:
+    """EBC and EC sharders whose fused optimizer is exact row-wise Adagrad."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    fused = {"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": embedding_lr}
+    return [
+        EmbeddingBagCollectionSharder(fused_params=fused),  # type: ignore[list-item]
+        EmbeddingCollectionSharder(fused_params=fused),  # type: ignore[list-item]
+    ]
+
+
+def plan_sharding(
+    model: SeqRecModel,
+    module_sharders: list[ModuleSharder[torch.nn.Module]],
+    pg: dist.ProcessGroup,
+    *,
+    sharding_type: str = "table_wise",
+    compute_device: str = "cpu",
+) -> ShardingPlan:
+    """The planner's plan with every table constrained to ``sharding_type``; rank 0 plans and
+    broadcasts, so all ranks of ``pg`` get the same plan."""
+    if sharding_type == "data_parallel":
+        raise ValueError("sharding_type: an EmbeddingCollection must not be data_parallel")
+    world_size = dist.get_world_size(pg)
+    constraints = {
+        table: ParameterConstraints(sharding_types=[sharding_type])
+        for table in (*EBC_TABLES, *EC_TABLES)
+    }
+    topology = TopologyFactory.create_topology(
+        trainer_config=TrainerConfig(world_size=world_size, local_world_size=world_size),
+        kernel_config=KernelConfig(compute_device=compute_device),
+    )
+    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
+    return planner.collective_plan(model, module_sharders, pg)
+
+
+def wrap_model(
+    model: SeqRecModel,
+    pg: dist.ProcessGroup,
+    device: torch.device,
+    *,
+    sharding_type: str = "table_wise",
+    embedding_lr: float = EMBEDDING_LR,
+) -> DistributedModelParallel:
+    """DMP around a model built with ``device="meta"`` (see ``SeqRecModel``)."""
+    module_sharders = sharders(embedding_lr)
+    plan = plan_sharding(
+        model, module_sharders, pg, sharding_type=sharding_type, compute_device=device.type
+    )
+    return DistributedModelParallel(
+        model,
+        env=ShardingEnv.from_process_group(pg),
+        device=device,
+        plan=plan,
+        sharders=module_sharders,
+    )
+
+
+def build_optimizer(dmp: DistributedModelParallel, dense_lr: float = 0.01) -> CombinedOptimizer:
+    """The fused (sparse) optimizer + Adagrad over the dense parameters.
+
+    The fused keys are left out of the dense optimizer: CombinedOptimizer otherwise raises
+    ``ValueError: Duplicate param key``.
+    """
+    fused_keys = set(dmp.fused_optimizer.params.keys())
+    dense = {k: v for k, v in dmp.named_parameters() if k not in fused_keys}
+    dense_opt = KeyedOptimizerWrapper(dense, lambda ps: torch.optim.Adagrad(ps, lr=dense_lr))
+    return CombinedOptimizer([dmp.fused_optimizer, dense_opt])
