@@ -52,6 +52,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_load_options(export_cmd)
     export_cmd.set_defaults(handler=_export)
+
+    run_cmd = commands.add_parser(
+        "run",
+        help="train the reference job on N ranks with torchrun, writing a run directory",
+        description="Extra torchrun flags for multi-node runs go after '--' "
+        "(e.g. -- --nnodes 2 --node-rank 0 --rdzv-endpoint host:29500).",
+    )
+    run_cmd.add_argument("--world-size", type=int, required=True, help="ranks on this node")
+    run_cmd.add_argument("--steps", type=int, default=20)
+    run_cmd.add_argument("--out", required=True, help="run directory to write")
+    run_cmd.add_argument("--preset", default="lognormal", help="sequence-length distribution")
+    run_cmd.add_argument("--model-size", default="small", choices=["tiny", "small", "medium"])
+    run_cmd.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
+    run_cmd.add_argument("--seed", type=int, default=0)
+    run_cmd.add_argument("--threads-per-rank", type=int, default=None)
+    run_cmd.add_argument("--no-profile", action="store_true", help="train without the profiler")
+    run_cmd.add_argument("rdzv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    run_cmd.set_defaults(handler=_run)
     return parser
 
 
@@ -104,6 +122,36 @@ def _export(args: argparse.Namespace) -> int:
         "open one in https://ui.perfetto.dev (Open trace file) or chrome://tracing (Load); "
         'the "fsobs bubbles" process on top has one track per bubble class'
     )
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fsobs.workload.launch import LaunchConfig, launch  # torch only for this command
+
+    job_args = [
+        f"--steps={args.steps}",
+        f"--preset={args.preset}",
+        f"--model-size={args.model_size}",
+        f"--batch-size={args.batch_size}",
+        f"--seed={args.seed}",
+    ] + (["--no-profile"] if args.no_profile else [])
+    rdzv = tuple(a for a in args.rdzv if a != "--")
+    config = LaunchConfig(
+        world_size=args.world_size,
+        out=Path(args.out),
+        threads_per_rank=args.threads_per_rank,
+        rdzv=rdzv,
+        job_args=tuple(job_args),
+    )
+    code = launch(config, progress=sys.stderr.isatty())
+    if code != 0:
+        print(
+            f"fsobs: error: {args.out}: the job failed (torchrun exit code {code}); "
+            "the run is marked incomplete and what was written can be analyzed",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"wrote {args.out}; analyze it with: fsobs analyze {args.out}")
     return 0
 
 

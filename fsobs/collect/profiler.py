@@ -118,6 +118,7 @@ class StepProfiler:
         self.export_error: Exception | None = None
         """The first failed export; re-raised when the ``with`` block is left without error."""
         self._prof: torch.profiler.profile | None = None
+        self._keep_previous = False
 
     def __enter__(self) -> StepProfiler:
         if not self.enabled:
@@ -152,6 +153,9 @@ class StepProfiler:
         prof, self._prof = self._prof, None
         if prof is None:
             return
+        # Leaving on an error mid-cycle: keep a complete earlier cycle rather than replace it
+        # with a partial one, so that the ranks' traces still cover the same steps.
+        self._keep_previous = exc_type is not None and self.trace_path.exists()
         with self._quiet():
             prof.__exit__(exc_type, exc, tb)
         if self.export_error is not None and exc_type is None:
@@ -169,6 +173,8 @@ class StepProfiler:
     def _export(self, prof: torch.profiler.profile) -> None:
         # torch calls this in the middle of a state transition: an exception escaping here leaves
         # its profiler half-stopped (a later step segfaults, torch 2.13), so keep it for __exit__.
+        if self._keep_previous:
+            return
         try:
             export_trace(prof, self.trace_path)
         except Exception as error:

@@ -10,7 +10,8 @@ Modules (torch-free ones import without torch; names load lazily from them on fi
 - ``batch``: ``Batch`` (torchrec KJTs), ``collate``.
 - ``model``: ``SeqRecModel`` (EBC + EC + HSTU blocks on jagged sequences).
 - ``sharding``: ``wrap_model`` (DMP), ``build_optimizer``.
-- ``smoke_dmp``: a few DMP training steps under torchrun.
+- ``train``: the instrumented job, one process per rank (``python -m fsobs.workload.train``).
+- ``launch``: ``fsobs run``: starts the ranks with torchrun, no torch in this process.
 """
 
 from __future__ import annotations

@@ -167,3 +167,16 @@ def test_config_step_counts():
     assert (config.cycle_steps, config.num_steps) == (6, 12)
     with pytest.raises(ValueError, match="rank"):
         StepProfiler("x", -1, config)
+
+
+def test_an_error_mid_cycle_keeps_the_previous_complete_cycle(tmp_path):
+    """A rank stopped by an error (or torchrun's SIGTERM) keeps the trace of its last full cycle,
+    so that every rank's trace covers the same steps."""
+    config = ProfilerConfig(wait=1, warmup=1, active=2, repeat=2)
+    with pytest.raises(KeyboardInterrupt), StepProfiler(tmp_path, 0, config) as prof:
+        for step in range(7):  # cycle 1 = steps 0-3 (exported), cycle 2 stops at step 6
+            torch.ones(8).sum()
+            if step == 6:
+                raise KeyboardInterrupt
+            prof.step()
+    assert fsobs.load_rank(tmp_path / "rank0.trace.json.gz").steps == [2, 3]

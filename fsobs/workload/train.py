@@ -1,0 +1,182 @@
+"""The instrumented reference job, one process per rank (started by ``fsobs run`` / torchrun).
+
+    python -m torch.distributed.run --standalone --nproc-per-node=2 \\
+        -m fsobs.workload.train --out runs/a --steps 20 --model-size small
+
+Every rank builds the same dataset and global batches (same seed), takes its random-split share
+of each step's global batch, and trains ``SeqRecModel`` under torchrec DMP with
+``TrainPipelineSparseDist`` (gloo on CPU, nccl on GPU). It writes the run format of DESIGN §3:
+``rank<R>.trace.json.gz`` (torch.profiler), ``steps.rank<R>.jsonl`` (what data each step got,
+its estimated cost and wall-clock bounds) and, from rank 0, ``run.json``.
+
+The sidecar's step numbers are the profiler's ``ProfilerStep#N`` numbers: step N is the N-th
+call of ``TrainPipelineSparseDist.progress``, which trains batch N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+
+from fsobs.collect.profiler import ProfilerConfig, StepProfiler
+from fsobs.collect.runmeta import build_run_meta, write_run_json
+from fsobs.collect.sidecar import SidecarWriter
+from fsobs.workload.batch import Batch
+from fsobs.workload.config import ModelConfig, data_config_for
+from fsobs.workload.cost import estimate_cost
+from fsobs.workload.data import SyntheticHistories, global_batches, random_split
+from fsobs.workload.lengths import PRESETS
+from fsobs.workload.model import SeqRecModel
+from fsobs.workload.sharding import build_optimizer, wrap_model
+
+TOGGLES = ("balance", "priority_overlap", "sm_free")
+FAIL_ENV = "FSOBS_FAIL_AT_STEP"  # fault injection for tests: "RANK:STEP" exits that rank there
+
+
+@dataclass(kw_only=True, frozen=True)
+class JobConfig:
+    """The job's knobs (the same on every rank)."""
+
+    out: Path
+    steps: int = 20
+    model_size: str = "small"
+    preset: str = "lognormal"
+    batch_size: int = 32
+    """Samples per rank and step."""
+    num_samples: int = 100_000
+    seed: int = 0
+    profile: bool = True
+    profile_active: int | None = None
+    """Steps per profiler cycle; default: every step after one wait and one warm-up step."""
+    profile_repeat: int = 1
+
+    def __post_init__(self) -> None:
+        if self.steps < 3:
+            raise ValueError("steps must be >= 3 (one wait and one warm-up step are not traced)")
+        if self.model_size not in ("tiny", "small", "medium"):
+            raise ValueError(f"model_size must be tiny, small or medium, got {self.model_size!r}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+
+    @property
+    def profiler(self) -> ProfilerConfig:
+        active = self.profile_active or self.steps - 2
+        return ProfilerConfig(wait=1, warmup=1, active=active, repeat=self.profile_repeat)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    job = parse_args(argv)
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    if not torch.cuda.is_available():
+        device = torch.device("cpu")
+    else:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    torch.set_num_threads(int(os.environ.get("FSOBS_THREADS_PER_RANK", 1)))
+    try:
+        train(job, device)
+    finally:
+        dist.destroy_process_group()
+
+
+def train(job: JobConfig, device: torch.device) -> None:
+    """Run the job on this rank (the process group is initialized)."""
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(job.seed)
+    model_cfg = ModelConfig.preset(job.model_size)
+    data = SyntheticHistories(
+        data_config_for(model_cfg, preset=job.preset, num_samples=job.num_samples, seed=job.seed)
+    )
+    shares = [
+        random_split(g, world_size, rank)
+        for g in global_batches(len(data), job.batch_size * world_size, job.steps, job.seed)
+    ]
+    if rank == 0:
+        write_run_json(job.out, _meta(job, world_size, device, [], "incomplete", "running"))
+    dmp = wrap_model(SeqRecModel(model_cfg, device="meta"), dist.GroupMember.WORLD, device)
+    pipeline = TrainPipelineSparseDist(dmp, build_optimizer(dmp), device)
+    batches: Iterator[Batch] = (data.batch(share) for share in shares)
+    fail = _fail_step(rank)
+    with (
+        StepProfiler(job.out, rank, job.profiler, enabled=job.profile) as profiler,
+        SidecarWriter(job.out, rank) as sidecar,
+    ):
+        for step, share in enumerate(shares):
+            if step == fail:
+                os._exit(3)  # simulated crash: no clean-up, as after a kill
+            start = time.time_ns()
+            pipeline.progress(batches)
+            end = time.time_ns()
+            lengths = data.lengths[share]
+            cost = float(estimate_cost(lengths, model_cfg).sum())
+            sidecar.write(step, lengths, cost, start, end)
+            profiler.step()
+    hosts: list[str] = [""] * world_size
+    dist.all_gather_object(hosts, socket.gethostname())
+    dist.barrier()  # every rank has closed its trace and sidecar
+    if rank == 0:
+        meta = _meta(job, world_size, device, sorted(set(hosts)), "complete", None)
+        write_run_json(job.out, meta)
+
+
+def _meta(
+    job: JobConfig,
+    world_size: int,
+    device: torch.device,
+    hosts: list[str],
+    status: str,
+    reason: str | None,
+) -> dict[str, object]:
+    workload = {k: v for k, v in asdict(job).items() if k != "out"}
+    ranks = list(range(world_size)) if status == "complete" else []
+    return build_run_meta(
+        name=job.out.name,
+        world_size=world_size,
+        backend="nccl" if device.type == "cuda" else "gloo",
+        device=device.type,
+        hosts=hosts,
+        workload=workload,
+        toggles={name: {"requested": False, "applied": False, "reason": None} for name in TOGGLES},
+        ranks_present=ranks,
+        status=status,
+        reason=reason,
+    )
+
+
+def _fail_step(rank: int) -> int:
+    spec = os.environ.get(FAIL_ENV, "")
+    if not spec:
+        return -1
+    fail_rank, _, step = spec.partition(":")
+    return int(step) if int(fail_rank) == rank else -1
+
+
+def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
+    p = argparse.ArgumentParser(description="FreeScale reference job (one rank)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--model-size", default="small", choices=["tiny", "small", "medium"])
+    p.add_argument("--preset", default="lognormal", choices=sorted(PRESETS))
+    p.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
+    p.add_argument("--num-samples", type=int, default=100_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-profile", dest="profile", action="store_false")
+    p.add_argument("--profile-active", type=int, default=None)
+    p.add_argument("--profile-repeat", type=int, default=1)
+    args = p.parse_args(argv)
+    return JobConfig(**vars(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The reference job end to end: torchrun, 2 gloo ranks, real torchrec DMP, real profiler."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import fsobs
+from fsobs.cli import main
+from fsobs.workload.config import ModelConfig, data_config_for
+from fsobs.workload.data import SyntheticHistories, global_batches, random_split
+from fsobs.workload.launch import LaunchConfig, launch
+from fsobs.workload.train import FAIL_ENV
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+STEPS, BATCH = 6, 8
+
+
+def test_two_rank_run_writes_an_analyzable_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["run", "--world-size", "2", "--steps", str(STEPS), "--out", str(out)]
+    assert main([*argv, "--model-size", "tiny", "--batch-size", str(BATCH)]) == 0
+    assert "fsobs analyze" in capsys.readouterr().out
+
+    meta = json.loads((out / "run.json").read_text())
+    assert (meta["status"], meta["world_size"], meta["ranks_present"]) == ("complete", 2, [0, 1])
+    assert (meta["backend"], meta["device"], meta["simulated"]) == ("gloo", "cpu", False)
+    assert meta["workload"]["model_size"] == "tiny" and meta["versions"]["torchrec"]
+    assert meta["toggles"]["sm_free"] == {"requested": False, "applied": False, "reason": None}
+
+    run = fsobs.load_run(out)
+    assert run.rank_ids == [0, 1] and run.warnings == []
+    assert run.steps == list(range(2, STEPS))  # one wait and one warm-up step are not traced
+    assert run[0].backend == "gloo" and run.device == "cpu"
+
+    # the sidecar holds exactly the samples each rank consumed, every step
+    data = SyntheticHistories(data_config_for(ModelConfig.preset("tiny"), num_samples=100_000))
+    side = run.sidecar.set_index(["rank", "step"])
+    for step, batch in enumerate(global_batches(len(data), 2 * BATCH, STEPS, 0)):
+        for rank in (0, 1):
+            lengths = data.lengths[random_split(batch, 2, rank)]
+            row = side.loc[(rank, step)]
+            assert row["num_samples"] == BATCH
+            assert (row["len_sum"], row["len_sq_sum"]) == (lengths.sum(), (lengths**2).sum())
+            assert row["est_cost"] > 0
+
+    analysis = fsobs.analyze_path(out)
+    assert len(analysis.steps) == 2 * len(run.steps)
+    assert analysis.collectives.problems.empty
+    assert analysis.collectives.instances["coll"].isin(["all_to_all", "all_reduce"]).any()
+    assert analysis.attribution is not None and len(analysis.attribution.per_step) > 0
+    assert np.isfinite(analysis.summary["bubble_ratio"])
+
+
+def test_a_crashed_rank_leaves_an_incomplete_analyzable_run(tmp_path):
+    out = tmp_path / "run"
+    config = LaunchConfig(
+        world_size=2,
+        out=out,
+        job_args=(
+            "--steps=8",
+            "--model-size=tiny",
+            f"--batch-size={BATCH}",
+            "--profile-active=2",
+            "--profile-repeat=2",
+        ),
+        env={FAIL_ENV: "1:6"},  # rank 1 dies at step 6, after the first trace export (step 3)
+    )
+    assert launch(config, progress=False) != 0
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["status"] == "incomplete" and "torchrun exited" in meta["reason"]
+    run = fsobs.load_run(out)
+    assert run.rank_ids == [0, 1] and run.steps == [2, 3]
+    assert sorted(run.sidecar.loc[run.sidecar["rank"] == 1, "step"]) == list(range(6))
+    assert not list(out.glob("*.partial")) and not list(out.glob(".*.tmp"))
+    analysis = fsobs.analyze_path(out)
+    assert set(analysis.steps["step"]) == {2, 3}
+    assert main(["analyze", str(out), "--json"]) == 0
