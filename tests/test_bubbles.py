@@ -602,3 +602,30 @@ def test_reference_gloo_trace_rank2_is_the_straggler():
         assert waits[rank].between(14, 26).all(), waits[rank]
     assert (waits[2] < 1).all(), waits[2]
     assert (table["other_ms"] == 0).all()
+
+
+def test_cpu_op_waiting_inside_a_collective_is_a_bubble(tmp_path):
+    """torchrec's All2All_Seq_ReqBackward sits for the whole collective with one short child:
+    only leaf ops are busy, so its wait is straggler wait, not compute.
+
+    ::
+
+        t (µs)    0    10   20   22   60   70        100
+        r0 main   |====|All2All_Seq_ReqBackward-------|     child c10d [20, 22)
+        r0 gloo             |~~~~~~~~~~~~~~|xxx|            [20, 70); rank 1 arrives at 60
+        r1 main   |==========================|               mm [0, 60)
+        r1 gloo                            |xxx|            [60, 70)
+
+    rank 0: blocked = [20, 70) (the child only enqueues: runtime, not compute)
+            -> straggler_wait [20, 60) = 40, exposed_comm [60, 70) = 10; busy = 100 - 50 = 50.
+    """
+    main0 = [
+        ("aten::mm", "cpu_op", 0, 10),
+        ("All2All_Seq_ReqBackward", "cpu_op", 10, 90),
+        ("c10d::alltoall_base_", "cpu_op", 20, 2),
+    ]
+    main1 = [("aten::mm", "cpu_op", 0, 60)]
+    run = _load(tmp_path, [_gloo_doc(0, main0, (20, 50)), _gloo_doc(1, main1, (60, 10))])
+    table = _table(run)
+    _row(table, 0, 1, window=100, busy=50, straggler_wait=40, exposed_comm=10)
+    _row(table, 1, 1, window=100, busy=90, exposed_comm=10)

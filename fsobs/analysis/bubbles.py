@@ -22,7 +22,8 @@ CPU traces (the resource is the training thread; the window is its ProfilerStep)
 
     main thread  |op|op|  glue  |op|          (blocked)           |op|
     gloo thread                     |..wait..|xxxxx|
-    blocked = collective in flight while the main thread runs no op;
+    blocked = collective in flight while the main thread runs no leaf op (an op that encloses
+    no other op; see :func:`_leaves`: an op that waits for a collective counts as blocked);
     straggler_wait = blocked before the last rank arrived, exposed_comm = blocked after;
     host_idle = inside a data-loader range; busy = the rest of the window; other = 0.
 """
@@ -65,7 +66,7 @@ class StepParts:
     device: str
     window: tuple[int, int]
     compute: iv.Intervals
-    """GPU: compute kernels. CPU: top-level ops of the training thread."""
+    """GPU: compute kernels. CPU: leaf ops of the training thread."""
     comm: iv.Intervals
     comm_rows: np.ndarray
     """Event rows of the communication events in the window (to look up their waits)."""
@@ -243,7 +244,8 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     main_tid = marks["tid"].mode().iloc[0] if len(marks) else None
     main = ev[(ev["tid"] == main_tid) & (ev["device"] == "cpu")]
     comm_all = ev[(ev["kind"] == "comm") & (ev["device"] == "cpu")]
-    ops = _top_level(main[main["kind"] == "compute"])
+    ops = _leaves(main[main["kind"].isin(("compute", "runtime"))])
+    ops = ops[ops["kind"] == "compute"]  # runtime ops (c10d::* enqueue) nest but are not busy
     contention = _contention(ops, _spans(comm_all))
     names = main["name"].cat.categories
     markers = [n for n in names if str(n).startswith(config.data_loader_markers)]
@@ -273,12 +275,20 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     return out
 
 
-def _top_level(ops: pd.DataFrame) -> pd.DataFrame:
-    """Ops not nested in an earlier op of the same thread."""
-    ops = ops.sort_values("ts_ns", kind="stable")
-    end = (ops["ts_ns"] + ops["dur_ns"]).to_numpy()
-    reach = np.maximum.accumulate(np.concatenate([[np.iinfo(np.int64).min], end[:-1]]))
-    return ops[ops["ts_ns"].to_numpy() >= reach]
+def _leaves(ops: pd.DataFrame) -> pd.DataFrame:
+    """Ops of one thread that enclose no other op: where the thread really computes.
+
+    A parent's own time is glue, or waiting: torchrec's ``All2All_Seq_ReqBackward`` sits for the
+    whole all-to-all with a single short child, so counting parents as busy would hide the wait::
+
+        All2All_Seq_ReqBackward |-----------------------------|
+        children                  |c10d|                         leaves: only |c10d|
+    """
+    ops = ops.sort_values(["ts_ns", "dur_ns"], ascending=[True, False], kind="stable")
+    start = ops["ts_ns"].to_numpy()
+    end = start + ops["dur_ns"].to_numpy()
+    next_start = np.append(start[1:], np.iinfo(np.int64).max)
+    return ops[next_start >= end]
 
 
 def _contention(work: pd.DataFrame, comm: iv.Intervals) -> pd.Series:
