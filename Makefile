@@ -20,9 +20,12 @@ $(STAMP): requirements.txt pyproject.toml
 test: install
 	$(BIN)/python -m pytest -q
 
+# The main job: train the reference model on 2 gloo ranks with the profiler, then find its bubbles.
 demo: install
-	$(BIN)/fsobs analyze traces/reference/hta_recsys_a2a_2rank
-	$(BIN)/fsobs analyze traces/reference/synthetic_gloo_a2a_straggler_4rank
+	rm -rf out/demo out/demo-export
+	$(BIN)/fsobs run --world-size 2 --steps 20 --out out/demo
+	$(BIN)/fsobs analyze out/demo
+	$(BIN)/fsobs export out/demo out/demo-export
 
 lint: install
 	$(BIN)/ruff check .
@@ -34,6 +37,9 @@ format: install
 
 bench: install
 	$(BIN)/python benchmarks/bench_load.py
+	$(BIN)/python benchmarks/bench_analyze.py
+	$(BIN)/python benchmarks/bench_cost_model.py
+	$(BIN)/python benchmarks/bench_profiler_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache bench_data *.egg-info

@@ -58,6 +58,8 @@ class JobConfig:
     profile_active: int | None = None
     """Steps per profiler cycle; default: every step after one wait and one warm-up step."""
     profile_repeat: int = 1
+    record_shapes: bool = False
+    """Input shapes in the trace (gives gloo collectives their sizes; costs step time on CPU)."""
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -72,7 +74,13 @@ class JobConfig:
     @property
     def profiler(self) -> ProfilerConfig:
         active = self.profile_active or self.steps - 2
-        return ProfilerConfig(wait=1, warmup=1, active=active, repeat=self.profile_repeat)
+        return ProfilerConfig(
+            wait=1,
+            warmup=1,
+            active=active,
+            repeat=self.profile_repeat,
+            record_shapes=self.record_shapes,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -174,6 +182,7 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
     p.add_argument("--no-profile", dest="profile", action="store_false")
     p.add_argument("--profile-active", type=int, default=None)
     p.add_argument("--profile-repeat", type=int, default=1)
+    p.add_argument("--record-shapes", action="store_true")
     args = p.parse_args(argv)
     return JobConfig(**vars(args))
 

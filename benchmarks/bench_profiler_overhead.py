@@ -1,0 +1,65 @@
+"""Benchmark: what the profiler costs the reference job (goal: <= 5% of step time).
+
+Runs the same job (same seed, same global batches) with and without the profiler, alternating,
+and compares the median step time taken from the step sidecars (which both runs write), over the
+steps the profiler records (after its wait and warm-up steps).
+
+    .venv/bin/python benchmarks/bench_profiler_overhead.py [--pairs 3] [--world-size 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def step_ms(run_dir: Path, first_step: int) -> float:
+    """Median over steps >= ``first_step`` of the slowest rank's step time (ms), from the
+    wall-clock bounds in the step sidecars."""
+    per_step: dict[int, float] = {}
+    for path in sorted(run_dir.glob("steps.rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["step"] >= first_step:
+                ms = (record["wall_end_ns"] - record["wall_start_ns"]) / 1e6
+                per_step[record["step"]] = max(per_step.get(record["step"], 0.0), ms)
+    return statistics.median(per_step.values())
+
+
+def run(out: Path, world_size: int, steps: int, profile: bool) -> None:
+    cmd = [
+        sys.executable, "-m", "fsobs.cli", "run", f"--world-size={world_size}",
+        f"--steps={steps}", f"--out={out}", "--model-size=small",
+    ] + ([] if profile else ["--no-profile"])  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args(argv)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.pairs):
+            for profile in (False, True):
+                out = Path(tmp) / f"{'on' if profile else 'off'}{i}"
+                run(out, args.world_size, args.steps, profile)
+                times[profile].append(step_ms(out, first_step=2))
+                print(f"  pair {i} profiler {'on ' if profile else 'off'}: "
+                      f"{times[profile][-1]:.1f} ms/step", file=sys.stderr)  # fmt: skip
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    print(f"world size {args.world_size}, model small, {args.steps} steps, {args.pairs} pairs")
+    print(f"median step time: profiler off {off:.1f} ms, on {on:.1f} ms")
+    print(f"overhead: {on / off - 1:+.1%} (goal <= 5%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
