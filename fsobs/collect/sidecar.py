@@ -51,6 +51,7 @@ def step_record(
     est_cost: float | None,
     wall_start_ns: int,
     wall_end_ns: int,
+    loss: float | None = None,
 ) -> dict[str, Any]:
     """One sidecar line as a dict; raises ValueError naming the bad field.
 
@@ -74,6 +75,8 @@ def step_record(
         record["len_sq_sum"] = sum(v * v for v in values)
         record["len_max"] = max(values)
     record.update(est_cost=est_cost, wall_start_ns=start, wall_end_ns=end)
+    if loss is not None:
+        record["loss"] = float(loss)  # the step's training loss on this rank (NaN is refused)
     return record
 
 
@@ -104,11 +107,12 @@ class SidecarWriter:
         est_cost: float | None,
         wall_start_ns: int,
         wall_end_ns: int,
+        loss: float | None = None,
     ) -> None:
         """Append the record of one step (steps must increase) and flush it."""
         if self._file.closed:
             raise ValueError(f"{self.partial_path}: writer is closed")
-        record = step_record(step, lengths, est_cost, wall_start_ns, wall_end_ns)
+        record = step_record(step, lengths, est_cost, wall_start_ns, wall_end_ns, loss)
         if self._last_step is not None and record["step"] <= self._last_step:
             raise ValueError(f"step {record['step']} after step {self._last_step}: must increase")
         self._file.write(json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
 from fsobs.collect.profiler import ProfilerConfig, StepProfiler
@@ -114,7 +115,8 @@ def train(job: JobConfig, device: torch.device) -> None:
         write_run_json(job.out, _meta(job, world_size, device, [], "incomplete", "running"))
     dmp = wrap_model(SeqRecModel(model_cfg, device="meta"), dist.GroupMember.WORLD, device)
     pipeline = TrainPipelineSparseDist(dmp, build_optimizer(dmp), device)
-    batches: Iterator[Batch] = (data.batch(share) for share in shares)
+    made: list[Batch] = []  # the batches the pipeline has taken, to score its outputs
+    batches = _recorded((data.batch(share) for share in shares), made)
     fail = _fail_step(rank)
     with (
         StepProfiler(job.out, rank, job.profiler, enabled=job.profile) as profiler,
@@ -124,11 +126,12 @@ def train(job: JobConfig, device: torch.device) -> None:
             if step == fail:
                 os._exit(3)  # simulated crash: no clean-up, as after a kill
             start = time.time_ns()
-            pipeline.progress(batches)
+            logits = pipeline.progress(batches)  # trains batch ``step``, returns its logits
             end = time.time_ns()
+            loss = F.binary_cross_entropy_with_logits(logits.cpu(), made[step].labels.cpu())
             lengths = data.lengths[share]
             cost = float(estimate_cost(lengths, model_cfg).sum())
-            sidecar.write(step, lengths, cost, start, end)
+            sidecar.write(step, lengths, cost, start, end, loss=float(loss))
             profiler.step()
     hosts: list[str] = [""] * world_size
     dist.all_gather_object(hosts, socket.gethostname())
@@ -136,6 +139,12 @@ def train(job: JobConfig, device: torch.device) -> None:
     if rank == 0:
         meta = _meta(job, world_size, device, sorted(set(hosts)), "complete", None)
         write_run_json(job.out, meta)
+
+
+def _recorded(batches: Iterator[Batch], made: list[Batch]) -> Iterator[Batch]:
+    for batch in batches:
+        made.append(batch)
+        yield batch
 
 
 def _meta(

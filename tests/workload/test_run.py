@@ -78,3 +78,20 @@ def test_a_crashed_rank_leaves_an_incomplete_analyzable_run(tmp_path):
     analysis = fsobs.analyze_path(out)
     assert set(analysis.steps["step"]) == {2, 3}
     assert main(["analyze", str(out), "--json"]) == 0
+
+
+def _losses(run_dir):
+    lines = (run_dir / "steps.rank0.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines]
+
+
+def test_profiling_does_not_change_what_is_trained(tmp_path):
+    """Same seed and batches, profiler on and off: the same losses, bit for bit."""
+    job = ("--steps=5", "--model-size=tiny", f"--batch-size={BATCH}")
+    on, off = tmp_path / "on", tmp_path / "off"
+    assert launch(LaunchConfig(world_size=2, out=on, job_args=job), progress=False) == 0
+    no_profile = (*job, "--no-profile")
+    assert launch(LaunchConfig(world_size=2, out=off, job_args=no_profile), progress=False) == 0
+    assert list(off.glob("*.trace.json.gz")) == []
+    assert _losses(on) == _losses(off)
+    assert len(set(_losses(on))) > 1  # it trains: the loss moves
