@@ -1,0 +1,1 @@
+"""FreeScale optimizer: sample balancing (``optim.balance``); numpy only at import time."""
