@@ -30,7 +30,7 @@ CPU traces (the resource is the training thread; the window is its ProfilerStep)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -86,7 +86,6 @@ class StepBubbles:
     window: tuple[int, int]
     classes: dict[str, iv.Intervals]
     contention_ns: int = 0
-    comm: iv.Intervals = field(default_factory=lambda: _EMPTY)
 
     def total_ns(self, name: str) -> int:
         return int(iv.length(self.classes[name]))
@@ -124,9 +123,7 @@ def classify(parts: StepParts, waits: dict[int, tuple[int, int]]) -> StepBubbles
             "host_idle": idle,
             "other": _EMPTY,
         }
-    return StepBubbles(
-        parts.rank, parts.step, parts.window, classes, parts.contention_ns, parts.comm
-    )
+    return StepBubbles(parts.rank, parts.step, parts.window, classes, parts.contention_ns)
 
 
 def bubble_intervals(
