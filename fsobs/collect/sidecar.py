@@ -52,10 +52,17 @@ def step_record(
     wall_start_ns: int,
     wall_end_ns: int,
     loss: float | None = None,
+    *,
+    imbalance_before: float | None = None,
+    imbalance_after: float | None = None,
+    batch_digest: str | None = None,
 ) -> dict[str, Any]:
     """One sidecar line as a dict; raises ValueError naming the bad field.
 
-    ``lengths`` may be any sequence of integers (also a numpy array or a 1-D tensor).
+    ``lengths`` may be any sequence of integers (also a numpy array or a 1-D tensor). The
+    optional balance fields are the same on every rank of a step: ``imbalance_before`` /
+    ``imbalance_after`` (max / mean estimated cost over the ranks for the random split and for
+    the split used) and ``batch_digest`` (a digest of the step's global batch).
     """
     step = _non_negative_int(step, "step")
     values = _lengths(lengths)
@@ -77,6 +84,18 @@ def step_record(
     record.update(est_cost=est_cost, wall_start_ns=start, wall_end_ns=end)
     if loss is not None:
         record["loss"] = float(loss)  # the step's training loss on this rank (NaN is refused)
+    for name, value in (
+        ("imbalance_before", imbalance_before),
+        ("imbalance_after", imbalance_after),
+    ):
+        if value is not None:
+            if not (math.isfinite(value) and value >= 1.0 - 1e-9):
+                raise ValueError(f"{name} must be a finite ratio >= 1, got {value}")
+            record[name] = float(value)
+    if batch_digest is not None:
+        if not isinstance(batch_digest, str) or not batch_digest:
+            raise ValueError(f"batch_digest must be a non-empty string, got {batch_digest!r}")
+        record["batch_digest"] = batch_digest
     return record
 
 
@@ -108,11 +127,13 @@ class SidecarWriter:
         wall_start_ns: int,
         wall_end_ns: int,
         loss: float | None = None,
+        **balance: Any,
     ) -> None:
-        """Append the record of one step (steps must increase) and flush it."""
+        """Append the record of one step (steps must increase) and flush it; ``balance``:
+        the keyword-only fields of :func:`step_record`."""
         if self._file.closed:
             raise ValueError(f"{self.partial_path}: writer is closed")
-        record = step_record(step, lengths, est_cost, wall_start_ns, wall_end_ns, loss)
+        record = step_record(step, lengths, est_cost, wall_start_ns, wall_end_ns, loss, **balance)
         if self._last_step is not None and record["step"] <= self._last_step:
             raise ValueError(f"step {record['step']} after step {self._last_step}: must increase")
         self._file.write(json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n")

@@ -5,10 +5,15 @@ One JSON object per line::
     {"step": 12, "num_samples": 64, "seq_lengths": [310, 17, ...],   # or the three sums below
      "len_sum": 20480, "len_sq_sum": 9123456, "len_max": 4096,
      "est_cost": 1.84e7,                     # cost-model estimate of the rank's compute
-     "wall_start_ns": 1790..., "wall_end_ns": 1790...}
+     "wall_start_ns": 1790..., "wall_end_ns": 1790...,
+     "loss": 0.69,                           # the step's training loss on this rank
+     "imbalance_before": 1.41, "imbalance_after": 1.01, "batch_digest": "9f2c..."}
 
 ``seq_lengths`` may be replaced by ``len_sum``/``len_sq_sum``/``len_max`` when there are too many
-samples; ``est_cost`` and the wall-clock bounds are optional.
+samples; everything after ``len_max`` is optional (NaN / None in the frame when absent). The
+balance fields are the same on every rank of a step: max / mean estimated cost over the ranks
+for the random split and for the split used, and a digest of the step's global batch (equal
+digests: the same samples).
 """
 
 from __future__ import annotations
@@ -17,12 +22,26 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from fsobs.errors import TraceFormatError
 
 SIDECAR_RE = re.compile(r"^steps\.rank(\d+)\.jsonl$")
-COLUMNS = ("rank", "step", "num_samples", "len_sum", "len_sq_sum", "len_max", "est_cost")
+COLUMNS = (
+    "rank",
+    "step",
+    "num_samples",
+    "len_sum",
+    "len_sq_sum",
+    "len_max",
+    "est_cost",
+    "loss",
+    "imbalance_before",
+    "imbalance_after",
+    "batch_digest",
+)
+_OPTIONAL_FLOATS = ("est_cost", "loss", "imbalance_before", "imbalance_after")
 
 
 def read_sidecars(run_dir: Path) -> pd.DataFrame | None:
@@ -37,7 +56,26 @@ def read_sidecars(run_dir: Path) -> pd.DataFrame | None:
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def _read_one(path: Path, rank: int) -> list[dict[str, float | int]]:
+def read_step_lengths(run_dir: Path, step: int) -> dict[int, np.ndarray]:
+    """Per rank, the per-sample lengths (int64) of ``step``, from the sidecars that list them
+    (a rank whose record has only the sums, or lacks the step, is left out)."""
+    out: dict[int, np.ndarray] = {}
+    for path in sorted(Path(run_dir).glob("steps.rank*.jsonl")):
+        match = SIDECAR_RE.match(path.name)
+        if match is None:
+            continue
+        rank = int(match.group(1))
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if record.get("step") == step and record.get("seq_lengths") is not None:
+                out[rank] = np.asarray(record["seq_lengths"], dtype=np.int64)
+                break
+    return out
+
+
+def _read_one(path: Path, rank: int) -> list[dict[str, float | int | str | None]]:
     rows = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -56,7 +94,7 @@ def _read_one(path: Path, rank: int) -> list[dict[str, float | int]]:
     return rows
 
 
-def _row(record: dict, rank: int) -> dict[str, float | int]:
+def _row(record: dict, rank: int) -> dict[str, float | int | str | None]:
     lengths = record.get("seq_lengths")
     if lengths is not None:
         len_sum = sum(int(v) for v in lengths)
@@ -66,13 +104,17 @@ def _row(record: dict, rank: int) -> dict[str, float | int]:
     else:
         len_sum, len_sq_sum = int(record["len_sum"]), int(record["len_sq_sum"])
         len_max, num_samples = int(record["len_max"]), int(record["num_samples"])
-    cost = record.get("est_cost")
-    return {
+    row: dict[str, float | int | str | None] = {
         "rank": rank,
         "step": int(record["step"]),
         "num_samples": num_samples,
         "len_sum": len_sum,
         "len_sq_sum": len_sq_sum,
         "len_max": len_max,
-        "est_cost": float(cost) if cost is not None else float("nan"),
     }
+    for name in _OPTIONAL_FLOATS:
+        value = record.get(name)
+        row[name] = float(value) if value is not None else float("nan")
+    digest = record.get("batch_digest")
+    row["batch_digest"] = str(digest) if digest is not None else None
+    return row

@@ -118,3 +118,41 @@ def test_interrupted_writer_is_recovered_by_finalize(tmp_path):
     assert "ranks [1] were never closed, 1 torn line(s) dropped" in meta["reason"]
     assert read_run_json(tmp_path) == meta
     killed.abandon()
+
+
+def test_balance_fields_and_step_lengths(tmp_path):
+    from fsobs.trace.sidecar import read_step_lengths
+
+    for rank, lengths in ((0, [4, 9]), (1, [30, 1])):
+        with SidecarWriter(tmp_path, rank) as writer:
+            writer.write(0, lengths, 2.0, 0, 5, loss=0.5)
+            writer.write(
+                1,
+                lengths[::-1],
+                2.0,
+                5,
+                9,
+                imbalance_before=1.5,
+                imbalance_after=1.01,
+                batch_digest="ab12",
+            )
+    frame = read_sidecars(tmp_path)
+    step1 = frame[frame["step"] == 1]
+    assert step1["imbalance_before"].tolist() == [1.5, 1.5]
+    assert step1["imbalance_after"].tolist() == [1.01, 1.01]
+    assert step1["batch_digest"].tolist() == ["ab12", "ab12"]
+    step0 = frame[frame["step"] == 0]
+    assert step0["loss"].tolist() == [0.5, 0.5]
+    assert step0["imbalance_before"].isna().all() and step0["batch_digest"].isna().all()
+    lengths = read_step_lengths(tmp_path, 1)
+    assert {r: v.tolist() for r, v in lengths.items()} == {0: [9, 4], 1: [1, 30]}
+    assert read_step_lengths(tmp_path, 7) == {}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("imbalance_before", 0.5), ("imbalance_after", float("inf")), ("batch_digest", "")],
+)
+def test_bad_balance_fields(field, value):
+    with pytest.raises(ValueError, match=field):
+        step_record(0, [1], 1.0, 0, 1, **{field: value})
