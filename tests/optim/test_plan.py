@@ -1,0 +1,74 @@
+"""optim.plan: the toggle's config, the per-step plan, digests and the loss scale (no torch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optim.balance import partition
+from optim.plan import BalanceConfig, StepPlan, batch_digest, loss_scale, plan_digest
+
+COSTS = np.array([9.0, 1.0, 1.0, 1.0, 8.0, 2.0, 1.0, 1.0])
+
+
+def test_off_is_the_random_split():
+    plan = StepPlan.make(COSTS, 2, BalanceConfig())
+    assert [p.tolist() for p in plan.parts] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # rank costs 12 and 12: balanced by luck
+    assert plan.imbalance_before == plan.imbalance_after == 1.0
+
+
+def test_balanced_plan_on_a_skewed_batch():
+    costs = np.array([9.0, 8.0, 1.0, 1.0, 1.0, 1.0, 2.0, 1.0])  # random split: 19 vs 5
+    plan = StepPlan.make(costs, 2, BalanceConfig(enabled=True))
+    assert plan.imbalance_before == pytest.approx(19 / 12)
+    loads = sorted(float(costs[p].sum()) for p in plan.parts)
+    assert loads == [12.0, 12.0] and plan.imbalance_after == 1.0
+    assert sorted(np.concatenate(plan.parts).tolist()) == list(range(8))
+    assert {p.size for p in plan.parts} == {4}
+
+
+def test_lpt_gives_unequal_counts():
+    costs = np.array([10.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    plan = StepPlan.make(costs, 2, BalanceConfig(enabled=True, method="lpt"))
+    assert sorted(p.size for p in plan.parts) == [2, 10]  # 10+1 and ten 1s
+    assert plan.imbalance_after == pytest.approx(11 / 10.5)
+
+
+def test_plan_is_deterministic_and_the_digest_tells_plans_apart():
+    config = BalanceConfig(enabled=True)
+    a, b = StepPlan.make(COSTS, 2, config), StepPlan.make(COSTS.copy(), 2, config)
+    assert a.digest == b.digest and len(a.digest) == 16
+    swapped = plan_digest([a.parts[1], a.parts[0]])
+    assert swapped != a.digest  # rank order counts
+    raw = partition(COSTS, 2)
+    assert [p.tolist() for p in a.parts] == raw
+
+
+def test_batch_digest_ignores_order_but_not_content():
+    assert batch_digest(np.array([5, 1, 3])) == batch_digest(np.array([3, 5, 1]))
+    assert batch_digest(np.array([5, 1, 3])) != batch_digest(np.array([5, 1, 4]))
+
+
+def test_loss_scale_makes_the_averaged_gradient_the_global_mean():
+    counts = np.array([1, 11])
+    grads = [np.full(n, float(r + 1)) for r, n in enumerate(counts)]  # per-sample gradients
+    scaled = [loss_scale(len(g), 12, 2) * g.mean() for g in grads]
+    assert np.mean(scaled) == pytest.approx(np.concatenate(grads).mean())
+    assert loss_scale(6, 12, 2) == 1.0
+    with pytest.raises(ValueError, match="num_global"):
+        loss_scale(1, 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("method", "best"), ("mode", "stream"), ("check_every", -1)]
+)
+def test_config_rejects_bad_fields(field, value):
+    with pytest.raises(ValueError, match=field):
+        BalanceConfig(**{field: value})
+
+
+def test_checks_at():
+    config = BalanceConfig(check_every=5)
+    assert [s for s in range(12) if config.checks_at(s)] == [0, 5, 10]
+    assert not BalanceConfig(check_every=0).checks_at(0)
