@@ -4,12 +4,14 @@ Modules (torch-free ones import without torch; names load lazily from them on fi
 
 - ``lengths``: ``LengthPreset``, ``PRESETS`` (lognormal / powerlaw / uniform). No torch.
 - ``data``: ``DataConfig``, ``SyntheticHistories``, ``Sample``, ``global_batches``,
-  ``random_split``. No torch (except ``SyntheticHistories.batch``).
+  ``random_split``, ``pack_sample`` / ``unpack_sample``. No torch (except
+  ``SyntheticHistories.batch``).
 - ``config``: ``ModelConfig`` and its presets, ``data_config_for``. No torch.
 - ``cost``: ``estimate_cost``, ``cost_coefficients``, ``CostCoefficients``. No torch.
 - ``batch``: ``Batch`` (torchrec KJTs), ``collate``.
 - ``model``: ``SeqRecModel`` (EBC + EC + HSTU blocks on jagged sequences).
 - ``sharding``: ``wrap_model`` (DMP), ``build_optimizer``.
+- ``inputs``: ``StepInputs``: each rank's batch per step, the random split or a balanced plan.
 - ``train``: the instrumented job, one process per rank (``python -m fsobs.workload.train``).
 - ``launch``: ``fsobs run``: starts the ranks with torchrun, no torch in this process.
 """

@@ -27,6 +27,8 @@ class Batch(Pipelineable):
     ``sparse_seq``: KJT with keys ``SEQ_KEYS``; ``item_seq`` and ``cat_seq`` are jagged by the
     per-sample history lengths, ``target_item`` has length 1.
     ``labels``: float32 [B]; ``sample_ids``: int64 [B] (dataset indices); ``lengths``: int64 [B].
+    ``loss_scale``: factor on the batch's mean loss (``optim.plan.loss_scale``; 1.0 with equal
+    sample counts per rank, where the multiplication is exact).
     """
 
     sparse_pooled: KeyedJaggedTensor
@@ -34,6 +36,7 @@ class Batch(Pipelineable):
     labels: torch.Tensor
     sample_ids: torch.Tensor
     lengths: torch.Tensor
+    loss_scale: float = 1.0
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         return Batch(
@@ -42,6 +45,7 @@ class Batch(Pipelineable):
             labels=self.labels.to(device, non_blocking=non_blocking),
             sample_ids=self.sample_ids.to(device, non_blocking=non_blocking),
             lengths=self.lengths.to(device, non_blocking=non_blocking),
+            loss_scale=self.loss_scale,
         )
 
     def record_stream(self, stream: torch.Stream) -> None:
@@ -57,6 +61,7 @@ class Batch(Pipelineable):
             labels=self.labels.pin_memory(),
             sample_ids=self.sample_ids.pin_memory(),
             lengths=self.lengths.pin_memory(),
+            loss_scale=self.loss_scale,
         )
 
     @property
@@ -75,7 +80,7 @@ def _kjt(keys: Sequence[str], columns: Sequence[Sequence[np.ndarray]]) -> KeyedJ
     )
 
 
-def collate(samples: Sequence[Sample]) -> Batch:
+def collate(samples: Sequence[Sample], loss_scale: float = 1.0) -> Batch:
     """Stack samples into a ``Batch`` (in the given order)."""
     if not samples:
         raise ValueError("samples: a batch needs at least one sample")
@@ -89,4 +94,5 @@ def collate(samples: Sequence[Sample]) -> Batch:
         labels=torch.tensor([s.label for s in samples], dtype=torch.float32),
         sample_ids=torch.tensor([s.index for s in samples], dtype=torch.int64),
         lengths=torch.tensor([s.length for s in samples], dtype=torch.int64),
+        loss_scale=float(loss_scale),
     )

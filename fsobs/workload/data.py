@@ -178,6 +178,39 @@ class SyntheticHistories:
         return np.resize(taste, _NUM_TASTE)  # repeats when there are fewer categories
 
 
+def pack_sample(sample: Sample) -> np.ndarray:
+    """``sample`` as one int64 row (what shuffle-mode balancing sends between ranks)::
+
+    [index, user_id, target_item, label, n_ctx, ctx_ids..., L, item_seq..., cat_seq...]
+    """
+    head = [
+        sample.index,
+        sample.user_id,
+        sample.target_item,
+        int(sample.label),
+        len(sample.ctx_ids),
+    ]
+    return np.concatenate(
+        [head, sample.ctx_ids, [sample.length], sample.item_seq, sample.cat_seq]
+    ).astype(np.int64)
+
+
+def unpack_sample(row: np.ndarray) -> Sample:
+    """The inverse of :func:`pack_sample`."""
+    n_ctx = int(row[4])
+    length = int(row[5 + n_ctx])
+    items = 6 + n_ctx
+    return Sample(
+        index=int(row[0]),
+        user_id=int(row[1]),
+        ctx_ids=row[5 : 5 + n_ctx].copy(),
+        item_seq=row[items : items + length].copy(),
+        cat_seq=row[items + length : items + 2 * length].copy(),
+        target_item=int(row[2]),
+        label=float(row[3]),
+    )
+
+
 def global_batches(
     num_samples: int, global_batch_size: int, num_steps: int, seed: int
 ) -> list[np.ndarray]:

@@ -161,4 +161,9 @@ class SeqRecModel(nn.Module):
         self.tower = SequenceTower(cfg)
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.tower(self.ebc(batch.sparse_pooled), self.ec(batch.sparse_seq), batch.labels)
+        loss, logits = self.tower(
+            self.ebc(batch.sparse_pooled), self.ec(batch.sparse_seq), batch.labels
+        )
+        # Unequal sample counts per rank (optim.plan.loss_scale); x 1.0 otherwise, which is exact.
+        # (No branch: TrainPipelineSparseDist fx-traces this method.)
+        return loss * batch.loss_scale, logits

@@ -4,7 +4,8 @@
         -m fsobs.workload.train --out runs/a --steps 20 --model-size small
 
 Every rank builds the same dataset and global batches (same seed), takes its random-split share
-of each step's global batch, and trains ``SeqRecModel`` under torchrec DMP with
+of each step's global batch (or, with ``--balance``, its part of a cost-balanced plan:
+``fsobs.workload.inputs``), and trains ``SeqRecModel`` under torchrec DMP with
 ``TrainPipelineSparseDist`` (gloo on CPU, nccl on GPU). It writes the run format of DESIGN §3:
 ``rank<R>.trace.json.gz`` (torch.profiler), ``steps.rank<R>.jsonl`` (what data each step got,
 its estimated cost and wall-clock bounds) and, from rank 0, ``run.json``.
@@ -33,11 +34,14 @@ from fsobs.collect.runmeta import build_run_meta, write_run_json
 from fsobs.collect.sidecar import SidecarWriter
 from fsobs.workload.batch import Batch
 from fsobs.workload.config import ModelConfig, data_config_for
-from fsobs.workload.cost import estimate_cost
-from fsobs.workload.data import SyntheticHistories, global_batches, random_split
+from fsobs.workload.cost import cost_coefficients
+from fsobs.workload.data import SyntheticHistories, global_batches
+from fsobs.workload.inputs import StepInput, StepInputs
 from fsobs.workload.lengths import PRESETS
 from fsobs.workload.model import SeqRecModel
 from fsobs.workload.sharding import build_optimizer, wrap_model
+from optim.balance import METHODS, CostModel
+from optim.plan import MODES, BalanceConfig
 
 TOGGLES = ("balance", "priority_overlap", "sm_free")
 FAIL_ENV = "FSOBS_FAIL_AT_STEP"  # fault injection for tests: "RANK:STEP" exits that rank there
@@ -61,6 +65,14 @@ class JobConfig:
     profile_repeat: int = 1
     record_shapes: bool = False
     """Input shapes in the trace (gives gloo collectives their sizes; costs step time on CPU)."""
+    balance: bool = False
+    """The ``balance`` toggle (``optim.plan``): cost-balanced samples across ranks."""
+    balance_method: str = "kk"
+    balance_mode: str = "plan"
+    cost_model: Path | None = None
+    """A JSON cost model (``fsobs fit-cost``); default: the analytic one of the model shape."""
+    save_params: bool = False
+    """Write each rank's final parameters to ``params.rank<R>.pt`` (for equivalence tests)."""
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -71,6 +83,19 @@ class JobConfig:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        _ = self.balance_config  # raises ValueError on an unknown method or mode
+
+    @property
+    def balance_config(self) -> BalanceConfig:
+        return BalanceConfig(
+            enabled=self.balance, method=self.balance_method, mode=self.balance_mode
+        )
+
+    def load_cost_model(self, model_cfg: ModelConfig) -> CostModel:
+        if self.cost_model is not None:
+            return CostModel.from_json(self.cost_model)
+        coef = cost_coefficients(model_cfg)
+        return CostModel(c0=coef.c0, a=coef.a, b=coef.b)
 
     @property
     def profiler(self) -> ProfilerConfig:
@@ -107,32 +132,48 @@ def train(job: JobConfig, device: torch.device) -> None:
     data = SyntheticHistories(
         data_config_for(model_cfg, preset=job.preset, num_samples=job.num_samples, seed=job.seed)
     )
-    shares = [
-        random_split(g, world_size, rank)
-        for g in global_batches(len(data), job.batch_size * world_size, job.steps, job.seed)
-    ]
     if rank == 0:
         write_run_json(job.out, _meta(job, world_size, device, [], "incomplete", "running"))
+    # Balancing exchanges CPU tensors: its own gloo group (also off the embedding all-to-all).
+    group = dist.new_group(backend="gloo") if job.balance else None
+    inputs = StepInputs(
+        data,
+        global_batches(len(data), job.batch_size * world_size, job.steps, job.seed),
+        job.load_cost_model(model_cfg),
+        job.balance_config,
+        group,
+    )
     dmp = wrap_model(SeqRecModel(model_cfg, device="meta"), dist.GroupMember.WORLD, device)
     pipeline = TrainPipelineSparseDist(dmp, build_optimizer(dmp), device)
-    made: list[Batch] = []  # the batches the pipeline has taken, to score its outputs
-    batches = _recorded((data.batch(share) for share in shares), made)
+    made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
+    batches = _recorded(iter(inputs), made)
     fail = _fail_step(rank)
     with (
         StepProfiler(job.out, rank, job.profiler, enabled=job.profile) as profiler,
         SidecarWriter(job.out, rank) as sidecar,
     ):
-        for step, share in enumerate(shares):
+        for step in range(job.steps):
             if step == fail:
                 os._exit(3)  # simulated crash: no clean-up, as after a kill
             start = time.time_ns()
             logits = pipeline.progress(batches)  # trains batch ``step``, returns its logits
             end = time.time_ns()
-            loss = F.binary_cross_entropy_with_logits(logits.cpu(), made[step].labels.cpu())
-            lengths = data.lengths[share]
-            cost = float(estimate_cost(lengths, model_cfg).sum())
-            sidecar.write(step, lengths, cost, start, end, loss=float(loss))
+            batch, info = made[step]
+            loss = F.binary_cross_entropy_with_logits(logits.cpu(), batch.labels.cpu())
+            sidecar.write(
+                step,
+                info.lengths,
+                info.est_cost,
+                start,
+                end,
+                loss=float(loss),
+                imbalance_before=info.imbalance_before,
+                imbalance_after=info.imbalance_after,
+                batch_digest=info.batch_digest,
+            )
             profiler.step()
+    if job.save_params:
+        torch.save(local_state(dmp), job.out / f"params.rank{rank}.pt")
     hosts: list[str] = [""] * world_size
     dist.all_gather_object(hosts, socket.gethostname())
     dist.barrier()  # every rank has closed its trace and sidecar
@@ -141,10 +182,26 @@ def train(job: JobConfig, device: torch.device) -> None:
         write_run_json(job.out, meta)
 
 
-def _recorded(batches: Iterator[Batch], made: list[Batch]) -> Iterator[Batch]:
-    for batch in batches:
-        made.append(batch)
+def _recorded(
+    inputs: Iterator[tuple[Batch, StepInput]], made: list[tuple[Batch, StepInput]]
+) -> Iterator[Batch]:
+    for batch, info in inputs:
+        made.append((batch, info))
         yield batch
+
+
+def local_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """This rank's part of ``module``'s state: plain tensors as they are, sharded ones as the
+    concatenation of their local shards (empty when the rank holds none)."""
+    out = {}
+    for name, value in module.state_dict().items():
+        shards = getattr(value, "local_shards", None)
+        if callable(shards):
+            local = [s.tensor.detach().flatten() for s in shards()]
+            out[name] = torch.cat(local) if local else torch.empty(0)
+        elif isinstance(value, torch.Tensor):
+            out[name] = value.detach().clone()
+    return out
 
 
 def _meta(
@@ -156,6 +213,7 @@ def _meta(
     reason: str | None,
 ) -> dict[str, object]:
     workload = {k: v for k, v in asdict(job).items() if k != "out"}
+    workload["cost_model"] = str(job.cost_model) if job.cost_model else "analytic"
     ranks = list(range(world_size)) if status == "complete" else []
     return build_run_meta(
         name=job.out.name,
@@ -164,7 +222,10 @@ def _meta(
         device=device.type,
         hosts=hosts,
         workload=workload,
-        toggles={name: {"requested": False, "applied": False, "reason": None} for name in TOGGLES},
+        toggles={
+            name: {"requested": on, "applied": on, "reason": None}
+            for name, on in zip(TOGGLES, (job.balance, False, False), strict=True)
+        },
         ranks_present=ranks,
         status=status,
         reason=reason,
@@ -192,6 +253,11 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
     p.add_argument("--profile-active", type=int, default=None)
     p.add_argument("--profile-repeat", type=int, default=1)
     p.add_argument("--record-shapes", action="store_true")
+    p.add_argument("--balance", action="store_true")
+    p.add_argument("--balance-method", default="kk", choices=list(METHODS))
+    p.add_argument("--balance-mode", default="plan", choices=list(MODES))
+    p.add_argument("--cost-model", type=Path, default=None)
+    p.add_argument("--save-params", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     return JobConfig(**vars(args))
 

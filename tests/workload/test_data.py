@@ -158,3 +158,20 @@ def test_data_modules_import_without_torch():
         "assert 'torchrec' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pack_unpack_round_trip():
+    from fsobs.workload.data import pack_sample, unpack_sample
+
+    data = SyntheticHistories(DataConfig(num_samples=50, seed=3))
+    for index in (0, 7, 49):
+        sample = data.sample(index)
+        back = unpack_sample(pack_sample(sample))
+        assert (back.index, back.user_id, back.target_item, back.label) == (
+            sample.index,
+            sample.user_id,
+            sample.target_item,
+            sample.label,
+        )
+        for field in ("ctx_ids", "item_seq", "cat_seq"):
+            assert np.array_equal(getattr(back, field), getattr(sample, field))
