@@ -1,0 +1,104 @@
+"""Bubbles: where one run's step time goes (DESIGN §5), rank by rank and step by step."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import figures
+from dashboard.cache import first_with_data, load, runs
+from dashboard.tables import lateness_frame, timeline_frame
+from dashboard.widgets import (
+    chart,
+    current_store,
+    kpi_metrics,
+    pick_run,
+    run_header,
+    stop,
+    stop_on_error,
+    stop_without_runs,
+)
+from fsobs import Analysis
+from fsobs.report import findings
+
+
+def _overview(analysis: Analysis) -> None:
+    for line in findings(analysis):
+        st.markdown(f"- {line}")
+    kpi_metrics(analysis.summary)
+    chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
+    chart(figures.straggler_wait_heatmap(analysis.steps), "wait_heatmap")
+
+
+def _timeline(analysis: Analysis) -> None:
+    steps = analysis.run.steps
+    step = (
+        st.select_slider("Step", options=steps, key="timeline_step") if len(steps) > 1 else steps[0]
+    )
+    frame = timeline_frame(analysis.bubbles, step, analysis.collectives.offsets_ns)
+    chart(figures.step_timeline(frame, step), "timeline")
+
+
+def _stragglers(analysis: Analysis) -> None:
+    strag = analysis.stragglers
+    if strag.per_step.empty:
+        st.info("No collective matched across ranks: no straggler to name.")
+        return
+    st.markdown(
+        f"Verdict: **{strag.verdict}** — rank {strag.culprit} is the most frequent straggler."
+    )
+    chart(figures.straggler_steps(strag.per_step), "straggler_steps")
+    st.dataframe(strag.per_rank, hide_index=True)
+
+
+def _attribution(analysis: Analysis) -> None:
+    attr = analysis.attribution
+    if attr is None:
+        st.info("No step sidecar (steps.rank<R>.jsonl): the input data cannot be checked.")
+        return
+    left, middle, right = st.columns(3)
+    left.metric("Wait explained by the data", f"{attr.explained_wait_share:.0%}")
+    middle.metric("Cost vs lateness (Spearman)", f"{attr.rank_correlation:.2f}")
+    right.metric("Cost from", attr.cost_source)
+    lateness = lateness_frame(analysis)
+    if lateness is not None and not lateness.empty:
+        chart(figures.data_attribution(lateness, attr.cost_source), "attribution")
+    st.dataframe(attr.per_step, hide_index=True)
+
+
+def _hta(analysis: Analysis) -> None:
+    hta = analysis.hta
+    if hta is None:
+        st.info("HTA's GPU metrics do not apply: this run has no GPU events.")
+        return
+    st.caption("Computed by fsobs with HolisticTraceAnalysis 0.5.0's rules (same numbers).")
+    chart(figures.hta_temporal_breakdown(hta.temporal_breakdown), "hta_temporal")
+    st.markdown("**Temporal breakdown (µs)**")
+    st.dataframe(hta.temporal_breakdown, hide_index=True)
+    st.markdown("**Communication / computation overlap**")
+    st.dataframe(hta.comm_comp_overlap, hide_index=True)
+    st.markdown("**Idle time by stream (µs)**")
+    st.dataframe(hta.idle_time_breakdown, hide_index=True)
+
+
+def render() -> None:
+    """The page."""
+    st.title("Bubbles")
+    store = current_store()
+    entries = runs(store)
+    stop_without_runs(entries)
+    entry = pick_run("Run", "run", entries, first_with_data(store, entries))
+    loaded = load(store, entry)
+    if loaded.analysis is None:
+        stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")
+    analysis = loaded.analysis
+    run_header(entry, analysis)
+    if analysis.steps.empty:
+        stop("No step was recorded on every rank (no ProfilerStep): no bubble breakdown.")
+    _overview(analysis)
+    tabs = st.tabs(["Step timeline", "Stragglers", "Data attribution", "HTA tables"])
+    for tab, section in zip(tabs, (_timeline, _stragglers, _attribution, _hta), strict=True):
+        with tab:
+            section(analysis)
+
+
+render()

@@ -1,0 +1,128 @@
+"""Compare: a test run against a control run (bubble reduction, DESIGN §5)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import streamlit as st
+
+from dashboard import figures
+from dashboard.cache import Loaded, comparison, first_with_data, load, runs, trace_diff
+from dashboard.tracediff import change_counts
+from dashboard.widgets import chart, current_store, pick_run, stop_without_runs
+from fsobs.analysis.compare import Comparison
+
+HEADLINE = (
+    ("bubble_ratio", "Bubble ratio", "{:.1%}", "{:+.1%}"),
+    ("bubble_ms_per_step", "Bubble / step", "{:.2f} ms", "{:+.2f} ms"),
+    ("step_time_ms_p50", "Step time p50", "{:.2f} ms", "{:+.2f} ms"),
+)
+
+
+def _fmt(template: str, value: float) -> str:
+    return "n/a" if value is None or math.isnan(value) else template.format(value)
+
+
+def _headline(comp: Comparison) -> None:
+    columns = st.columns(len(HEADLINE) + 1)
+    lo, hi = comp.bubble_reduction_ci
+    columns[0].metric(
+        "Bubble reduction",
+        _fmt("{:.1%}", comp.bubble_reduction),
+        help=f"{comp.confidence:.0%} bootstrap interval over steps",
+    )
+    columns[0].caption(f"{comp.confidence:.0%} CI: {_fmt('{:.1%}', lo)} to {_fmt('{:.1%}', hi)}")
+    for column, (key, label, value_fmt, delta_fmt) in zip(columns[1:], HEADLINE, strict=True):
+        row = comp.kpis.loc[key]
+        column.metric(
+            label,
+            _fmt(value_fmt, row["test"]),
+            delta=_fmt(delta_fmt, row["delta"]),
+            delta_color="inverse",
+        )
+    st.dataframe(comp.kpis, column_config={"kpi": "KPI"})
+
+
+def _warnings(comp: Comparison) -> None:
+    for warning in comp.warnings:
+        st.warning(warning)
+    if comp.same_batches:
+        st.success("Both runs trained on the same global batches.")
+
+
+def _deltas(comp: Comparison, control: Loaded, test: Loaded) -> None:
+    chart(
+        figures.bubble_reduction(comp.bubble_reduction, comp.bubble_reduction_ci, comp.by_class),
+        "reduction",
+    )
+    assert control.analysis is not None and test.analysis is not None
+    chart(figures.class_means(control.analysis.steps, test.analysis.steps), "class_means")
+    chart(figures.per_rank_delta(comp.per_rank), "per_rank")
+    with st.expander("Per-rank table (ms per step)"):
+        st.dataframe(comp.per_rank, hide_index=True)
+    chart(figures.step_time_distribution(comp.step_times), "step_times")
+
+
+def _first_rank_file(loaded: Loaded) -> tuple[str, int, tuple]:
+    assert loaded.analysis is not None
+    run = loaded.analysis.run
+    rank = run.rank_ids[0]
+    return (str(Path(run[rank].path)), rank, loaded.entry.signature)
+
+
+def _op_diff(control: Loaded, test: Loaded) -> None:
+    st.subheader("Op diff (HTA TraceDiff)")
+    assert control.analysis is not None and test.analysis is not None
+    gpu = control.analysis.run.device == "gpu" and test.analysis.run.device == "gpu"
+    if not gpu:
+        st.info(
+            "HTA's TraceDiff applies to GPU traces only; for these runs the same table is "
+            "computed by fsobs from its own events."
+        )
+    if not st.checkbox("Compute the op diff (HTA parsing takes a while)", key="op_diff"):
+        return
+    diff = trace_diff(_first_rank_file(control), _first_rank_file(test), use_hta=gpu)
+    st.caption(f"Source: {diff.source}; {diff.note}.")
+    columns = st.columns(5)
+    for column, (kind, count) in zip(columns, change_counts(diff.table).items(), strict=True):
+        column.metric(f"ops {kind}", count)
+    if not diff.table.empty:
+        chart(figures.op_diff_top(diff.table), "op_diff_chart")
+    st.dataframe(diff.table)
+
+
+def render() -> None:
+    """The page."""
+    st.title("Compare")
+    store = current_store()
+    entries = runs(store)
+    stop_without_runs(entries)
+    left, right = st.columns(2)
+    with left:
+        control = pick_run("Control", "control", entries, first_with_data(store, entries))
+    with right:
+        default_test = first_with_data(store, entries, skip=control.run_id)
+        test = pick_run("Test", "test", entries, default_test)
+    loaded = (load(store, control), load(store, test))
+    for role, item in zip(("control", "test"), loaded, strict=True):
+        if item.error is not None:
+            st.error(f"Cannot analyze the {role} run {item.entry.run_id}: {item.error}")
+    if loaded[0].analysis is None or loaded[1].analysis is None:
+        st.stop()
+    if control.run_id == test.run_id:
+        st.info("Control and test are the same run: pick two different runs.")
+    key = str(store)
+    comp = comparison(
+        key,
+        (control.run_id, control.signature),
+        (test.run_id, test.signature),
+        (loaded[0].analysis, loaded[1].analysis),
+    )
+    _warnings(comp)
+    _headline(comp)
+    _deltas(comp, *loaded)
+    _op_diff(*loaded)
+
+
+render()

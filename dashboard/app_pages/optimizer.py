@@ -1,0 +1,121 @@
+"""Optimizer: the cost model fitted on a run, and the balance plan of one logged batch."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import figures
+from dashboard.balance_plan import (
+    UNTRAINED,
+    CostChoice,
+    balance_plan,
+    default_model,
+    stored_cost_model,
+)
+from dashboard.cache import cost_fit, first_with_data, load, runs, step_lengths
+from dashboard.store import RunEntry
+from dashboard.tables import has_data, imbalance_steps
+from dashboard.widgets import (
+    chart,
+    current_store,
+    pick_run,
+    run_header,
+    stop,
+    stop_on_error,
+    stop_without_runs,
+)
+from fsobs import Analysis
+from optim.balance import METHODS
+
+
+def _has_sidecar(analysis: Analysis | None) -> bool:
+    return has_data(analysis) and analysis is not None and analysis.run.sidecar is not None
+
+
+def _fit_section(entry: RunEntry, analysis: Analysis) -> CostChoice | None:
+    st.subheader("Cost model fit")
+    fit, error = cost_fit(str(current_store()), entry.run_id, entry.signature, analysis)
+    if fit is None:
+        st.info(f"No cost model fitted: {error}")
+        return None
+    model = fit.model
+    columns = st.columns(4)
+    columns[0].metric("R²", f"{fit.r2:.3f}")
+    columns[1].metric("RMSE", f"{fit.rmse_ms:.3f} ms")
+    columns[2].metric("Points (rank, step)", fit.n_points)
+    columns[3].metric("Model", "c0 + a·L + b·L²")
+    st.caption(
+        f"c(L) = {model.c0:.4g} + {model.a:.4g}·L + {model.b:.4g}·L² (ns of busy time per sample)"
+    )
+    chart(figures.cost_fit(fit.points), "cost_fit")
+    if model.c0 == model.a == model.b == 0:
+        st.warning("The fitted model is zero (busy time does not grow with the lengths here).")
+        return None
+    return CostChoice(model, "fitted on this run")
+
+
+def _cost_choices(entry: RunEntry, fitted: CostChoice | None) -> list[CostChoice]:
+    stored, problem = stored_cost_model(entry.path)
+    if problem is not None:
+        st.warning(f"cost_model.json is unusable: {problem}")
+    found = [c for c in (fitted, stored) if c is not None]
+    return [*found, default_model()]
+
+
+def _plan_section(entry: RunEntry, analysis: Analysis, choices: list[CostChoice]) -> None:
+    st.subheader("Balance plan of one batch")
+    sidecar = analysis.run.sidecar
+    if sidecar is None or sidecar.empty:
+        st.info("No step sidecar (steps.rank<R>.jsonl): no logged batch to plan.")
+        return
+    left, middle, right = st.columns(3)
+    steps = sorted(int(s) for s in sidecar["step"].unique())
+    step = left.selectbox("Step", steps, key="plan_step")
+    method = middle.selectbox("Partitioner", METHODS, key="method")
+    sources = [c.source for c in choices]
+    source = right.selectbox("Cost model", sources, key="cost_source")
+    choice = choices[sources.index(source)]
+    if choice.source == UNTRAINED:
+        st.caption("Untrained default cost model: relative costs only.")
+    lengths = step_lengths(str(entry.path), entry.signature, step)
+    if not lengths:
+        st.info(f"The sidecars of step {step} carry only length sums, no per-sample lengths.")
+        return
+    plan = balance_plan(lengths, choice.model, method)
+    columns = st.columns(3)
+    columns[0].metric("Imbalance before (max / mean)", f"{plan.imbalance_before:.3f}")
+    columns[1].metric(f"Imbalance after ({method})", f"{plan.imbalance_after:.3f}")
+    columns[2].metric("Samples in the batch", int(plan.per_rank["samples_before"].sum()))
+    if not plan.equal_size:
+        st.caption("The samples do not divide evenly over the ranks: unequal counts allowed.")
+    chart(figures.balance_bars(plan.per_rank), "balance")
+    st.dataframe(plan.per_rank, hide_index=True)
+
+
+def _logged_imbalance(analysis: Analysis) -> None:
+    frame = imbalance_steps(analysis.run.sidecar)
+    if frame is not None:
+        st.subheader("Imbalance logged by the job")
+        chart(figures.imbalance_over_steps(frame), "imbalance_steps")
+
+
+def render() -> None:
+    """The page."""
+    st.title("Optimizer")
+    store = current_store()
+    entries = runs(store)
+    stop_without_runs(entries)
+    entry = pick_run("Run", "run", entries, first_with_data(store, entries, want=_has_sidecar))
+    loaded = load(store, entry)
+    if loaded.analysis is None:
+        stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")
+    analysis = loaded.analysis
+    run_header(entry, analysis)
+    if analysis.run.sidecar is None:
+        stop("This run has no step sidecars (steps.rank<R>.jsonl): nothing to fit or plan.")
+    fitted = _fit_section(entry, analysis)
+    _plan_section(entry, analysis, _cost_choices(entry, fitted))
+    _logged_imbalance(analysis)
+
+
+render()

@@ -1,0 +1,94 @@
+"""Runs: the stored runs with their key facts, and the upload of a new run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from dashboard.cache import AUTO_ANALYZE_BYTES, facts, runs
+from dashboard.upload import MAX_UPLOAD_BYTES, UploadError, store_upload
+from dashboard.widgets import current_store
+
+RESULT_KEY = "upload_result"
+
+
+def _store_upload(store: Path) -> None:
+    """Button callback: store the uploaded files (runs before the page, so the table shows it)."""
+    files = st.session_state.get("upload_files") or []
+    for file in files:
+        file.seek(0)
+    name = (st.session_state.get("upload_name") or "").strip() or None
+    try:
+        stored = store_upload(store, [(f.name, f) for f in files], name)
+    except UploadError as exc:
+        st.session_state[RESULT_KEY] = ("error", f"Upload refused: {exc}")
+        return
+    message = f"Stored as `{stored.run_id}`: {', '.join(stored.files)}."
+    if stored.skipped:
+        message += f" Skipped (not run files): {', '.join(stored.skipped[:10])}."
+    st.session_state[RESULT_KEY] = ("success", message)
+
+
+def _runs_table(store: Path) -> list[str]:
+    entries = runs(store)
+    if not entries:
+        st.info(f"No run in the store yet ({store}). Upload one below.")
+        return []
+    rows = [facts(store, e, analyze=e.trace_bytes <= AUTO_ANALYZE_BYTES) for e in entries]
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        column_config={
+            "bubble ratio": st.column_config.NumberColumn(format="percent"),
+            "simulated": st.column_config.CheckboxColumn(),
+        },
+    )
+    return [e.run_id for e in entries]
+
+
+def _open_links(ids: list[str]) -> None:
+    run_id = st.selectbox("Open a run", ids, key="open_run")
+    left, middle, right = st.columns(3)
+    left.page_link("app_pages/bubbles.py", label="Bubbles", query_params={"run": run_id})
+    middle.page_link("app_pages/optimizer.py", label="Optimizer", query_params={"run": run_id})
+    right.page_link(
+        "app_pages/compare.py", label="Compare (as control)", query_params={"control": run_id}
+    )
+
+
+def _upload_form(store: Path) -> None:
+    st.subheader("Upload a run")
+    st.caption(
+        "Several trace files (one `*.json` / `*.json.gz` per rank, plus optional `run.json` and "
+        "`steps.rank<R>.jsonl`) or one `.zip` / `.tar.gz` archive of them, "
+        f"at most {MAX_UPLOAD_BYTES // 2**20} MiB uncompressed. It is validated with fsobs and "
+        "stored under `uploads/`; an existing run is never overwritten."
+    )
+    st.file_uploader(
+        "Trace files or one archive",
+        accept_multiple_files=True,
+        key="upload_files",
+        max_upload_size=MAX_UPLOAD_BYTES // 2**20,
+    )
+    st.text_input("Run name (optional)", key="upload_name", max_chars=64)
+    st.button("Store the run", key="upload_store", on_click=_store_upload, args=(store,))
+    result = st.session_state.get(RESULT_KEY)
+    if result is not None:
+        kind, message = result
+        (st.success if kind == "success" else st.error)(message)
+
+
+def render() -> None:
+    """The page."""
+    st.title("Runs")
+    store = current_store()
+    st.caption(f"Run store: `{store}`")
+    ids = _runs_table(store)
+    if ids:
+        _open_links(ids)
+    _upload_form(store)
+
+
+render()

@@ -1,0 +1,136 @@
+"""Cached access to the store's analyses: every run is parsed once per content signature.
+
+``st.cache_resource`` keeps the :class:`fsobs.Analysis` objects themselves (no copy per page
+switch, so pages must treat them as read-only), keyed on the store, the run id and the
+(name, mtime, size) signature of the run's files: editing or replacing a file re-parses the run,
+switching pages does not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+from dashboard.store import RunEntry, Signature, list_runs
+from dashboard.tables import has_data, run_facts
+from dashboard.tracediff import OpDiff, op_diff
+from fsobs import Analysis, FsobsError, analyze_path
+from fsobs.analysis.compare import Comparison, compare
+from fsobs.analysis.costfit import CostFit, fit_cost
+from fsobs.trace.sidecar import read_step_lengths
+
+Pair = tuple[Analysis, Analysis]
+
+logger = logging.getLogger(__name__)
+
+AUTO_ANALYZE_BYTES = 64 * 10**6
+"""The runs table analyzes runs up to this size on disk by itself; bigger ones when opened."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A run and its analysis, or the one-line reason it could not be analyzed."""
+
+    entry: RunEntry
+    analysis: Analysis | None
+    error: str | None
+
+
+def runs(store: Path) -> list[RunEntry]:
+    """The store's runs (a directory scan: cheap, done on every rerun so uploads show up)."""
+    return list_runs(store)
+
+
+def load(store: Path, entry: RunEntry) -> Loaded:
+    """The analysis of one run (parsed at most once per signature)."""
+    analysis, error = _analyze(str(store), entry.run_id, entry.signature)
+    return Loaded(entry, analysis, error)
+
+
+def facts(store: Path, entry: RunEntry, *, analyze: bool) -> dict[str, Any]:
+    """The runs-table row; the analysis is run only if ``analyze`` or it was already done."""
+    key = (str(store), entry.run_id, entry.signature)
+    if analyze or key in _done():
+        loaded = load(store, entry)
+        return run_facts(entry, loaded.analysis, loaded.error)
+    return run_facts(entry, None, "not analyzed yet (large): open it on the Bubbles page")
+
+
+def first_with_data(
+    store: Path,
+    entries: Sequence[RunEntry],
+    *,
+    skip: str | None = None,
+    want: Callable[[Analysis | None], bool] = has_data,
+) -> str:
+    """The id of the first run (other than ``skip``) whose analysis satisfies ``want`` (by
+    default: analyzes with at least one step); else the first run with data, else the first."""
+    for check in (want, has_data):
+        for entry in entries:
+            if entry.run_id != skip and check(load(store, entry).analysis):
+                return entry.run_id
+    return next((e.run_id for e in entries if e.run_id != skip), entries[0].run_id)
+
+
+@st.cache_resource(max_entries=32, show_spinner="Parsing the run's traces...")
+def _analyze(store: str, run_id: str, signature: Signature) -> tuple[Analysis | None, str | None]:
+    path = Path(store) / run_id
+    try:
+        analysis = analyze_path(path)
+    except FsobsError as exc:
+        return None, _relative(str(exc), store)
+    except Exception as exc:  # a bug must not take the whole app down: report it on the page
+        logger.exception("analysis of %s failed", path)
+        return None, f"unexpected error while analyzing ({type(exc).__name__}): {exc}"
+    finally:
+        _done().add((store, run_id, signature))
+    return analysis, None
+
+
+@st.cache_resource
+def _done() -> set[tuple[str, str, Signature]]:
+    """Keys analyzed so far in this server (lets the runs table show big runs once opened)."""
+    return set()
+
+
+def _relative(message: str, store: str) -> str:
+    return message.replace(f"{store}/", "")
+
+
+@st.cache_data(max_entries=8, show_spinner="Comparing the ops of both runs...")
+def trace_diff(
+    control: tuple[str, int, Signature], test: tuple[str, int, Signature], use_hta: bool
+) -> OpDiff:
+    """The op diff of the first rank of two runs (file path, rank, signature for the cache key)."""
+    return op_diff((Path(control[0]), control[1]), (Path(test[0]), test[1]), use_hta=use_hta)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def comparison(
+    store: str, control: tuple[str, Signature], test: tuple[str, Signature], _loaded: Pair
+) -> Comparison:
+    """:func:`fsobs.analysis.compare.compare` of two loaded runs (keyed on ids + signatures)."""
+    return compare(_loaded[0], _loaded[1])
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def cost_fit(
+    store: str, run_id: str, signature: Signature, _analysis: Analysis
+) -> tuple[CostFit | None, str | None]:
+    """The cost model fitted on a run, or the one-line reason it cannot be fitted."""
+    try:
+        return fit_cost(_analysis), None
+    except FsobsError as exc:
+        return None, _relative(str(exc), store)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def step_lengths(run_dir: str, signature: Signature, step: int) -> dict[int, np.ndarray]:
+    """Per rank, the per-sample lengths the sidecars logged for ``step``."""
+    return read_step_lengths(Path(run_dir), step)

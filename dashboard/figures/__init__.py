@@ -1,0 +1,39 @@
+"""Plotly figures as plain functions: DataFrames (or dicts) in, ``go.Figure`` out, each titled.
+
+No Streamlit here, so every figure is tested on its trace data
+(``tests/dashboard/test_figures.py``).
+"""
+
+from dashboard.figures.bubbles import (
+    bubble_classes_by_rank,
+    data_attribution,
+    hta_temporal_breakdown,
+    step_timeline,
+    straggler_steps,
+    straggler_wait_heatmap,
+)
+from dashboard.figures.compare import (
+    bubble_reduction,
+    class_means,
+    op_diff_top,
+    per_rank_delta,
+    step_time_distribution,
+)
+from dashboard.figures.optimizer import balance_bars, cost_fit, imbalance_over_steps
+
+__all__ = [
+    "balance_bars",
+    "bubble_classes_by_rank",
+    "bubble_reduction",
+    "class_means",
+    "cost_fit",
+    "data_attribution",
+    "hta_temporal_breakdown",
+    "imbalance_over_steps",
+    "op_diff_top",
+    "per_rank_delta",
+    "step_time_distribution",
+    "step_timeline",
+    "straggler_steps",
+    "straggler_wait_heatmap",
+]

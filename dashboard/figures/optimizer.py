@@ -1,0 +1,96 @@
+"""Figures of the optimizer page: cost-model fit and balance plan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboard.figures._style import CONTROL_COLOR, TEST_COLOR, finish
+
+
+def cost_fit(points: pd.DataFrame) -> go.Figure:
+    """Measured against predicted busy ms per (rank, step), with the y = x line
+    (``CostFit.points``)."""
+    measured = points["measured_ms"].to_numpy(dtype=float)
+    predicted = points["predicted_ms"].to_numpy(dtype=float)
+    top = float(max(measured.max(), predicted.max())) if len(points) else 1.0
+    fig = go.Figure(
+        [
+            go.Scatter(
+                name="(rank, step)",
+                x=predicted,
+                y=measured,
+                mode="markers",
+                customdata=points[["rank", "step"]].to_numpy(),
+                hovertemplate="rank %{customdata[0]}, step %{customdata[1]}: "
+                "predicted %{x:.3f} ms, measured %{y:.3f} ms<extra></extra>",
+            ),
+            go.Scatter(
+                name="measured = predicted",
+                x=[0.0, top],
+                y=[0.0, top],
+                mode="lines",
+                line={"dash": "dash", "color": "#888888"},
+            ),
+        ]
+    )
+    return finish(
+        fig, "Cost model: measured against predicted busy time", "predicted ms", "measured ms"
+    )
+
+
+def balance_bars(per_rank: pd.DataFrame) -> go.Figure:
+    """Per-rank cost before and after balancing, with the mean as a dotted line
+    (``BalancePlan.per_rank``)."""
+    ranks = [str(r) for r in per_rank["rank"]]
+    mean = float(np.mean(per_rank["cost_before"])) if len(per_rank) else 0.0
+    fig = go.Figure(
+        [
+            go.Bar(
+                name="before (job's split)",
+                x=ranks,
+                y=per_rank["cost_before"].to_numpy(),
+                marker_color=CONTROL_COLOR,
+            ),
+            go.Bar(
+                name="after (balanced)",
+                x=ranks,
+                y=per_rank["cost_after"].to_numpy(),
+                marker_color=TEST_COLOR,
+            ),
+        ]
+    )
+    fig.add_hline(y=mean, line_dash="dot", annotation_text="mean")
+    return finish(
+        fig,
+        "Per-rank cost of the batch, before and after",
+        "rank",
+        "estimated cost",
+        barmode="group",
+        xaxis_type="category",
+    )
+
+
+def imbalance_over_steps(imbalance: pd.DataFrame) -> go.Figure:
+    """The imbalance (max / mean cost) the job logged per step: random split against the split
+    used (``step, imbalance_before, imbalance_after``)."""
+    fig = go.Figure(
+        [
+            go.Scatter(
+                name="random split",
+                x=imbalance["step"].to_numpy(),
+                y=imbalance["imbalance_before"].to_numpy(),
+                mode="lines+markers",
+                marker_color=CONTROL_COLOR,
+            ),
+            go.Scatter(
+                name="split used",
+                x=imbalance["step"].to_numpy(),
+                y=imbalance["imbalance_after"].to_numpy(),
+                mode="lines+markers",
+                marker_color=TEST_COLOR,
+            ),
+        ]
+    )
+    return finish(fig, "Imbalance per step (max / mean rank cost)", "step", "imbalance")

@@ -1,0 +1,165 @@
+"""The run store: where the dashboard finds runs (plain functions, no Streamlit).
+
+The store is one directory (default ``traces`` in the current directory), chosen by
+``--store DIR`` after ``--`` on the ``streamlit run`` command line, else by the ``FSOBS_STORE``
+environment variable. A **run** is a directory inside it, at most :data:`MAX_DEPTH` levels down,
+that holds a ``run.json`` or Kineto trace files (``*.json``, ``*.json.gz`` other than ``run.json``
+and ``cost_model.json``). Its **id** is its path relative to the store with ``/`` separators.
+Hidden directories (``.name``, e.g. an upload being validated) and symbolic links are skipped, so
+the app only ever opens what lies inside the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STORE_ENV = "FSOBS_STORE"
+DEFAULT_STORE = "traces"
+MAX_DEPTH = 3
+RUN_META = "run.json"
+COST_MODEL = "cost_model.json"
+_NOT_TRACES = frozenset({RUN_META, COST_MODEL})
+
+Signature = tuple[tuple[str, int, int], ...]
+"""(file name, mtime ns, size) of every file of a run: changes whenever a file does."""
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run of the store, as found on disk (nothing parsed but ``run.json``)."""
+
+    run_id: str
+    path: Path
+    trace_files: tuple[str, ...]
+    signature: Signature
+    meta: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    meta_error: str | None = None
+    """Why ``run.json`` could not be read (the loader will say it again, in its words)."""
+
+    @property
+    def trace_bytes(self) -> int:
+        """Size on disk of the trace files."""
+        sizes = {name: size for name, _, size in self.signature}
+        return sum(sizes.get(name, 0) for name in self.trace_files)
+
+
+def store_from_argv(argv: Sequence[str]) -> str | None:
+    """The ``--store DIR`` given after ``--`` on the ``streamlit run`` command line, if any."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--store", default=None)
+    known, _ = parser.parse_known_args(list(argv))
+    return known.store
+
+
+def resolve_store(argv: Sequence[str], environ: dict[str, str] | os._Environ[str]) -> Path:
+    """The store directory: ``--store`` beats ``FSOBS_STORE`` beats ``traces``."""
+    chosen = store_from_argv(argv) or environ.get(STORE_ENV) or DEFAULT_STORE
+    return Path(chosen).expanduser().resolve()
+
+
+def is_trace_name(name: str) -> bool:
+    """A file name the loader reads as a Kineto trace."""
+    return name.endswith((".json", ".json.gz")) and name not in _NOT_TRACES
+
+
+def list_runs(store: Path) -> list[RunEntry]:
+    """Every run of the store, sorted by id."""
+    if not store.is_dir():
+        return []
+    found: list[RunEntry] = []
+    _scan(store, store, 0, found)
+    return sorted(found, key=lambda e: e.run_id)
+
+
+def find_run(runs: Sequence[RunEntry], run_id: str | None) -> RunEntry | None:
+    """The run with this id among ``runs`` (ids from a URL are only ever looked up here)."""
+    return next((r for r in runs if r.run_id == run_id), None)
+
+
+def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
+    try:
+        children = sorted(folder.iterdir())
+    except OSError:
+        return
+    files = [c for c in children if c.is_file() and not c.is_symlink()]
+    names = [f.name for f in files]
+    traces = tuple(n for n in names if is_trace_name(n))
+    if depth > 0 and (traces or RUN_META in names):
+        found.append(_entry(store, folder, files, traces))
+    if depth >= MAX_DEPTH:
+        return
+    for child in children:
+        if child.is_dir() and not child.is_symlink() and not child.name.startswith("."):
+            _scan(store, child, depth + 1, found)
+
+
+def _entry(store: Path, folder: Path, files: list[Path], traces: tuple[str, ...]) -> RunEntry:
+    meta, error = _read_meta(folder / RUN_META)
+    return RunEntry(
+        run_id=folder.relative_to(store).as_posix(),
+        path=folder,
+        trace_files=traces,
+        signature=signature_of(files),
+        meta=meta,
+        meta_error=error,
+    )
+
+
+def signature_of(files: Sequence[Path]) -> Signature:
+    """(name, mtime_ns, size) of each file, sorted: the cache key of a run's content."""
+    rows = []
+    for path in files:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        rows.append((path.name, stat.st_mtime_ns, stat.st_size))
+    return tuple(sorted(rows))
+
+
+def _read_meta(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    if not path.is_file():
+        return None, None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"{RUN_META} unreadable: {exc}"
+    if not isinstance(meta, dict):
+        return None, f"{RUN_META} is not a JSON object"
+    return meta, None
+
+
+def toggles_table(meta: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The optimizer toggles of ``run.json`` as rows: toggle, requested, applied, reason."""
+    toggles = (meta or {}).get("toggles")
+    if not isinstance(toggles, dict):
+        return []
+    rows = []
+    for name, value in sorted(toggles.items()):
+        value = value if isinstance(value, dict) else {"requested": value, "applied": value}
+        rows.append(
+            {
+                "toggle": name,
+                "requested": bool(value.get("requested", False)),
+                "applied": bool(value.get("applied", False)),
+                "reason": value.get("reason") or "",
+            }
+        )
+    return rows
+
+
+def toggles_summary(meta: dict[str, Any] | None) -> str:
+    """One short cell for the runs table: ``balance, sm_free (requested, not applied)``."""
+    parts = []
+    for row in toggles_table(meta):
+        if row["applied"]:
+            parts.append(row["toggle"])
+        elif row["requested"]:
+            parts.append(f"{row['toggle']} (requested, not applied)")
+    return ", ".join(parts) if parts else "none"

@@ -1,0 +1,128 @@
+"""Streamlit pieces shared by the pages: the store, run pickers, run header, KPIs, charts."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from dashboard.store import RunEntry, find_run, resolve_store, toggles_table
+from fsobs import Analysis
+
+STORE_KEY = "fsobs_store"
+KPIS = (
+    ("bubble_ratio", "Bubble ratio", "pct"),
+    ("bubble_ms_per_step", "Bubble / step", "ms"),
+    ("straggler_wait_ms_per_step", "Straggler wait / step", "ms"),
+    ("exposed_comm_ms_per_step", "Exposed comm / step", "ms"),
+    ("host_idle_ms_per_step", "Host idle / step", "ms"),
+    ("other_ms_per_step", "Other / step", "ms"),
+    ("step_time_ms_p50", "Step time p50", "ms"),
+    ("step_time_ms_p90", "Step time p90", "ms"),
+    ("contention_ms_per_step", "Contention / step (beside)", "ms"),
+    ("clock_skew_ms", "Clock skew", "ms"),
+)
+"""(summary key, label, unit) of the KPIs shown, in order."""
+
+
+def init_store() -> Path:
+    """Resolve the store once per rerun (``--store`` after ``--``, ``FSOBS_STORE``, ``traces``)."""
+    store = resolve_store(sys.argv[1:], os.environ)
+    st.session_state[STORE_KEY] = str(store)
+    return store
+
+
+def current_store() -> Path:
+    """The store resolved by the entry script."""
+    return Path(st.session_state.get(STORE_KEY) or init_store())
+
+
+def format_kpi(value: float, unit: str) -> str:
+    """``61.0%``, ``2.04 ms`` or ``n/a``."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    return f"{value:.1%}" if unit == "pct" else f"{value:.2f} ms"
+
+
+def stop_without_runs(entries: Sequence[RunEntry]) -> None:
+    """Say that the store is empty and end the page."""
+    if not entries:
+        st.info(f"No run in the store ({current_store()}). Upload one on the Runs page.")
+        st.page_link("app_pages/runs.py", label="Go to Runs")
+        st.stop()
+
+
+def pick_run(label: str, key: str, entries: Sequence[RunEntry], default_id: str) -> RunEntry:
+    """A run selectbox bound to the ``key`` query parameter (``/bubbles?run=<id>``).
+
+    Ids in the URL are only matched against the store's runs, never opened as paths.
+    """
+    ids = [e.run_id for e in entries]
+    choice = st.selectbox(label, ids, index=ids.index(default_id), key=key, bind="query-params")
+    entry = find_run(entries, choice)
+    assert entry is not None  # the options are the store's ids
+    return entry
+
+
+def stop_on_error(error: str, what: str) -> NoReturn:
+    """Show the one-line reason a run could not be analyzed and end the page."""
+    st.error(f"{what}: {error}")
+    st.stop()
+
+
+def run_header(entry: RunEntry, analysis: Analysis) -> None:
+    """Facts, badges (simulated, incomplete), toggles requested/applied, loader warnings."""
+    run = analysis.run
+    meta = run.meta or {}
+    if meta.get("simulated"):
+        st.badge("simulated", icon=":material/science:", color="orange")
+        st.caption("This run was produced by the simulator (fsobs.simulate), not measured.")
+    hosts = sorted({r.host_name for r in run.ranks.values() if r.host_name})
+    st.caption(
+        f"`{entry.run_id}` · {run.device.upper()} · world size {run.world_size} · "
+        f"{len(run.ranks)} rank(s) loaded · {len(run.steps)} step(s) · "
+        f"hosts: {', '.join(hosts) or 'unknown'}"
+    )
+    if meta.get("status") == "incomplete":
+        st.warning(f"Incomplete run: {meta.get('reason') or 'some ranks are missing'}")
+    _toggles(meta)
+    for warning in run.warnings[:5]:
+        st.warning(warning)
+    if len(run.warnings) > 5:
+        st.caption(f"... and {len(run.warnings) - 5} more warning(s)")
+
+
+def _toggles(meta: dict) -> None:
+    rows = toggles_table(meta)
+    if not rows:
+        return
+    for row in rows:
+        if row["requested"] and not row["applied"]:
+            reason = row["reason"] or "no reason recorded"
+            st.info(f"`{row['toggle']}` was requested but not applied: {reason}")
+    with st.expander("Optimizer toggles (requested / applied)"):
+        st.dataframe(rows, hide_index=True)
+
+
+def kpi_metrics(summary: dict[str, float]) -> None:
+    """The KPIs of ``Analysis.summary`` as metrics, five per row."""
+    for start in range(0, len(KPIS), 5):
+        for column, (key, label, unit) in zip(st.columns(5), KPIS[start : start + 5], strict=True):
+            column.metric(label, format_kpi(summary.get(key, math.nan), unit))
+
+
+def chart(fig: go.Figure, key: str) -> None:
+    """A Plotly chart at full width."""
+    st.plotly_chart(fig, key=key, width="stretch")
+
+
+def stop(message: str) -> NoReturn:
+    """Show an info line and end the page."""
+    st.info(message)
+    st.stop()

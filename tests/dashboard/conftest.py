@@ -1,0 +1,149 @@
+"""Shared fixtures of the dashboard tests (also used by the real-browser test).
+
+Store layout built by :func:`build_store` (ids are paths relative to the store)::
+
+    broken/rank0.json                 a malformed trace: the app must show the loader's error
+    reference/gloo_straggler_4rank/   copy of traces/reference/synthetic_gloo_a2a_straggler_4rank
+                                      (real CPU gloo run, 4 ranks, 4 steps, rank 2 straggles)
+    sim/control/                      synthetic NCCL GPU run, 4 ranks, steps 10-13, with run.json
+                                      (simulated, sm_free requested but not applied) and step
+                                      sidecars listing per-sample lengths
+    sim/test/                         the same global batches, balanced (other seed): sidecars
+                                      with imbalance_before/after and equal batch digests
+
+Fixtures:
+
+- ``shared_store``: the store above, built once per session; **read-only** (tests share the
+  dashboard's analysis cache through it, which keeps the suite fast).
+- ``store``: a fresh copy of it in ``tmp_path`` for tests that write (uploads).
+- ``app_env``: sets ``FSOBS_STORE`` to ``store``; ``shared_app_env`` to ``shared_store``.
+- ``APP``: the absolute path of ``dashboard/streamlit_app.py`` for ``AppTest.from_file``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fsobs.collect.runmeta import build_run_meta, write_run_json
+from fsobs.simulate.synthetic_kineto import write_gpu_run
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "dashboard" / "streamlit_app.py")
+GLOO_REFERENCE = ROOT / "traces" / "reference" / "synthetic_gloo_a2a_straggler_4rank"
+NUM_RANKS, FIRST_STEP, NUM_STEPS, SAMPLES_PER_RANK = 4, 10, 4, 8
+RUN_IDS = ("broken", "reference/gloo_straggler_4rank", "sim/control", "sim/test")
+
+
+def global_batches(seed: int = 7) -> dict[int, np.ndarray]:
+    """Per step, the lengths of the global batch (heavy-tailed, the same for both sim runs)."""
+    rng = np.random.default_rng(seed)
+    total = NUM_RANKS * SAMPLES_PER_RANK
+    return {
+        FIRST_STEP + i: np.maximum(1, rng.lognormal(4.0, 1.0, total).astype(np.int64))
+        for i in range(NUM_STEPS)
+    }
+
+
+def _write_sidecars(run_dir: Path, balanced: bool) -> None:
+    from optim.balance import CostModel, imbalance, partition
+
+    model = CostModel(c0=0.0, a=1.0, b=1.0)
+    lines: dict[int, list[str]] = {r: [] for r in range(NUM_RANKS)}
+    for step, lengths in global_batches().items():
+        costs = model(lengths)
+        contiguous = np.array_split(np.arange(len(lengths)), NUM_RANKS)
+        parts = partition(costs, NUM_RANKS, method="kk") if balanced else contiguous
+        for rank, part in enumerate(parts):
+            record = {
+                "step": step,
+                "num_samples": len(part),
+                "seq_lengths": [int(v) for v in lengths[list(part)]],
+                "est_cost": float(costs[list(part)].sum()),
+                "batch_digest": f"batch-{step}",
+            }
+            if balanced:
+                record["imbalance_before"] = imbalance(costs, contiguous)
+                record["imbalance_after"] = imbalance(costs, parts)
+            lines[rank].append(json.dumps(record))
+    for rank, rows in lines.items():
+        (run_dir / f"steps.rank{rank}.jsonl").write_text("\n".join(rows) + "\n")
+
+
+def _write_sim_run(run_dir: Path, *, seed: int, balanced: bool) -> None:
+    write_gpu_run(
+        run_dir, num_ranks=NUM_RANKS, num_steps=NUM_STEPS, kernels_per_step=20, seed=seed, workers=1
+    )
+    meta = build_run_meta(
+        name=run_dir.name,
+        world_size=NUM_RANKS,
+        backend="nccl",
+        device="cuda",
+        hosts=["sim-host"],
+        workload={"seed": 7, "batch_size": NUM_RANKS * SAMPLES_PER_RANK},
+        toggles={
+            "balance": {"requested": balanced, "applied": balanced, "reason": None},
+            "sm_free": {
+                "requested": True,
+                "applied": False,
+                "reason": "no GPU: copy-engine transport unavailable",
+            },
+        },
+        ranks_present=list(range(NUM_RANKS)),
+        status="complete",
+        simulated=True,
+    )
+    write_run_json(run_dir, meta)
+    _write_sidecars(run_dir, balanced)
+
+
+def build_store(root: Path) -> Path:
+    """Build the store described in the module docstring under ``root``; returns ``root``."""
+    (root / "broken").mkdir(parents=True)
+    (root / "broken" / "rank0.json").write_text('{"traceEvents": [', encoding="utf-8")
+    shutil.copytree(
+        GLOO_REFERENCE,
+        root / "reference" / "gloo_straggler_4rank",
+        ignore=shutil.ignore_patterns("*.py"),
+    )
+    _write_sim_run(root / "sim" / "control", seed=0, balanced=False)
+    _write_sim_run(root / "sim" / "test", seed=1, balanced=True)
+    return root
+
+
+def listing(root: Path) -> list[tuple[str, int]]:
+    """Every path under ``root`` with its size (directories: -1), to compare before / after."""
+    return sorted(
+        (p.relative_to(root).as_posix(), p.stat().st_size if p.is_file() else -1)
+        for p in root.rglob("*")
+    )
+
+
+@pytest.fixture(scope="session")
+def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test store, built once; read-only."""
+    return build_store(tmp_path_factory.mktemp("dashboard") / "store")
+
+
+@pytest.fixture
+def store(shared_store: Path, tmp_path: Path) -> Path:
+    """A private, writable copy of the test store."""
+    return Path(shutil.copytree(shared_store, tmp_path / "store"))
+
+
+@pytest.fixture
+def app_env(store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``FSOBS_STORE`` pointing at a writable store; returns it."""
+    monkeypatch.setenv("FSOBS_STORE", str(store))
+    return store
+
+
+@pytest.fixture
+def shared_app_env(shared_store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``FSOBS_STORE`` pointing at the shared read-only store; returns it."""
+    monkeypatch.setenv("FSOBS_STORE", str(shared_store))
+    return shared_store
