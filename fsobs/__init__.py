@@ -1,6 +1,6 @@
 """fsobs: FreeScale observability — computational bubbles in distributed training traces."""
 
-from fsobs.analysis import Analysis, BubbleConfig, analyze, analyze_path
+from fsobs.analysis import Analysis, BubbleConfig, Comparison, analyze, analyze_path, compare
 from fsobs.errors import (
     DuplicateRankError,
     EmptyRunError,
@@ -16,6 +16,7 @@ from fsobs.trace import LoadConfig, RankTrace, Run, load_rank, load_run
 __all__ = [
     "Analysis",
     "BubbleConfig",
+    "Comparison",
     "DuplicateRankError",
     "EmptyRunError",
     "FsobsError",
@@ -29,6 +30,7 @@ __all__ = [
     "WorldSizeMismatchError",
     "analyze",
     "analyze_path",
+    "compare",
     "load_rank",
     "load_run",
 ]

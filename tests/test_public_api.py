@@ -14,6 +14,7 @@ def test_exported_members():
         [
             "Analysis",
             "BubbleConfig",
+            "Comparison",
             "DuplicateRankError",
             "EmptyRunError",
             "FsobsError",
@@ -27,10 +28,13 @@ def test_exported_members():
             "WorldSizeMismatchError",
             "analyze",
             "analyze_path",
+            "compare",
             "load_rank",
             "load_run",
         ]
     )
+    new = {"Comparison", "CostFit", "compare", "compare_json", "fit_cost", "fit_points"}
+    assert new <= set(fsobs.analysis.__all__)
     for name in fsobs.__all__ + fsobs.analysis.__all__:
         assert not name.startswith("_")
 

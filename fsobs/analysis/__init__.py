@@ -2,18 +2,26 @@
 
 from fsobs.analysis.analyze import Analysis, analyze, analyze_path, analyze_summary, kpis
 from fsobs.analysis.bubbles import BubbleConfig
+from fsobs.analysis.compare import Comparison, compare, compare_json
+from fsobs.analysis.costfit import CostFit, fit_cost, fit_points
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta, rank_hta
 from fsobs.analysis.summary import RankSummary, summarize_path, summarize_rank, summarize_run
 
 __all__ = [
     "Analysis",
     "BubbleConfig",
+    "Comparison",
+    "CostFit",
     "HtaMetrics",
     "RankSummary",
     "analyze",
     "analyze_path",
     "analyze_summary",
     "combine_hta",
+    "compare",
+    "compare_json",
+    "fit_cost",
+    "fit_points",
     "kpis",
     "rank_hta",
     "summarize_path",

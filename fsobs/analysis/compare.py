@@ -1,0 +1,356 @@
+"""A/B comparison of two analyzed runs: bubble reduction of *test* against *control* (DESIGN §5).
+
+The headline number, overall and per bubble class::
+
+    bubble_reduction = 1 - bubble_ms_per_step(test) / bubble_ms_per_step(control)
+
+with ``bubble_ms_per_step`` the KPI of :func:`fsobs.analysis.kpis` (mean over ranks and steps).
+A class whose control value is below ``NEGLIGIBLE`` of the control's mean step window counts as
+~0 and its reduction is NaN (a ratio of two tiny numbers says nothing).
+
+Its confidence interval is a percentile bootstrap over steps: per run, the per-step bubble is the
+mean over ranks; the steps of each run are resampled with replacement, independently (the runs
+need not have traced the same steps), and the reduction is recomputed per resample::
+
+    control steps   b1  b2  b3  b4        resample  b3  b1  b3  b4   -> mean mc
+    test steps      t1  t2  t3            resample  t2  t2  t1       -> mean mt
+    reduction*  = 1 - mt / mc;   CI = percentiles (1-conf)/2 and (1+conf)/2 of reduction*
+
+A reduction only means something when both runs trained on the same global batches; see
+:func:`same_batches` for how that is checked.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fsobs.analysis.analyze import Analysis
+from fsobs.trace.schema import Run
+
+CLASSES = ("straggler_wait", "exposed_comm", "host_idle", "other")
+"""The bubble classes of :mod:`fsobs.analysis.bubbles` (``bubble`` is their sum)."""
+NEGLIGIBLE = 1e-3
+"""A control value below this share of the control's mean step window counts as ~0."""
+WORKLOAD_KEYS = ("seed", "batch_size", "preset", "num_samples", "model_size", "world_size")
+"""The ``run.json`` workload keys that fix the global batches (fallback check)."""
+_TOTALS = ("num_samples", "len_sum", "len_sq_sum")
+_BOOT_CHUNK = 1 << 20  # indices drawn at once by the bootstrap (bounds its memory)
+
+
+@dataclass
+class Comparison:
+    """Control run against test run. Reductions are fractions (0.62 = 62% less bubble)."""
+
+    control_name: str
+    test_name: str
+    kpis: pd.DataFrame
+    """Index: every KPI of ``Analysis.summary``; columns ``control, test, delta`` (test -
+    control) and ``ratio`` (test / control, NaN when the control is 0)."""
+    bubble_reduction: float
+    """``1 - bubble_ms_per_step(test) / bubble_ms_per_step(control)``; NaN when the control has
+    ~0 bubble."""
+    by_class: dict[str, float]
+    """The same formula per class (``CLASSES``); NaN when the control has ~0 of that class."""
+    bubble_reduction_ci: tuple[float, float]
+    """Bootstrap confidence interval of ``bubble_reduction`` (see the module docstring)."""
+    confidence: float
+    step_time_ratio: float
+    """Median step time of test / control (step time: the longest window over the ranks)."""
+    per_rank: pd.DataFrame
+    """One row per rank of either run: ``rank`` and, for ``bubble_ms`` and every class
+    ``<class>_ms``, the mean ms per step as ``<col>_control``, ``<col>_test``, ``<col>_delta``."""
+    step_times: pd.DataFrame
+    """Long format: ``run`` (``control`` / ``test``), ``step``, ``step_time_ms``."""
+    same_batches: bool | None
+    """Whether both runs trained on the same global batches; None when it cannot be told."""
+    warnings: list[str] = field(default_factory=list)
+
+
+def compare(
+    control: Analysis,
+    test: Analysis,
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Comparison:
+    """Compare ``test`` against ``control``; deterministic for a given ``seed``."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence: must be in (0, 1), got {confidence}")
+    if n_boot < 1:
+        raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
+    floor = NEGLIGIBLE * _mean_window(control.steps)
+    same, batch_warnings = same_batches(control.run, test.run)
+    ci = bootstrap_reduction(
+        _per_step_bubble(control.steps),
+        _per_step_bubble(test.steps),
+        floor=floor,
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    c, t = control.summary, test.summary
+    point = _reduction(c["bubble_ms_per_step"], t["bubble_ms_per_step"], floor)
+    return Comparison(
+        control_name=_name(control.run),
+        test_name=_name(test.run),
+        kpis=_kpi_table(c, t),
+        bubble_reduction=point,
+        by_class={
+            k: _reduction(c[f"{k}_ms_per_step"], t[f"{k}_ms_per_step"], floor) for k in CLASSES
+        },
+        bubble_reduction_ci=ci if not math.isnan(point) else (math.nan, math.nan),
+        confidence=confidence,
+        step_time_ratio=_ratio(t["step_time_ms_p50"], c["step_time_ms_p50"]),
+        per_rank=_per_rank(control.steps, test.steps),
+        step_times=pd.concat(
+            [_step_times(control.steps, "control"), _step_times(test.steps, "test")],
+            ignore_index=True,
+        ),
+        same_batches=same,
+        warnings=_run_warnings(control, test) + batch_warnings,
+    )
+
+
+def bootstrap_reduction(
+    control: np.ndarray,
+    test: np.ndarray,
+    *,
+    floor: float = 0.0,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of ``1 - mean(test) / mean(control)`` over per-step values.
+
+    Each run's values are resampled with replacement, independently; resamples whose control
+    mean is ``<= floor`` are left out. ``(nan, nan)`` when a run has no step.
+    """
+    if len(control) == 0 or len(test) == 0:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    mc = _boot_means(np.asarray(control, np.float64), n_boot, rng)
+    mt = _boot_means(np.asarray(test, np.float64), n_boot, rng)
+    ok = mc > floor
+    if not ok.any():
+        return (math.nan, math.nan)
+    reduction = 1.0 - mt[ok] / mc[ok]
+    alpha = (1.0 - confidence) / 2
+    lo, hi = np.quantile(reduction, [alpha, 1.0 - alpha])
+    return (float(lo), float(hi))
+
+
+def _boot_means(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Means of ``n_boot`` resamples (with replacement, same size) of ``values``."""
+    n = len(values)
+    rows = max(1, _BOOT_CHUNK // n)
+    out = []
+    for start in range(0, n_boot, rows):
+        idx = rng.integers(0, n, size=(min(rows, n_boot - start), n))
+        out.append(values[idx].mean(axis=1))
+    return np.concatenate(out)
+
+
+def same_batches(control: Run[Any], test: Run[Any]) -> tuple[bool | None, list[str]]:
+    """Did both runs train on the same global batches? ``(answer, warnings)``.
+
+    Checked in this order; the first check that both runs support and that finds steps in
+    common decides:
+
+    1. both sidecars have ``batch_digest`` values: the digests of the steps they share;
+    2. both runs have sidecars: per step, the totals over the ranks of ``num_samples``,
+       ``len_sum`` and ``len_sq_sum`` (invariant when samples move between ranks), over the
+       shared steps that every rank of each run logged;
+    3. both ``run.json`` have a workload: its ``WORKLOAD_KEYS`` present in both;
+    4. otherwise None (cannot be told).
+    """
+    checks = (
+        (_digests, "batch digests"),
+        (_totals, "batch totals (samples, sum of lengths, sum of squared lengths)"),
+    )
+    for per_step, what in checks:
+        a, b = per_step(control), per_step(test)
+        if a is None or b is None:
+            continue
+        common = a.index.intersection(b.index)
+        if len(common):
+            differ = [int(s) for s in common if a[s] != b[s]]
+            if not differ:
+                return True, []
+            return False, [
+                f"the runs did not see the same global batches: {what} differ in "
+                f"{len(differ)} of {len(common)} common steps (first: step {differ[0]})"
+            ]
+    return _same_workload(control, test)
+
+
+def _digests(run: Run[Any]) -> pd.Series | None:
+    """Step -> the sorted tuple of batch digests the ranks logged; None without digests."""
+    side = run.sidecar
+    if side is None or "batch_digest" not in side or side["batch_digest"].isna().all():
+        return None
+    side = side.dropna(subset=["batch_digest"])
+    return side.groupby("step")["batch_digest"].agg(lambda s: tuple(sorted(set(s))))
+
+
+def _totals(run: Run[Any]) -> pd.Series | None:
+    """Step -> (Σ num_samples, Σ len_sum, Σ len_sq_sum) over the ranks, for the steps that every
+    rank of the run logged; None without sidecars."""
+    side = run.sidecar
+    if side is None or side.empty:
+        return None
+    side = side.drop_duplicates(["rank", "step"], keep="last")
+    grouped = side.groupby("step")
+    full = grouped["rank"].nunique() == run.world_size
+    sums = grouped[list(_TOTALS)].sum()[full]
+    return pd.Series([tuple(int(v) for v in row) for row in sums.to_numpy()], index=sums.index)
+
+
+def _same_workload(control: Run[Any], test: Run[Any]) -> tuple[bool | None, list[str]]:
+    a, b = _workload(control), _workload(test)
+    keys = [k for k in WORKLOAD_KEYS if k in a and k in b]
+    if not keys:
+        return None, [
+            "cannot tell whether the runs saw the same global batches "
+            "(no step sidecars and no workload in run.json)"
+        ]
+    differ = [f"{k} ({a[k]!r} vs {b[k]!r})" for k in keys if a[k] != b[k]]
+    if not differ:
+        return True, []
+    return False, [
+        "the runs did not see the same global batches: run.json workload differs in "
+        + ", ".join(differ)
+    ]
+
+
+def _workload(run: Run[Any]) -> dict[str, Any]:
+    meta = run.meta or {}
+    workload = meta.get("workload")
+    if not isinstance(workload, dict):
+        return {}
+    return {"world_size": meta.get("world_size", run.world_size)} | workload
+
+
+def _run_warnings(control: Analysis, test: Analysis) -> list[str]:
+    """World sizes, simulated against measured, incomplete runs, runs without steps."""
+    out = []
+    cw, tw = control.run.world_size, test.run.world_size
+    if cw != tw:
+        out.append(f"world sizes differ: control {cw}, test {tw}")
+    simulated = [bool((a.run.meta or {}).get("simulated", False)) for a in (control, test)]
+    if simulated[0] != simulated[1]:
+        out.append(
+            f"the {'control' if simulated[0] else 'test'} run is simulated and the other is not"
+        )
+    for role, analysis in (("control", control), ("test", test)):
+        out.extend(_run_state(role, analysis))
+    if set(control.steps["step"]) != set(test.steps["step"]):
+        out.append("the runs traced different steps (each run's steps are resampled on their own)")
+    return out
+
+
+def _run_state(role: str, analysis: Analysis) -> list[str]:
+    run, meta = analysis.run, analysis.run.meta or {}
+    out = []
+    if meta.get("status") == "incomplete" or len(run.ranks) < run.world_size:
+        reason = meta.get("reason") or "some ranks are missing"
+        out.append(
+            f"the {role} run is incomplete ({reason}; "
+            f"{len(run.ranks)} of {run.world_size} ranks loaded)"
+        )
+    if analysis.steps.empty:
+        out.append(f"the {role} run has no step with a bubble breakdown")
+    return out
+
+
+def _name(run: Run[Any]) -> str:
+    name = (run.meta or {}).get("name")
+    return str(name) if name else run.path.name
+
+
+def _mean_window(steps: pd.DataFrame) -> float:
+    return float(steps["window_ms"].mean()) if len(steps) else 0.0
+
+
+def _per_step_bubble(steps: pd.DataFrame) -> np.ndarray:
+    """Per step, the mean bubble over the ranks (ms); their mean is ``bubble_ms_per_step``."""
+    return steps.groupby("step")["bubble_ms"].mean().to_numpy(np.float64)
+
+
+def _step_times(steps: pd.DataFrame, role: str) -> pd.DataFrame:
+    """Step time of each step: its longest window over the ranks (as in ``analyze.kpis``)."""
+    times = steps.groupby("step", as_index=False)["window_ms"].max()
+    times = times.rename(columns={"window_ms": "step_time_ms"})
+    times.insert(0, "run", role)
+    return times[["run", "step", "step_time_ms"]]
+
+
+def _reduction(control: float, test: float, floor: float) -> float:
+    """``1 - test / control``; NaN when the control is NaN or ``<= floor``."""
+    if not control > floor:
+        return math.nan
+    return 1.0 - test / control
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    """``numerator / denominator``; NaN when the denominator is 0 or NaN."""
+    if not denominator or math.isnan(denominator):
+        return math.nan
+    return numerator / denominator
+
+
+def _kpi_table(control: dict[str, float], test: dict[str, float]) -> pd.DataFrame:
+    names = list(control) + [k for k in test if k not in control]
+    rows = []
+    for name in names:
+        c, t = control.get(name, math.nan), test.get(name, math.nan)
+        rows.append({"control": c, "test": t, "delta": t - c, "ratio": _ratio(t, c)})
+    return pd.DataFrame(rows, index=pd.Index(names, name="kpi"), dtype=np.float64)
+
+
+def _per_rank(control: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
+    cols = ["bubble_ms", *(f"{k}_ms" for k in CLASSES)]
+    c = control.groupby("rank")[cols].mean()
+    t = test.groupby("rank")[cols].mean()
+    out = pd.DataFrame(index=c.index.union(t.index).rename("rank"))
+    for col in cols:
+        out[f"{col}_control"] = c[col]
+        out[f"{col}_test"] = t[col]
+        out[f"{col}_delta"] = t[col] - c[col]
+    return out.reset_index()
+
+
+def compare_json(c: Comparison) -> dict[str, Any]:
+    """The ``fsobs compare --json`` object: strict JSON (NaN becomes None)."""
+    return {
+        "control": c.control_name,
+        "test": c.test_name,
+        "kpis": {
+            str(name): {k: _plain(v) for k, v in row.items()}
+            for name, row in c.kpis.to_dict("index").items()
+        },
+        "bubble_reduction": _plain(c.bubble_reduction),
+        "by_class": {k: _plain(v) for k, v in c.by_class.items()},
+        "bubble_reduction_ci": [_plain(v) for v in c.bubble_reduction_ci],
+        "confidence": c.confidence,
+        "step_time_ratio": _plain(c.step_time_ratio),
+        "per_rank": [
+            {k: _plain(v) for k, v in row.items()} for row in c.per_rank.to_dict("records")
+        ],
+        "same_batches": c.same_batches,
+        "warnings": list(c.warnings),
+    }
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> Python; NaN / inf -> None."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

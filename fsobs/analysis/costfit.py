@@ -1,0 +1,122 @@
+"""Fit the per-sample cost model of :class:`optim.balance.CostModel` from a measured run.
+
+Each (rank, step) with both a step-sidecar row and a bubble-table row is one point. A rank that
+trains ``n`` samples of lengths ``L_i`` in a step is busy (``busy_ms`` of
+:func:`fsobs.analysis.bubbles.bubble_table`) for the sum of their costs::
+
+    busy_ns(r, s) = Σ_i c(L_i) = c0 · n + a · ΣL + b · ΣL²,     c(L) = c0 + a·L + b·L²
+
+so the coefficients are a linear least-squares fit on the sidecar's ``num_samples``,
+``len_sum`` and ``len_sq_sum``, constrained to ``c0, a, b >= 0`` (the partitioners need
+non-negative costs). Units: the model's cost is **nanoseconds of busy time per sample**.
+
+Every point is kept, including a first traced step that may carry warm-up time; ``points``
+holds each one's prediction so that outliers can be seen. At least ``MIN_POINTS`` are required.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fsobs.analysis.analyze import Analysis
+from fsobs.errors import RunError
+from optim.balance import CostModel
+
+FEATURES = ("num_samples", "len_sum", "len_sq_sum")
+"""Sidecar columns multiplying ``c0``, ``a`` and ``b``."""
+MIN_POINTS = 4
+
+
+@dataclass
+class CostFit:
+    """A fitted cost model and how well it explains the measured busy time."""
+
+    model: CostModel
+    """Coefficients in ns of busy time per sample (``ids`` stays 0)."""
+    r2: float
+    """``1 - SS_res / SS_tot`` of the busy time per (rank, step); NaN when it never varies."""
+    rmse_ms: float
+    """``sqrt(mean((measured - predicted)²))`` in ms."""
+    n_points: int
+    points: pd.DataFrame
+    """``rank, step, num_samples, len_sum, len_sq_sum, measured_ms, predicted_ms``."""
+
+
+def fit_cost(analysis: Analysis) -> CostFit:
+    """Fit the cost model on a run's busy time per (rank, step) and its step sidecars."""
+    run = analysis.run
+    if run.sidecar is None or run.sidecar.empty:
+        raise RunError(
+            "the run has no step sidecars (steps.rank<R>.jsonl): no cost model to fit",
+            path=run.path,
+        )
+    return fit_points(analysis.steps, run.sidecar, path=run.path)
+
+
+def fit_points(
+    steps: pd.DataFrame, sidecar: pd.DataFrame, *, path: str | Path | None = None
+) -> CostFit:
+    """Fit on ``steps`` (columns ``rank, step, busy_ms``, as ``Analysis.steps``) joined with
+    ``sidecar`` (``rank, step`` and ``FEATURES``) on (rank, step). ``path`` names the run in
+    the error raised when fewer than ``MIN_POINTS`` points remain."""
+    side = sidecar.drop_duplicates(["rank", "step"], keep="last")
+    points = steps[["rank", "step", "busy_ms"]].merge(
+        side[["rank", "step", *FEATURES]], on=["rank", "step"], how="inner"
+    )
+    if len(points) < MIN_POINTS:
+        raise RunError(
+            "not enough steps with both a sidecar and a trace to fit the cost model "
+            f"({len(points)} (rank, step) point(s), need {MIN_POINTS})",
+            path=path,
+        )
+    x = points[list(FEATURES)].to_numpy(np.float64)
+    measured_ms = points["busy_ms"].to_numpy(np.float64)
+    coef = nonnegative_lstsq(x, measured_ms * 1e6)
+    predicted_ms = x @ coef / 1e6
+    residual = measured_ms - predicted_ms
+    ss_tot = float(((measured_ms - measured_ms.mean()) ** 2).sum())
+    ss_res = float((residual**2).sum())
+    table = points[["rank", "step", *FEATURES]].assign(
+        measured_ms=measured_ms, predicted_ms=predicted_ms
+    )
+    return CostFit(
+        model=CostModel(c0=coef[0], a=coef[1], b=coef[2]),
+        r2=1.0 - ss_res / ss_tot if ss_tot > 0 else math.nan,
+        rmse_ms=math.sqrt(ss_res / len(points)),
+        n_points=len(points),
+        points=table.reset_index(drop=True),
+    )
+
+
+def nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``argmin ||x·c - y||`` subject to ``c >= 0``, exactly, for a few columns.
+
+    The optimum is the unconstrained least-squares solution on its set of non-zero
+    coefficients (the KKT conditions), so every non-empty subset of columns is solved with
+    ``np.linalg.lstsq`` (on columns scaled to unit norm, for conditioning), the subsets with a
+    negative coefficient are dropped, and the smallest residual wins (all zeros if none fits).
+    """
+    num_cols = x.shape[1]
+    norms = np.linalg.norm(x, axis=0)
+    norms[norms == 0] = 1.0
+    scaled = x / norms
+    best = np.zeros(num_cols)
+    best_res = float(y @ y)
+    for size in range(1, num_cols + 1):
+        for cols in combinations(range(num_cols), size):
+            sub = scaled[:, list(cols)]
+            sol = np.linalg.lstsq(sub, y, rcond=None)[0]
+            if (sol < 0).any():
+                continue
+            res = float(((sub @ sol - y) ** 2).sum())
+            if res < best_res:
+                best_res = res
+                best = np.zeros(num_cols)
+                best[list(cols)] = sol
+    return best / norms

@@ -1,0 +1,584 @@
+"""A/B comparison (DESIGN §5 "Bubble reduction") and ``fsobs compare`` / ``dashboard`` / ``run``.
+
+Two kinds of input:
+
+- analyses whose bubble table is written by hand (``_analysis``; the KPIs come from the real
+  :func:`fsobs.analysis.kpis`), for exact reductions, the bootstrap and the batch checks;
+- hand-built two-rank GPU runs on disk (``write_gpu_run``), analyzed end to end, for the
+  reduction through the whole pipeline and for the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fsobs.analysis import Analysis, analyze_path, compare, compare_json, kpis
+from fsobs.analysis.collectives import Collectives
+from fsobs.analysis.compare import bootstrap_reduction, same_batches
+from fsobs.cli import build_parser, dashboard_app, job_args, main
+from fsobs.trace.schema import Run
+from tests.kineto import kernel, launch, step, trace, write
+from tests.test_hta_agreement import REFERENCE
+
+NCCL_ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+# ------------------------------------------------------------------ hand-written bubble tables
+
+
+def _steps(rows: list[tuple[int, int, float, float, float, float, float]]) -> pd.DataFrame:
+    """``(rank, step, window, busy, straggler_wait, exposed_comm, host_idle)`` in ms ->
+    a table shaped like ``bubble_table`` (other = the rest of the window)."""
+    out = []
+    for rank, step_n, window, busy, wait, exposed, idle in rows:
+        out.append(
+            {
+                "rank": rank,
+                "step": step_n,
+                "window_ms": window,
+                "busy_ms": busy,
+                "bubble_ms": window - busy,
+                "straggler_wait_ms": wait,
+                "exposed_comm_ms": exposed,
+                "host_idle_ms": idle,
+                "other_ms": window - busy - wait - exposed - idle,
+                "contention_ms": 0.0,
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def _analysis(
+    steps: pd.DataFrame,
+    *,
+    name: str = "run",
+    world_size: int | None = None,
+    meta: dict[str, Any] | None = None,
+    sidecar: pd.DataFrame | None = None,
+) -> Analysis:
+    """An Analysis around a hand-written bubble table (the fields compare does not read are
+    left empty)."""
+    ranks = sorted(set(steps["rank"]))
+    colls = Collectives(pd.DataFrame(), pd.DataFrame(), dict.fromkeys(ranks, 0))
+    run = Run(
+        path=Path("/runs") / name,
+        world_size=world_size or len(ranks),
+        ranks=dict.fromkeys(ranks),
+        meta=meta,
+        sidecar=sidecar,
+    )
+    return Analysis(
+        run=run,  # type: ignore[arg-type]
+        overview=pd.DataFrame(),
+        collectives=colls,
+        bubbles=[],
+        steps=steps,
+        stragglers=None,  # type: ignore[arg-type]
+        attribution=None,
+        summary=kpis(steps, colls),
+        hta=None,
+    )
+
+
+def _uniform(per_rank: list[tuple[float, float, float, float, float]], num_steps: int) -> list:
+    """The same ``(window, busy, wait, exposed, idle)`` per rank in every step."""
+    return [(r, s, *vals) for s in range(num_steps) for r, vals in enumerate(per_rank)]
+
+
+# control: rank 0 waits 50 ms for rank 1 each step; test: the work is split evenly
+CONTROL = _uniform([(100, 40, 50, 10, 0), (100, 90, 0, 10, 0)], 4)
+TEST = _uniform([(70, 60, 0, 10, 0), (70, 70, 0, 0, 0)], 4)
+
+
+def test_exact_reduction_per_class_and_per_rank():
+    """Bubble per rank and step: control (60, 10) -> 35 ms; test (10, 0) -> 5 ms."""
+    c = compare(_analysis(_steps(CONTROL), name="a"), _analysis(_steps(TEST), name="b"))
+    assert (c.control_name, c.test_name) == ("a", "b")
+    assert c.bubble_reduction == pytest.approx(1 - 5 / 35)
+    # every step has the same bubble: every resample gives the point estimate
+    assert c.bubble_reduction_ci == pytest.approx((1 - 5 / 35, 1 - 5 / 35))
+    assert c.by_class["straggler_wait"] == pytest.approx(1.0)  # 25 -> 0
+    assert c.by_class["exposed_comm"] == pytest.approx(1 - 5 / 10)  # 10 -> 5
+    assert math.isnan(c.by_class["host_idle"]) and math.isnan(c.by_class["other"])  # 0 in control
+    assert c.step_time_ratio == pytest.approx(70 / 100)
+    assert c.kpis.loc["bubble_ms_per_step"].tolist() == pytest.approx([35, 5, -30, 5 / 35])
+    assert c.kpis.loc["bubble_ratio", "control"] == pytest.approx(70 / 200)
+    assert c.kpis.loc["bubble_ratio", "test"] == pytest.approx(10 / 140)
+    assert math.isnan(c.kpis.loc["host_idle_ms_per_step", "ratio"])
+    assert list(c.kpis.index) == list(_analysis(_steps(CONTROL)).summary)
+    per_rank = c.per_rank.set_index("rank")
+    assert per_rank["bubble_ms_control"].tolist() == [60, 10]
+    assert per_rank["bubble_ms_test"].tolist() == [10, 0]
+    assert per_rank["bubble_ms_delta"].tolist() == [-50, -10]
+    assert per_rank["straggler_wait_ms_delta"].tolist() == [-50, 0]
+    times = c.step_times.groupby("run")["step_time_ms"].agg(list)
+    assert times.to_dict() == {"control": [100.0] * 4, "test": [70.0] * 4}
+    assert c.same_batches is None
+
+
+def test_a_run_against_itself():
+    bubbles = np.random.default_rng(1).uniform(0, 40, size=(30, 2))  # (step, rank)
+    a = _analysis(_steps([(r, s, 100, 100 - b, b, 0, 0) for (s, r), b in np.ndenumerate(bubbles)]))
+    c = compare(a, a)
+    assert c.bubble_reduction == 0.0
+    lo, hi = c.bubble_reduction_ci
+    assert lo < 0 < hi
+    assert c.step_time_ratio == 1.0
+    assert (c.kpis["delta"] == 0).all()
+    assert (c.kpis["ratio"].dropna() == 1).all()
+
+
+def test_ci_contains_the_estimate_and_narrows_with_more_steps():
+    rng = np.random.default_rng(7)
+
+    def run(num_steps: int, bubble_lo: float, bubble_hi: float) -> Analysis:
+        bubbles = rng.uniform(bubble_lo, bubble_hi, size=num_steps)
+        return _analysis(_steps([(0, s, 100, 100 - b, b, 0, 0) for s, b in enumerate(bubbles)]))
+
+    widths = []
+    for num_steps in (8, 128):
+        c = compare(run(num_steps, 20, 40), run(num_steps, 5, 15))
+        lo, hi = c.bubble_reduction_ci
+        assert lo < c.bubble_reduction < hi
+        widths.append(hi - lo)
+    assert widths[1] < widths[0] / 2  # ~1/sqrt(16) of it
+
+
+def test_ci_is_deterministic_and_follows_the_seed():
+    control = _analysis(_steps([(0, s, 100, 100 - b, b, 0, 0) for s, b in enumerate([9, 30, 21])]))
+    test = _analysis(_steps([(0, s, 100, 100 - b, b, 0, 0) for s, b in enumerate([4, 11, 6])]))
+    first = compare(control, test).bubble_reduction_ci
+    assert compare(control, test).bubble_reduction_ci == first
+    assert compare(control, test, seed=1).bubble_reduction_ci != first
+
+
+def test_bootstrap_percentiles_on_a_two_step_run():
+    """Control steps (10, 30): a resample's mean is 10, 20 or 30 with p = 1/4, 1/2, 1/4; the
+    test has one step (5), so the reductions are 1/2, 3/4, 5/6 and the 5% / 95% percentiles
+    are the extremes."""
+    lo, hi = bootstrap_reduction(np.array([10.0, 30.0]), np.array([5.0]), confidence=0.9)
+    assert (lo, hi) == pytest.approx((0.5, 5 / 6))
+    assert all(math.isnan(v) for v in bootstrap_reduction(np.array([]), np.array([1.0])))
+
+
+def test_no_bubble_in_the_control_gives_nan_not_a_division_by_zero():
+    flat = _analysis(_steps(_uniform([(100, 100, 0, 0, 0)], 3)))
+    c = compare(flat, _analysis(_steps(TEST)))
+    assert math.isnan(c.bubble_reduction)
+    assert all(math.isnan(v) for v in c.bubble_reduction_ci)
+    assert all(math.isnan(v) for v in c.by_class.values())
+
+
+@pytest.mark.parametrize("kwargs", [{"confidence": 1.0}, {"confidence": 0}, {"n_boot": 0}])
+def test_bad_options(kwargs):
+    a = _analysis(_steps(CONTROL))
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        compare(a, a, **kwargs)
+
+
+# ------------------------------------------------------------------------------ same batches
+
+
+def _sidecar(lengths: dict[tuple[int, int], list[int]], digests: dict[int, str] | None = None):
+    """A sidecar frame from (rank, step) -> per-sample lengths (and step -> batch digest)."""
+    rows = []
+    for (rank, step_n), ls in sorted(lengths.items()):
+        rows.append(
+            {
+                "rank": rank,
+                "step": step_n,
+                "num_samples": len(ls),
+                "len_sum": sum(ls),
+                "len_sq_sum": sum(v * v for v in ls),
+                "len_max": max(ls),
+                "est_cost": float("nan"),
+            }
+            | ({"batch_digest": digests[step_n]} if digests is not None else {})
+        )
+    return pd.DataFrame(rows)
+
+
+def _runs_with(
+    side_a: pd.DataFrame | None,
+    side_b: pd.DataFrame | None,
+    metas: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
+) -> tuple[Analysis, Analysis]:
+    """The CONTROL and TEST tables with these sidecars and run.json."""
+    return (
+        _analysis(_steps(CONTROL), sidecar=side_a, meta=metas[0]),
+        _analysis(_steps(TEST), sidecar=side_b, meta=metas[1]),
+    )
+
+
+LENGTHS = {(0, 0): [100, 10], (1, 0): [50, 60], (0, 1): [7, 8], (1, 1): [9, 300]}
+# the same global batches, samples moved between the ranks (what balancing does)
+MOVED = {(0, 0): [100, 60], (1, 0): [50, 10], (0, 1): [7, 300], (1, 1): [9, 8]}
+
+
+def test_digests_decide_first():
+    same = _sidecar(LENGTHS, {0: "aa", 1: "bb"})
+    assert same_batches(*(a.run for a in _runs_with(same, same))) == (True, [])
+    # equal totals, but the digests say step 1 had other samples
+    other = _sidecar(LENGTHS, {0: "aa", 1: "cc"})
+    c = compare(*_runs_with(same, other))
+    assert c.same_batches is False
+    assert (
+        "the runs did not see the same global batches: batch digests differ in 1 of 2 common "
+        "steps (first: step 1)"
+    ) in c.warnings
+
+
+def test_totals_when_a_run_has_no_digests():
+    with_digests = _sidecar(LENGTHS, {0: "aa", 1: "bb"})
+    assert compare(*_runs_with(with_digests, _sidecar(MOVED))).same_batches is True
+    changed = dict(MOVED) | {(1, 1): [9, 9]}
+    c = compare(*_runs_with(_sidecar(LENGTHS), _sidecar(changed)))
+    assert c.same_batches is False
+    assert any(
+        "batch totals" in w and "1 of 2 common steps (first: step 1)" in w for w in c.warnings
+    )
+
+
+def test_totals_skip_steps_that_not_every_rank_logged():
+    partial = {k: v for k, v in LENGTHS.items() if k != (1, 1)}  # rank 1 lacks step 1
+    changed = dict(LENGTHS) | {(1, 1): [1]}
+    assert compare(*_runs_with(_sidecar(partial), _sidecar(changed))).same_batches is True
+
+
+WORKLOAD = {"seed": 0, "batch_size": 32, "preset": "lognormal", "num_samples": 4096}
+
+
+def _meta(**workload) -> dict[str, Any]:
+    return {"name": "r", "world_size": 2, "workload": WORKLOAD | workload}
+
+
+def test_workload_when_there_are_no_sidecars():
+    c = compare(*_runs_with(None, None, metas=(_meta(), _meta(balance=True))))
+    assert c.same_batches is True and c.warnings == []
+    c = compare(*_runs_with(None, None, metas=(_meta(), _meta(seed=1, batch_size=16))))
+    assert c.same_batches is False
+    assert c.warnings == [
+        "the runs did not see the same global batches: run.json workload differs in "
+        "seed (0 vs 1), batch_size (32 vs 16)"
+    ]
+
+
+def test_cannot_tell():
+    c = compare(*_runs_with(None, None, metas=({"name": "x"}, None)))
+    assert c.same_batches is None
+    assert c.warnings == [
+        "cannot tell whether the runs saw the same global batches "
+        "(no step sidecars and no workload in run.json)"
+    ]
+
+
+def test_world_size_simulated_and_incomplete_warnings():
+    control = _analysis(_steps(CONTROL), meta=_meta())
+    test = _analysis(
+        _steps(TEST),
+        world_size=4,
+        meta=_meta()
+        | {"world_size": 4, "simulated": True, "status": "incomplete"}
+        | {"reason": "rank 3 crashed"},
+    )
+    c = compare(control, test)
+    assert c.same_batches is False  # world_size is part of the workload check
+    assert c.warnings[:3] == [
+        "world sizes differ: control 2, test 4",
+        "the test run is simulated and the other is not",
+        "the test run is incomplete (rank 3 crashed; 2 of 4 ranks loaded)",
+    ]
+    assert "world_size (2 vs 4)" in c.warnings[-1]
+
+
+def test_json_is_strict():
+    c = compare(_analysis(_steps(CONTROL), name="a"), _analysis(_steps(TEST), name="b"))
+    out = json.loads(json.dumps(compare_json(c), allow_nan=False))
+    assert set(out) == {
+        "control",
+        "test",
+        "kpis",
+        "bubble_reduction",
+        "by_class",
+        "bubble_reduction_ci",
+        "confidence",
+        "step_time_ratio",
+        "per_rank",
+        "same_batches",
+        "warnings",
+    }
+    assert out["bubble_reduction"] == pytest.approx(1 - 5 / 35)
+    assert out["by_class"]["host_idle"] is None
+    assert out["kpis"]["host_idle_ms_per_step"] == {
+        "control": 0.0,
+        "test": 0.0,
+        "delta": 0.0,
+        "ratio": None,
+    }
+    assert out["per_rank"][0]["rank"] == 0 and out["per_rank"][0]["bubble_ms_delta"] == -50
+    assert out["confidence"] == 0.95 and out["same_batches"] is None
+
+
+# ------------------------------------------------------------- hand-built GPU runs on disk
+
+
+def write_gpu_run(
+    run_dir: Path,
+    compute_us: list[tuple[float, float]],
+    *,
+    lengths: list[tuple[list[int], list[int]]] | None = None,
+    meta: dict[str, Any] | None = None,
+) -> Path:
+    """Two GPU ranks; in step n (ProfilerStep#n, n = 1, 2, ...) rank r computes
+    ``compute_us[n-1][r]`` µs, then both meet in an all_reduce that lasts 20 µs after the last
+    arrival. With M = max over the ranks, the step starts at T::
+
+        t (µs)   T+10        T+10+c_r     T+10+M     T+30+M           T+60+M = next T+10
+        rank r   |=====c_r=====|~~~wait~~~~|xxxxxxxxxx|    (host idle)   |
+                 <------------------------ window: M + 50 ------------->
+
+    busy = c_r, straggler_wait = M - c_r, exposed_comm = 20, host_idle = 30, so bubble =
+    M + 50 - c_r; the last step's window ends with its all_reduce (no host idle: M + 20 - c_r).
+    ``lengths`` (per step, per rank) become the step sidecars; ``meta`` the run.json.
+    """
+    docs: list[list[dict]] = [[], []]
+    start = 0.0
+    for n, costs in enumerate(compute_us, start=1):
+        last = max(costs)
+        for rank, cost in enumerate(costs):
+            gemm = kernel("gemm", start + 10, cost, stream=7, corr=2 * n)
+            coll = kernel(
+                NCCL_ALLREDUCE,
+                start + 10 + cost,
+                last - cost + 20,
+                stream=20,
+                corr=2 * n + 1,
+                Collective_name="allreduce",
+                Process_Group_Name="0",
+                Seq=n,
+                In_msg_nelems=1024,
+                dtype="Float",
+            )
+            docs[rank] += [
+                step(n, start, last + 50),
+                launch(start + 1, 2 * n, dur=0.5),
+                launch(start + 2, 2 * n + 1, dur=0.5),
+                gemm,
+                coll,
+            ]
+        start += last + 50
+    for rank, events in enumerate(docs):
+        write(run_dir / f"rank{rank}.trace.json", trace(events, rank=rank, world_size=2))
+    for rank in range(2) if lengths else ():
+        records = [
+            json.dumps({"step": n, "num_samples": len(ls[rank]), "seq_lengths": ls[rank]})
+            for n, ls in enumerate(lengths, start=1)
+        ]
+        (run_dir / f"steps.rank{rank}.jsonl").write_text("\n".join(records) + "\n")
+    if meta is not None:
+        (run_dir / "run.json").write_text(json.dumps(meta))
+    return run_dir
+
+
+UNEVEN = [(100.0, 300.0)] * 4
+EVEN = [(200.0, 200.0)] * 4
+# mean bubble per step over the ranks: three steps of M + 50 - mean(c), then M + 20 - mean(c)
+CONTROL_BUBBLE_US = (3 * (300 + 50 - 200) + (300 + 20 - 200)) / 4
+TEST_BUBBLE_US = (3 * (200 + 50 - 200) + (200 + 20 - 200)) / 4
+
+
+@pytest.fixture
+def gpu_runs(tmp_path):
+    batch = [([10, 20], [30, 40])] * 4
+    meta = {"name": "uneven", "world_size": 2, "status": "complete", "workload": WORKLOAD}
+    control = write_gpu_run(tmp_path / "control", UNEVEN, lengths=batch, meta=meta)
+    moved = [([10, 40], [30, 20])] * 4  # same global batch, other split
+    meta = meta | {"name": "even"}
+    test = write_gpu_run(tmp_path / "test", EVEN, lengths=moved, meta=meta)
+    return control, test
+
+
+def test_reduction_on_analyzed_gpu_runs(gpu_runs):
+    control, test = (analyze_path(p) for p in gpu_runs)
+    assert control.steps["bubble_ms"].tolist() == pytest.approx(
+        [0.250, 0.250, 0.250, 0.220, 0.050, 0.050, 0.050, 0.020]  # rank 0, then rank 1
+    )
+    c = compare(control, test)
+    assert c.bubble_reduction == pytest.approx(1 - TEST_BUBBLE_US / CONTROL_BUBBLE_US)
+    assert c.by_class["straggler_wait"] == pytest.approx(1.0)  # 100 µs -> 0
+    assert c.by_class["exposed_comm"] == pytest.approx(0.0)  # 20 µs in both
+    assert c.by_class["host_idle"] == pytest.approx(0.0)  # (3 * 30 + 0) / 4 µs in both
+    assert math.isnan(c.by_class["other"])
+    assert c.step_time_ratio == pytest.approx(250 / 350)  # medians of (350 x3, 320), (250 x3, 220)
+    lo, hi = c.bubble_reduction_ci
+    assert lo <= c.bubble_reduction <= hi
+    assert c.same_batches is True and c.warnings == []
+    medians = c.step_times.groupby("run")["step_time_ms"].median()
+    assert medians["control"] == control.summary["step_time_ms_p50"]  # same rule as kpis
+    same = compare(control, control)
+    assert same.bubble_reduction == 0 and same.step_time_ratio == 1
+
+
+def test_self_comparison_of_the_gloo_reference_run():
+    a = analyze_path(REFERENCE / "synthetic_gloo_a2a_straggler_4rank")
+    c = compare(a, a)
+    assert c.bubble_reduction == 0.0
+    lo, hi = c.bubble_reduction_ci
+    assert lo <= 0 <= hi
+    assert c.step_time_ratio == 1.0
+    assert len(c.per_rank) == 4 and (c.per_rank["bubble_ms_delta"] == 0).all()
+
+
+# ------------------------------------------------------------------------------ fsobs compare
+
+
+def test_cli_compare_human(gpu_runs, capsys):
+    assert main(["compare", *map(str, gpu_runs)]) == 0
+    out = capsys.readouterr().out
+    expected = 1 - TEST_BUBBLE_US / CONTROL_BUBBLE_US
+    assert f"bubble reduction: {expected:.1%} (95% CI " in out
+    assert "uneven (control) vs even (test)" in out
+    assert "straggler wait: 100.0%" in out and "other: n/a" in out
+    assert f"step time ratio (median, test / control): {250 / 350:.3f}" in out
+    assert "same global batches: yes" in out
+    assert "bubble_ms_per_step" in out
+
+
+def test_cli_compare_json(gpu_runs, capsys):
+    assert main(["compare", *map(str, gpu_runs), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["control"], out["test"]) == ("uneven", "even")
+    assert out["bubble_reduction"] == pytest.approx(1 - TEST_BUBBLE_US / CONTROL_BUBBLE_US)
+    assert out["kpis"]["bubble_ms_per_step"]["control"] == pytest.approx(CONTROL_BUBBLE_US / 1e3)
+    assert out["by_class"]["other"] is None and out["same_batches"] is True
+
+
+def test_cli_compare_bad_input(tmp_path, capsys):
+    assert main(["compare", str(tmp_path / "nope"), str(tmp_path / "nope2")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fsobs: error: ") and err.count("\n") == 1 and "nope" in err
+
+
+# ---------------------------------------------------------------------- fsobs run (args only)
+
+
+def _run_args(*extra: str) -> list[str]:
+    return job_args(build_parser().parse_args(["run", "--world-size", "2", "--out", "x", *extra]))
+
+
+BASE_JOB = ["--steps=20", "--preset=lognormal", "--model-size=small", "--batch-size=32", "--seed=0"]
+
+
+def test_run_forwards_balance_options(tmp_path, monkeypatch):
+    assert _run_args() == BASE_JOB
+    assert _run_args("--balance") == [
+        *BASE_JOB,
+        "--balance",
+        "--balance-method=kk",
+        "--balance-mode=plan",
+    ]
+    fsobs_model = tmp_path / "cost.json"
+    fsobs_model.write_text(json.dumps({"c0": 1.0, "a": 2.0, "b": 3.0}))
+    monkeypatch.chdir(tmp_path)
+    args = _run_args(
+        "--num-samples",
+        "512",
+        "--balance",
+        "--balance-method",
+        "lpt",
+        "--balance-mode",
+        "shuffle",
+        "--cost-model",
+        "cost.json",
+    )
+    assert args == [
+        *BASE_JOB,
+        "--num-samples=512",
+        "--balance",
+        "--balance-method=lpt",
+        "--balance-mode=shuffle",
+        f"--cost-model={fsobs_model.resolve()}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--cost-model", "missing.json"], "missing.json: cost model file not found"),
+        (["--cost-model", "bad.json"], "bad cost model: "),
+        (["--balance-method", "lpt"], "--balance-method needs --balance"),
+        (["--balance-mode", "shuffle"], "--balance-mode needs --balance"),
+    ],
+)
+def test_run_rejects_bad_options_before_launching(tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.json").write_text('{"c0": 1}')
+    argv = ["run", "--world-size", "2", "--out", str(tmp_path / "out"), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_rejects_an_unknown_method(capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(
+            ["run", "--world-size", "2", "--out", "x", "--balance-method", "x"]
+        )
+    assert info.value.code == 2
+
+
+# -------------------------------------------------------------------------- fsobs dashboard
+
+
+def test_dashboard_runs_streamlit_on_the_store(tmp_path, monkeypatch, capsys):
+    app = tmp_path / "dashboard" / "streamlit_app.py"
+    app.parent.mkdir()
+    app.write_text("")
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr("fsobs.cli.dashboard_app", lambda: app)
+    monkeypatch.setattr(
+        "fsobs.cli.subprocess.run", lambda cmd, env: calls.append((cmd, env)) or Done
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["dashboard", "--port", "8600"]) == 0
+    ((cmd, env),) = calls
+    assert cmd[0] == sys.executable
+    assert cmd[1:] == [
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.headless",
+        "true",
+        "--server.port",
+        "8600",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    assert env["FSOBS_STORE"] == str((tmp_path / "traces").resolve())
+    assert main(["dashboard", "--store", "runs"]) == 0
+    assert calls[1][1]["FSOBS_STORE"] == str((tmp_path / "runs").resolve())
+    assert "8501" in calls[1][0]
+
+
+def test_dashboard_app_is_in_the_checkout():
+    assert dashboard_app() == Path(__file__).resolve().parents[1] / "dashboard/streamlit_app.py"
+
+
+def test_dashboard_without_the_app(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("fsobs.cli.dashboard_app", lambda: tmp_path / "none.py")
+    assert main(["dashboard"]) == 2
+    err = capsys.readouterr().err
+    assert "none.py: no dashboard app here" in err and err.count("\n") == 1

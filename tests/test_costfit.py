@@ -1,0 +1,171 @@
+"""Fitting ``c(L) = c0 + a·L + b·L²`` (ns of busy time per sample) and ``fsobs fit-cost``."""
+
+from __future__ import annotations
+
+import json
+from itertools import product
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fsobs
+from fsobs.analysis import analyze_path, fit_cost, fit_points
+from fsobs.analysis.costfit import nonnegative_lstsq
+from fsobs.cli import main
+from optim.balance import CostModel
+from tests.test_compare import write_gpu_run
+from tests.test_hta_agreement import REFERENCE
+
+
+def _points(lengths: list[list[int]], c0: float, a: float, b: float) -> tuple:
+    """(steps, sidecar) with one (rank 0, step i) point per entry of ``lengths`` whose busy
+    time is exactly ``Σ c(L)`` ns."""
+    side = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": range(len(lengths)),
+            "num_samples": [len(ls) for ls in lengths],
+            "len_sum": [sum(ls) for ls in lengths],
+            "len_sq_sum": [sum(v * v for v in ls) for ls in lengths],
+        }
+    )
+    busy_ns = c0 * side["num_samples"] + a * side["len_sum"] + b * side["len_sq_sum"]
+    steps = pd.DataFrame({"rank": 0, "step": side["step"], "busy_ms": busy_ns / 1e6})
+    return steps, side
+
+
+BATCHES = [[10, 20, 30], [500], [40, 40], [7, 300, 2, 90], [1000, 1], [64] * 8, [3, 5]]
+
+
+def test_exact_recovery():
+    steps, side = _points(BATCHES, c0=600_000.0, a=7_250.0, b=43.5)
+    fit = fit_points(steps, side)
+    assert fit.model.c0 == pytest.approx(600_000.0, rel=1e-6)
+    assert fit.model.a == pytest.approx(7_250.0, rel=1e-6)
+    assert fit.model.b == pytest.approx(43.5, rel=1e-6)
+    assert fit.model.ids == 0.0
+    assert fit.r2 == pytest.approx(1.0, abs=1e-12)
+    assert fit.rmse_ms == pytest.approx(0.0, abs=1e-9)
+    assert fit.n_points == len(BATCHES)
+    assert list(fit.points.columns) == [
+        "rank",
+        "step",
+        "num_samples",
+        "len_sum",
+        "len_sq_sum",
+        "measured_ms",
+        "predicted_ms",
+    ]
+    # the third point: 2 samples of 40 -> 2 * 0.6 ms + 80 * 7.25 µs + 3200 * 43.5 ns
+    assert fit.points.loc[2, "measured_ms"] == pytest.approx(1.2 + 0.58 + 0.1392)
+    np.testing.assert_allclose(fit.points["predicted_ms"], fit.points["measured_ms"], rtol=1e-9)
+
+
+def test_a_negative_coefficient_is_clipped_to_zero():
+    """Busy = 5·ΣL - 2·n (ns) wants c0 < 0; the fit keeps c0 = 0 and is the best
+    non-negative one: every candidate with c0 = 0 fits at least as badly."""
+    steps, side = _points(BATCHES, c0=-2.0, a=5.0, b=0.0)
+    assert (steps["busy_ms"] > 0).all()
+    fit = fit_points(steps, side)
+    assert fit.model.c0 == 0.0 and fit.model.a > 0
+    x = side[["len_sum", "len_sq_sum"]].to_numpy(float)
+    y = steps["busy_ms"].to_numpy() * 1e6
+    unconstrained = np.linalg.lstsq(x, y, rcond=None)[0]
+    assert (unconstrained >= 0).all()  # so it is the constrained optimum with c0 = 0
+    assert [fit.model.a, fit.model.b] == pytest.approx(unconstrained, rel=1e-6)
+    assert 0 < fit.r2 < 1
+
+
+def test_nonnegative_lstsq_beats_every_feasible_grid_point():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, size=(20, 3))
+    y = x @ np.array([2.0, -1.0, 0.5]) + rng.normal(0, 0.01, 20)
+    coef = nonnegative_lstsq(x, y)
+    assert (coef >= 0).all() and coef[1] == 0
+    best = float(((x @ coef - y) ** 2).sum())
+    grid = np.linspace(0, 3, 31)
+    assert all(((x @ np.array(c) - y) ** 2).sum() >= best - 1e-12 for c in product(grid, repeat=3))
+
+
+def test_points_need_both_a_sidecar_row_and_a_trace_row():
+    steps, side = _points(BATCHES[:5], c0=1.0, a=1.0, b=1.0)
+    fit = fit_points(steps, side.assign(rank=[0, 0, 0, 0, 1]))  # the last point is another rank
+    assert fit.n_points == 4
+    with pytest.raises(fsobs.RunError, match=r"^/r: not enough steps with both a sidecar and a"):
+        fit_points(steps.iloc[:3], side, path="/r")
+
+
+def test_fit_cost_on_an_analyzed_gpu_run(tmp_path):
+    """Each rank's compute time (µs) is exactly 2·n + ΣL / 100 + ΣL² / 1000, i.e. in ns per
+    sample c(L) = 2000 + 10·L + L²."""
+    lengths = [
+        ([100, 200], [300]),
+        ([100] * 3, [200, 200, 100, 300]),
+        ([300, 300], [100]),
+        ([200], [100, 100, 100, 100, 100]),
+    ]
+
+    def busy_us(ls: list[int]) -> float:
+        return 2 * len(ls) + sum(ls) / 100 + sum(v * v for v in ls) / 1000
+
+    compute = [(busy_us(a), busy_us(b)) for a, b in lengths]
+    run_dir = write_gpu_run(tmp_path / "run", compute, lengths=lengths)
+    fit = fit_cost(analyze_path(run_dir))
+    assert fit.n_points == 8
+    assert [fit.model.c0, fit.model.a, fit.model.b] == pytest.approx([2000, 10, 1], rel=1e-6)
+    assert fit.points["measured_ms"].tolist() == pytest.approx(
+        [busy_us(ls[r]) / 1e3 for r in range(2) for ls in lengths]
+    )
+
+
+def test_fit_cost_without_sidecars_names_the_run():
+    with pytest.raises(fsobs.RunError, match="synthetic_gloo_a2a_straggler_4rank: the run has no"):
+        fit_cost(analyze_path(REFERENCE / "synthetic_gloo_a2a_straggler_4rank"))
+
+
+# ----------------------------------------------------------------------------- fsobs fit-cost
+
+
+@pytest.fixture
+def fit_run(tmp_path):
+    lengths = [([10, 20], [30]), ([40], [5, 5, 5]), ([50, 60], [70]), ([1], [2, 300])]
+    # c(L) = 1000 + 100·L + 1·L² ns per sample, i.e. µs below
+    compute = [
+        tuple(sum(1 + 0.1 * v + v * v / 1000 for v in ls) for ls in pair) for pair in lengths
+    ]
+    return write_gpu_run(tmp_path / "run", compute, lengths=lengths)
+
+
+def test_cli_fit_cost_writes_the_model(fit_run, capsys):
+    assert main(["fit-cost", str(fit_run)]) == 0
+    out = capsys.readouterr().out
+    path = fit_run / "cost_model.json"
+    model = CostModel.from_json(path)
+    assert [model.c0, model.a, model.b] == pytest.approx([1000, 100, 1], rel=1e-6)
+    assert "8 (rank, step) points" in out and "R^2 1.0000" in out
+    assert f"wrote {path}\n" in out
+    assert out.endswith(f"use it with: fsobs run --balance --cost-model {path}\n")
+    assert set(json.loads(path.read_text())) == {"c0", "a", "b", "ids"}
+
+
+def test_cli_fit_cost_out(fit_run, tmp_path, capsys):
+    target = tmp_path / "model.json"
+    assert main(["fit-cost", str(fit_run), "--out", str(target)]) == 0
+    assert CostModel.from_json(target).b == pytest.approx(1.0, rel=1e-6)
+    assert not (fit_run / "cost_model.json").exists()
+
+
+def test_cli_fit_cost_bad_input(tmp_path, capsys):
+    run = REFERENCE / "synthetic_gloo_a2a_straggler_4rank"
+    assert main(["fit-cost", str(run), "--out", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no step sidecars" in err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_cli_fit_cost_unwritable_out(fit_run, tmp_path, capsys):
+    target = tmp_path / "missing-dir" / "m.json"
+    assert main(["fit-cost", str(fit_run), "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fsobs: error: {target}: cannot write the cost model")
