@@ -90,7 +90,7 @@ def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
             "step_time_ms_p90": nan,
             "clock_skew_ms": colls.skew_ms,
         }
-    step_time = steps.groupby("step")["window_ms"].max().to_numpy()
+    step_time = step_times(steps).to_numpy()
     return {
         "bubble_ratio": float(steps["bubble_ms"].sum() / steps["window_ms"].sum()),
         **{f"{k}_ms_per_step": float(steps[f"{k}_ms"].mean()) for k in keys},
@@ -98,3 +98,8 @@ def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
         "step_time_ms_p90": float(np.percentile(step_time, 90)),
         "clock_skew_ms": colls.skew_ms,
     }
+
+
+def step_times(steps: pd.DataFrame) -> pd.Series:
+    """The step time of each step (ms, indexed by step): its longest window over the ranks."""
+    return steps.groupby("step")["window_ms"].max().rename("step_time_ms")

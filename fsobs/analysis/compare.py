@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.analyze import Analysis
+from fsobs.analysis.analyze import Analysis, step_times
 from fsobs.trace.schema import Run
 
 CLASSES = ("straggler_wait", "exposed_comm", "host_idle", "other")
@@ -283,9 +283,8 @@ def _per_step_bubble(steps: pd.DataFrame) -> np.ndarray:
 
 
 def _step_times(steps: pd.DataFrame, role: str) -> pd.DataFrame:
-    """Step time of each step: its longest window over the ranks (as in ``analyze.kpis``)."""
-    times = steps.groupby("step", as_index=False)["window_ms"].max()
-    times = times.rename(columns={"window_ms": "step_time_ms"})
+    """:func:`fsobs.analysis.analyze.step_times` in long format, tagged with ``role``."""
+    times = step_times(steps).reset_index()
     times.insert(0, "run", role)
     return times[["run", "step", "step_time_ms"]]
 

@@ -1,10 +1,17 @@
 """Wrap ``SeqRecModel`` in torchrec ``DistributedModelParallel`` on CPU (gloo) or GPU.
 
 Follows ``shared/examples/torchrec_cpu_dmp.py`` and the CPU rules in
-``shared/notes/torch_torchrec_cpu.md`` §3: the planner with one sharding type per table
-(table_wise by default; an EmbeddingCollection must not be data_parallel), the fused compute
-kernel (the planner picks it; a manual plan must ask for it), and the fused embedding optimizer
+``shared/notes/torch_torchrec_cpu.md`` §3: the planner with one sharding type per module
+(an EmbeddingCollection must not be data_parallel; on CPU an EmbeddingBagCollection cannot be
+row_wise), the fused compute kernel (the planner picks it), and the fused embedding optimizer
 combined with a dense optimizer that leaves the fused parameters out.
+
+Defaults: the pooled tables (user, context: one to four ids per sample) are table_wise; the
+sequence tables (item, category: every history event) are row_wise, so that every rank does the
+same share of the per-event lookups and their backward. With the sequence tables table_wise, the
+rank holding the item table did all item-embedding backward work (~10 ms per step, "small"
+model, 2 ranks): a straggler that no balancing of samples can remove (found by ``fsobs
+analyze`` on a balanced run).
 """
 
 from __future__ import annotations
@@ -40,17 +47,19 @@ def plan_sharding(
     module_sharders: list[ModuleSharder[torch.nn.Module]],
     pg: dist.ProcessGroup,
     *,
-    sharding_type: str = "table_wise",
+    ebc_sharding: str = "table_wise",
+    ec_sharding: str = "row_wise",
     compute_device: str = "cpu",
 ) -> ShardingPlan:
-    """The planner's plan with every table constrained to ``sharding_type``; rank 0 plans and
-    broadcasts, so all ranks of ``pg`` get the same plan."""
-    if sharding_type == "data_parallel":
-        raise ValueError("sharding_type: an EmbeddingCollection must not be data_parallel")
+    """The planner's plan with the EBC tables constrained to ``ebc_sharding`` and the EC tables
+    to ``ec_sharding``; rank 0 plans and broadcasts, so all ranks of ``pg`` get the same plan."""
+    if ec_sharding == "data_parallel":
+        raise ValueError("ec_sharding: an EmbeddingCollection must not be data_parallel")
     world_size = dist.get_world_size(pg)
     constraints = {
-        table: ParameterConstraints(sharding_types=[sharding_type])
-        for table in (*EBC_TABLES, *EC_TABLES)
+        table: ParameterConstraints(sharding_types=[kind])
+        for tables, kind in ((EBC_TABLES, ebc_sharding), (EC_TABLES, ec_sharding))
+        for table in tables
     }
     topology = TopologyFactory.create_topology(
         trainer_config=TrainerConfig(world_size=world_size, local_world_size=world_size),
@@ -65,13 +74,19 @@ def wrap_model(
     pg: dist.ProcessGroup,
     device: torch.device,
     *,
-    sharding_type: str = "table_wise",
+    ebc_sharding: str = "table_wise",
+    ec_sharding: str = "row_wise",
     embedding_lr: float = EMBEDDING_LR,
 ) -> DistributedModelParallel:
     """DMP around a model built with ``device="meta"`` (see ``SeqRecModel``)."""
     module_sharders = sharders(embedding_lr)
     plan = plan_sharding(
-        model, module_sharders, pg, sharding_type=sharding_type, compute_device=device.type
+        model,
+        module_sharders,
+        pg,
+        ebc_sharding=ebc_sharding,
+        ec_sharding=ec_sharding,
+        compute_device=device.type,
     )
     return DistributedModelParallel(
         model,
