@@ -28,6 +28,7 @@ from fsobs.errors import FsobsError
 from fsobs.export import export_run
 from fsobs.report import render, to_json
 from fsobs.trace import LoadConfig
+from fsobs.trace.loader import COST_MODEL
 from optim.balance import METHODS, CostModel
 
 EXIT_BAD_INPUT = 2
@@ -246,7 +247,7 @@ def _console() -> Console:
 def _fit_cost(args: argparse.Namespace) -> int:
     config = LoadConfig(max_trace_bytes=int(args.max_trace_gb * 2**30))
     fit = fit_cost(analyze_path(args.run, config))
-    out = Path(args.out) if args.out else Path(args.run) / "cost_model.json"
+    out = Path(args.out) if args.out else Path(args.run) / COST_MODEL
     m = fit.model
     print(f"c(L) = {m.c0:.6g} ns + {m.a:.6g} ns * L + {m.b:.6g} ns * L^2  (busy time per sample)")
     print(f"R^2 {fit.r2:.4f}, RMSE {fit.rmse_ms:.3f} ms, {fit.n_points} (rank, step) points")

@@ -303,3 +303,12 @@ def test_missing_category_is_nan_not_a_string(tmp_path):
     ev = _events(write(tmp_path / "t.json", trace(events)))
     assert ev["cat"].isna().tolist() == [False, True]
     assert ev["kind"].tolist() == ["compute", "other"]
+
+
+def test_a_cost_model_in_the_run_directory_is_not_a_trace(tmp_path):
+    from optim.balance import CostModel
+
+    write(tmp_path / "a.json", trace([step(1, 0, 10)], rank=0, world_size=1))
+    CostModel(c0=1.0, a=2.0, b=3.0).to_json(tmp_path / loader.COST_MODEL)
+    run = fsobs.load_run(tmp_path)
+    assert run.rank_ids == [0] and run.warnings == []

@@ -29,6 +29,9 @@ from fsobs.trace.sidecar import read_sidecars
 logger = logging.getLogger(__name__)
 
 RUN_META = "run.json"
+COST_MODEL = "cost_model.json"
+"""Written into a run directory by ``fsobs fit-cost``; not a trace."""
+NOT_TRACES = frozenset({RUN_META, COST_MODEL})
 Source = str | Path | Sequence[str | Path]
 
 
@@ -113,7 +116,9 @@ def _discover(
             files = sorted(
                 p
                 for p in path.iterdir()
-                if p.is_file() and p.name != RUN_META and p.name.endswith((".json", ".json.gz"))
+                if p.is_file()
+                and p.name not in NOT_TRACES
+                and p.name.endswith((".json", ".json.gz"))
             )
             if not files:
                 raise EmptyRunError(
