@@ -223,10 +223,10 @@ def _extract_zip(file_name: str, stream: IO[bytes], staged: _Staged) -> None:
 
 def _check_zip_member(info: zipfile.ZipInfo) -> None:
     _member_name(info.filename)
-    mode = info.external_attr >> 16
-    if stat.S_ISLNK(mode):
+    kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the archiver wrote no file type
+    if kind == stat.S_IFLNK:
         raise UploadError(f"archive member {info.filename!r}: links are not allowed")
-    if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
         raise UploadError(f"archive member {info.filename!r}: not a regular file")
     if info.flag_bits & 0x1:
         raise UploadError(f"archive member {info.filename!r}: encrypted members are not allowed")

@@ -1,0 +1,230 @@
+"""Every page through Streamlit's AppTest: KPIs and charts against fsobs; good and bad uploads."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard.balance_plan import balance_plan, default_model
+from dashboard.upload import MAX_UPLOAD_BYTES
+from dashboard.widgets import KPIS, format_kpi
+from fsobs import analyze_path
+from fsobs.analysis.compare import compare
+from fsobs.analysis.costfit import fit_cost
+from fsobs.trace.sidecar import read_step_lengths
+from tests.dashboard.conftest import (
+    APP,
+    RUN_IDS,
+    listing,
+    run_files,
+    tar_gz_bytes,
+    tar_gz_declaring,
+    zip_bytes,
+)
+
+GLOO = "reference/gloo_straggler_4rank"
+
+
+def _open(page: str = "runs", **query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in query.items():
+        at.query_params[key] = value
+    if page != "runs":
+        at.switch_page(f"app_pages/{page}.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _charts(at: AppTest) -> dict[str, dict]:
+    """Plotly specs by figure title."""
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return {spec["layout"]["title"]["text"]: spec for spec in specs}
+
+
+def _values(data: list | dict) -> np.ndarray:
+    """A Plotly JSON array: a plain list, or a typed array ``{dtype, bdata[, shape]}``."""
+    if isinstance(data, list):
+        return np.asarray(data, dtype=float)
+    flat = np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"])
+    shape = data.get("shape")
+    if shape:
+        flat = flat.reshape([int(n) for n in str(shape).split(",")])
+    return flat.astype(float)
+
+
+def _chart(at: AppTest, title_start: str) -> dict:
+    return next(s for t, s in _charts(at).items() if t.startswith(title_start))
+
+
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_runs_page_lists_every_run_with_its_facts(shared_app_env):
+    at = _open()
+    assert at.title[0].value == "Runs"
+    table = at.dataframe[0].value.set_index("run")
+    assert tuple(table.index) == RUN_IDS
+    expected = analyze_path(shared_app_env / "sim" / "control").summary["bubble_ratio"]
+    assert table.loc["sim/control", "bubble ratio"] == pytest.approx(expected)
+    assert table.loc["sim/control", "world size"] == 4
+    assert bool(table.loc["sim/control", "simulated"])
+    assert "sm_free (requested, not applied)" in table.loc["sim/control", "toggles"]
+    assert "not valid JSON" in table.loc["broken", "problem"]
+
+
+def test_bubbles_page_picks_the_first_run_with_data(shared_app_env):
+    at = _open("bubbles")
+    assert at.title[0].value == "Bubbles"
+    assert at.selectbox(key="run").value == GLOO  # "broken" comes first but has no data
+    summary = analyze_path(shared_app_env / GLOO).summary
+    assert _metrics(at)["Bubble ratio"] == format_kpi(summary["bubble_ratio"], "pct")
+
+
+def test_bubbles_page_kpis_and_charts(shared_app_env):
+    at = _open("bubbles", run="sim/control")
+    analysis = analyze_path(shared_app_env / "sim" / "control")
+    metrics = _metrics(at)
+    for key, label, unit in KPIS:
+        assert metrics[label] == format_kpi(analysis.summary[key], unit)
+    bars = _chart(at, "Bubble per rank")
+    means = analysis.steps.groupby("rank")["straggler_wait_ms"].mean()
+    np.testing.assert_allclose(_values(bars["data"][0]["y"]), means.to_numpy())
+    heat = _chart(at, "Straggler wait per rank")
+    matrix = analysis.steps.pivot(index="rank", columns="step", values="straggler_wait_ms")
+    np.testing.assert_allclose(_values(heat["data"][0]["z"]), matrix.to_numpy())
+    titles = list(_charts(at))
+    for start in ("Step 10 across", "Straggler rank per step", "Data cost", "GPU temporal"):
+        assert any(t.startswith(start) for t in titles), titles
+    infos = [i.value for i in at.info]
+    assert any("`sm_free` was requested but not applied: no GPU" in i for i in infos)
+
+
+def test_a_broken_run_shows_its_error_and_the_app_keeps_working(shared_app_env):
+    at = _open("bubbles", run="broken")
+    assert len(at.error) == 1
+    assert "broken/rank0.json: not valid JSON" in at.error[0].value
+    at.selectbox(key="run").set_value("sim/test").run()
+    assert not at.exception and not at.error
+    assert _metrics(at)["Bubble ratio"].endswith("%")
+
+
+def test_compare_page_shows_the_bubble_reduction(shared_app_env):
+    at = _open("compare", control="sim/control", test="sim/test")
+    assert at.title[0].value == "Compare"
+    comp = compare(
+        analyze_path(shared_app_env / "sim" / "control"),
+        analyze_path(shared_app_env / "sim" / "test"),
+    )
+    assert _metrics(at)["Bubble reduction"] == f"{comp.bubble_reduction:.1%}"
+    assert any("same global batches" in s.value for s in at.success)
+    reduction = _chart(at, "Bubble reduction")
+    assert _values(reduction["data"][0]["y"])[0] == pytest.approx(100 * comp.bubble_reduction)
+    boxes = _chart(at, "Step time distribution")
+    assert [b["name"] for b in boxes["data"]] == ["control", "test"]
+    pytest.importorskip("hta.trace_diff")
+    at.checkbox(key="op_diff").check().run()
+    assert not at.exception
+    assert any("Source: HTA TraceDiff" in c.value for c in at.caption)
+    assert int(_metrics(at)["ops added"]) >= 0
+
+
+def test_compare_page_op_diff_of_cpu_runs_comes_from_fsobs(shared_app_env):
+    at = _open("compare", control=GLOO, test="sim/control")
+    assert any("GPU traces only" in i.value for i in at.info)
+    assert any("simulated and the other is not" in w.value for w in at.warning)
+    at.checkbox(key="op_diff").check().run()
+    assert not at.exception
+    assert any("Source: fsobs" in c.value for c in at.caption)
+
+
+def test_optimizer_page_fit_and_balance_plan(shared_app_env):
+    at = _open("optimizer", run="sim/test")
+    assert at.title[0].value == "Optimizer"
+    run_dir = shared_app_env / "sim" / "test"
+    fit = fit_cost(analyze_path(run_dir))
+    assert _metrics(at)["Points (rank, step)"] == str(fit.n_points)
+    assert _chart(at, "Imbalance per step")
+    at.selectbox(key="cost_source").set_value(default_model().source)
+    at.selectbox(key="method").set_value("lpt")
+    at.selectbox(key="plan_step").set_value(12).run()
+    assert not at.exception
+    plan = balance_plan(read_step_lengths(run_dir, 12), default_model().model, "lpt")
+    bars = _chart(at, "Per-rank cost")
+    np.testing.assert_allclose(_values(bars["data"][0]["y"]), plan.per_rank["cost_before"])
+    np.testing.assert_allclose(_values(bars["data"][1]["y"]), plan.per_rank["cost_after"])
+    assert _metrics(at)["Imbalance after (lpt)"] == f"{plan.imbalance_after:.3f}"
+
+
+# ---- uploads: one writable store for the module, so analyses are cached across tests ----
+
+
+@pytest.fixture(scope="module")
+def upload_store(shared_store, tmp_path_factory) -> Iterator[Path]:
+    store = Path(shutil.copytree(shared_store, tmp_path_factory.mktemp("uploads") / "store"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FSOBS_STORE", str(store))
+        yield store
+
+
+def _upload(files: list[tuple[str, bytes]], name: str = "") -> AppTest:
+    at = _open()
+    mime = "application/octet-stream"
+    at.file_uploader(key="upload_files").set_value([(n, data, mime) for n, data in files])
+    at.text_input(key="upload_name").input(name)
+    at.button(key="upload_store").click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+@pytest.mark.parametrize("kind", ["files", "zip", "tar.gz"])
+def test_good_upload_lands_in_uploads_and_in_the_runs_list(upload_store, kind):
+    files = run_files(upload_store / GLOO)
+    nested = {f"run/{n}": d for n, d in files.items()}
+    payload = {
+        "files": list(files.items()),
+        "zip": [("gloo.zip", zip_bytes(nested))],
+        "tar.gz": [("gloo.tar.gz", tar_gz_bytes(nested))],
+    }[kind]
+    at = _upload(payload, name=f"good {kind.split('.')[-1]}")
+    run_id = f"uploads/good-{kind.split('.')[-1]}"
+    assert any(run_id in s.value for s in at.success), [e.value for e in at.error]
+    assert sorted(p.name for p in (upload_store / run_id).iterdir()) == sorted(files)
+    assert run_id in set(at.dataframe[0].value["run"])
+
+
+def _bad_payload(store: Path, case: str) -> list[tuple[str, bytes]]:
+    rank0 = run_files(store / GLOO)["rank0.json.gz"]
+    return {
+        "malformed json": [("rank0.json", b'{"traceEvents": [{"ph": "X", ')],
+        "traversal": [("t.zip", zip_bytes({"../x.json": rank0}))],
+        "symlink": [("s.tar.gz", tar_gz_bytes({}, symlinks={"rank0.json": "/etc/passwd"}))],
+        "bomb": [("b.tar.gz", tar_gz_declaring("rank0.json", MAX_UPLOAD_BYTES + 1))],
+        "duplicate rank": [("rank0.json.gz", rank0), ("again.json.gz", rank0)],
+    }[case]
+
+
+@pytest.mark.parametrize(
+    ("case", "phrase"),
+    [
+        ("malformed json", "not valid JSON"),
+        ("traversal", "absolute paths and '..' are not allowed"),
+        ("symlink", "links are not allowed"),
+        ("bomb", "larger than 512 MiB"),
+        ("duplicate rank", "claim this rank"),
+    ],
+)
+def test_bad_upload_shows_a_clear_message_and_changes_nothing(upload_store, case, phrase):
+    before = listing(upload_store)
+    at = _upload(_bad_payload(upload_store, case), name="bad")
+    assert len(at.error) == 1 and phrase in at.error[0].value
+    assert at.error[0].value.startswith("Upload refused: ")
+    assert listing(upload_store) == before
