@@ -41,23 +41,29 @@ def wait_matrix(steps: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+MAX_BARS = 400
+"""Most timeline bars per rank and lane; beyond, the closest intervals are merged for drawing."""
+
+
 def timeline_frame(
-    bubbles: list[StepBubbles], step: int, offsets_ns: dict[int, int]
+    bubbles: list[StepBubbles], step: int, offsets_ns: dict[int, int], max_bars: int = MAX_BARS
 ) -> pd.DataFrame:
     """The intervals of one step: rank, lane (``TIMELINE_LABELS``), start_ms, end_ms.
 
     Times are clock-aligned (each rank's offset subtracted) and relative to the earliest window
-    start of the step over the ranks.
+    start of the step over the ranks. A lane with more than ``max_bars`` intervals is coarsened
+    (:func:`coarsen`) and ``frame.attrs["coarsened"]`` is True.
     """
     chosen = [b for b in bubbles if b.step == step]
     if not chosen:
         return pd.DataFrame(columns=["rank", "lane", "start_ms", "end_ms"])
     origin = min(b.window[0] - offsets_ns.get(b.rank, 0) for b in chosen)
-    frames = []
+    frames, coarsened = [], False
     for sb in chosen:
         shift = origin + offsets_ns.get(sb.rank, 0)
         for name, label in TIMELINE_LABELS.items():
-            starts, ends = sb.classes[name]
+            starts, ends = coarsen(*sb.classes[name], max_bars)
+            coarsened |= len(starts) < len(sb.classes[name][0])
             if len(starts):
                 frames.append(
                     pd.DataFrame(
@@ -69,7 +75,23 @@ def timeline_frame(
                         }
                     )
                 )
-    return pd.concat(frames, ignore_index=True).sort_values(["rank", "start_ms"], kind="stable")
+    frame = pd.concat(frames, ignore_index=True).sort_values(["rank", "start_ms"], kind="stable")
+    frame.attrs["coarsened"] = coarsened
+    return frame
+
+
+def coarsen(starts: np.ndarray, ends: np.ndarray, max_bars: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_bars`` intervals: keep the ``max_bars - 1`` widest gaps between the sorted,
+    disjoint intervals and close all the others (drawing only; totals grow by the gaps closed)."""
+    starts, ends = np.asarray(starts), np.asarray(ends)
+    if len(starts) <= max_bars:
+        return starts, ends
+    gaps = starts[1:] - ends[:-1]
+    breaks = np.sort(np.argsort(gaps, kind="stable")[len(gaps) - (max_bars - 1) :])
+    return (
+        np.concatenate([starts[:1], starts[breaks + 1]]),
+        np.concatenate([ends[breaks], ends[-1:]]),
+    )
 
 
 def lateness_frame(analysis: Analysis) -> pd.DataFrame | None:

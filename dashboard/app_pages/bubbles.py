@@ -6,7 +6,7 @@ import streamlit as st
 
 from dashboard import figures
 from dashboard.cache import first_with_data, load, runs
-from dashboard.tables import lateness_frame, timeline_frame
+from dashboard.tables import MAX_BARS, lateness_frame, timeline_frame
 from dashboard.widgets import (
     chart,
     current_store,
@@ -36,6 +36,8 @@ def _timeline(analysis: Analysis) -> None:
     )
     frame = timeline_frame(analysis.bubbles, step, analysis.collectives.offsets_ns)
     chart(figures.step_timeline(frame, step), "timeline")
+    if frame.attrs.get("coarsened"):
+        st.caption(f"Lanes with more than {MAX_BARS} intervals: the closest ones drawn merged.")
 
 
 def _stragglers(analysis: Analysis) -> None:

@@ -9,6 +9,8 @@ import streamlit as st
 
 from dashboard import figures
 from dashboard.cache import Loaded, comparison, first_with_data, load, runs, trace_diff
+from dashboard.store import RunEntry, find_run
+from dashboard.tables import has_data
 from dashboard.tracediff import change_counts
 from dashboard.widgets import chart, current_store, pick_run, stop_without_runs
 from fsobs.analysis.compare import Comparison
@@ -92,17 +94,32 @@ def _op_diff(control: Loaded, test: Loaded) -> None:
     st.dataframe(diff.table)
 
 
+def _default_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str]:
+    """A ``<dir>/control`` + ``<dir>/test`` pair with data if the store has one, else the first
+    two runs with data."""
+    ids = {e.run_id for e in entries}
+    for entry in entries:
+        parent, _, leaf = entry.run_id.rpartition("/")
+        sibling = f"{parent}/test" if parent else "test"
+        if leaf == "control" and sibling in ids:
+            pair = (entry, find_run(entries, sibling))
+            if all(p is not None and has_data(load(store, p).analysis) for p in pair):
+                return entry.run_id, sibling
+    control = first_with_data(store, entries)
+    return control, first_with_data(store, entries, skip=control)
+
+
 def render() -> None:
     """The page."""
     st.title("Compare")
     store = current_store()
     entries = runs(store)
     stop_without_runs(entries)
+    default_control, default_test = _default_pair(store, entries)
     left, right = st.columns(2)
     with left:
-        control = pick_run("Control", "control", entries, first_with_data(store, entries))
+        control = pick_run("Control", "control", entries, default_control)
     with right:
-        default_test = first_with_data(store, entries, skip=control.run_id)
         test = pick_run("Test", "test", entries, default_test)
     loaded = (load(store, control), load(store, test))
     for role, item in zip(("control", "test"), loaded, strict=True):

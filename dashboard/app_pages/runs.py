@@ -12,19 +12,26 @@ from dashboard.upload import MAX_UPLOAD_BYTES, UploadError, store_upload
 from dashboard.widgets import current_store
 
 RESULT_KEY = "upload_result"
+LAST_KEY = "upload_last"
 
 
 def _store_upload(store: Path) -> None:
     """Button callback: store the uploaded files (runs before the page, so the table shows it)."""
     files = st.session_state.get("upload_files") or []
+    name = (st.session_state.get("upload_name") or "").strip() or None
+    fingerprint = (name, tuple(f.file_id for f in files))
+    last = st.session_state.get(LAST_KEY)
+    if files and last is not None and last[0] == fingerprint:  # a second click, same files
+        st.session_state[RESULT_KEY] = ("info", f"These files are already stored as `{last[1]}`.")
+        return
     for file in files:
         file.seek(0)
-    name = (st.session_state.get("upload_name") or "").strip() or None
     try:
         stored = store_upload(store, [(f.name, f) for f in files], name)
     except UploadError as exc:
         st.session_state[RESULT_KEY] = ("error", f"Upload refused: {exc}")
         return
+    st.session_state[LAST_KEY] = (fingerprint, stored.run_id)
     message = f"Stored as `{stored.run_id}`: {', '.join(stored.files)}."
     if stored.skipped:
         message += f" Skipped (not run files): {', '.join(stored.skipped[:10])}."
@@ -77,7 +84,7 @@ def _upload_form(store: Path) -> None:
     result = st.session_state.get(RESULT_KEY)
     if result is not None:
         kind, message = result
-        (st.success if kind == "success" else st.error)(message)
+        {"success": st.success, "info": st.info, "error": st.error}[kind](message)
 
 
 def render() -> None:

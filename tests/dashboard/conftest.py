@@ -18,12 +18,20 @@ Fixtures:
 - ``store``: a fresh copy of it in ``tmp_path`` for tests that write (uploads).
 - ``app_env``: sets ``FSOBS_STORE`` to ``store``; ``shared_app_env`` to ``shared_store``.
 - ``APP``: the absolute path of ``dashboard/streamlit_app.py`` for ``AppTest.from_file``.
+
+Helpers: ``build_store(root)``, ``listing(root)`` (to compare a store before / after),
+``run_files``, ``zip_bytes``, ``zeros_zip``, ``tar_gz_bytes``, ``tar_gz_declaring`` (upload
+payloads, hostile ones included).
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import shutil
+import tarfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +45,7 @@ APP = str(ROOT / "dashboard" / "streamlit_app.py")
 GLOO_REFERENCE = ROOT / "traces" / "reference" / "synthetic_gloo_a2a_straggler_4rank"
 NUM_RANKS, FIRST_STEP, NUM_STEPS, SAMPLES_PER_RANK = 4, 10, 4, 8
 RUN_IDS = ("broken", "reference/gloo_straggler_4rank", "sim/control", "sim/test")
+MiB = 2**20
 
 
 def global_batches(seed: int = 7) -> dict[int, np.ndarray]:
@@ -121,6 +130,69 @@ def listing(root: Path) -> list[tuple[str, int]]:
         (p.relative_to(root).as_posix(), p.stat().st_size if p.is_file() else -1)
         for p in root.rglob("*")
     )
+
+
+# ---- upload payloads: good and hostile archives, in memory ----
+def run_files(run_dir: Path) -> dict[str, bytes]:
+    """Every regular file of a run directory: name -> bytes."""
+    return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir()) if p.is_file()}
+
+
+def zip_bytes(members: dict[str, bytes], *, symlinks: dict[str, str] | None = None) -> bytes:
+    """A .zip of ``members`` (names may contain folders) plus symbolic links name -> target."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        for name, target in (symlinks or {}).items():
+            info = zipfile.ZipInfo(name)
+            info.create_system = 3  # unix, so the mode bits count
+            info.external_attr = 0o120777 << 16
+            archive.writestr(info, target)
+    return buffer.getvalue()
+
+
+def zeros_zip(name: str, size: int) -> bytes:
+    """A .zip whose one member is ``size`` zero bytes (compresses ~1000:1)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open(name, "w", force_zip64=True) as member:
+            for _ in range(size // MiB):
+                member.write(bytes(MiB))
+    return buffer.getvalue()
+
+
+def tar_gz_bytes(
+    members: dict[str, bytes],
+    *,
+    symlinks: dict[str, str] | None = None,
+    hardlinks: dict[str, str] | None = None,
+    devices: tuple[str, ...] = (),
+) -> bytes:
+    """A .tar.gz of ``members`` plus symbolic links, hard links and character devices."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for kind, links in ((tarfile.SYMTYPE, symlinks), (tarfile.LNKTYPE, hardlinks)):
+            for name, target in (links or {}).items():
+                info = tarfile.TarInfo(name)
+                info.type, info.linkname = kind, target
+                archive.addfile(info)
+        for name in devices:
+            info = tarfile.TarInfo(name)
+            info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+            archive.addfile(info)
+    return buffer.getvalue()
+
+
+def tar_gz_declaring(name: str, size: int) -> bytes:
+    """A tiny .tar.gz whose member header claims ``size`` bytes (a bomb, caught before reading)."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    return gzip.compress(info.tobuf(format=tarfile.GNU_FORMAT) + bytes(1024))
 
 
 @pytest.fixture(scope="session")

@@ -106,6 +106,13 @@ def test_bubbles_page_kpis_and_charts(shared_app_env):
         assert any(t.startswith(start) for t in titles), titles
     infos = [i.value for i in at.info]
     assert any("`sm_free` was requested but not applied: no GPU" in i for i in infos)
+    assert any("badge[" in m.value and "simulated" in m.value for m in at.markdown)
+
+
+def test_a_run_id_from_the_url_is_only_matched_never_opened(shared_app_env):
+    at = _open("bubbles", run="../../../etc")
+    assert at.selectbox(key="run").value == GLOO
+    assert not at.error
 
 
 def test_a_broken_run_shows_its_error_and_the_app_keeps_working(shared_app_env):
@@ -115,6 +122,11 @@ def test_a_broken_run_shows_its_error_and_the_app_keeps_working(shared_app_env):
     at.selectbox(key="run").set_value("sim/test").run()
     assert not at.exception and not at.error
     assert _metrics(at)["Bubble ratio"].endswith("%")
+    at = _open("compare", control="broken", test="sim/test")
+    assert [e.value for e in at.error] == [
+        "Cannot analyze the control run broken: broken/rank0.json: not valid JSON: truncated "
+        "(the file ends in the middle of the JSON text)"
+    ]
 
 
 def test_compare_page_shows_the_bubble_reduction(shared_app_env):
@@ -135,6 +147,14 @@ def test_compare_page_shows_the_bubble_reduction(shared_app_env):
     assert not at.exception
     assert any("Source: HTA TraceDiff" in c.value for c in at.caption)
     assert int(_metrics(at)["ops added"]) >= 0
+
+
+def test_compare_page_defaults_to_a_control_test_pair(shared_app_env):
+    at = _open("compare")
+    assert (at.selectbox(key="control").value, at.selectbox(key="test").value) == (
+        "sim/control",
+        "sim/test",
+    )
 
 
 def test_compare_page_op_diff_of_cpu_runs_comes_from_fsobs(shared_app_env):
@@ -199,6 +219,9 @@ def test_good_upload_lands_in_uploads_and_in_the_runs_list(upload_store, kind):
     assert any(run_id in s.value for s in at.success), [e.value for e in at.error]
     assert sorted(p.name for p in (upload_store / run_id).iterdir()) == sorted(files)
     assert run_id in set(at.dataframe[0].value["run"])
+    at.button(key="upload_store").click().run()  # a second click stores nothing new
+    assert any(f"already stored as `{run_id}`" in i.value for i in at.info)
+    assert not (upload_store / f"{run_id}-2").exists()
 
 
 def _bad_payload(store: Path, case: str) -> list[tuple[str, bytes]]:

@@ -8,7 +8,13 @@ import pytest
 
 from dashboard import figures
 from dashboard.balance_plan import balance_plan, default_model
-from dashboard.tables import BUBBLE_CLASSES, imbalance_steps, lateness_frame, timeline_frame
+from dashboard.tables import (
+    BUBBLE_CLASSES,
+    coarsen,
+    imbalance_steps,
+    lateness_frame,
+    timeline_frame,
+)
 from dashboard.tracediff import FSOBS_SOURCE, HTA_SOURCE, change_counts, fsobs_table, op_diff
 from fsobs import analyze_path
 from fsobs.analysis.compare import compare
@@ -68,6 +74,20 @@ def test_timeline_lanes_add_up_to_the_bubble_table(runs, run_id):
             total = widths.get(f"rank {rank}", pd.Series(dtype=float)).sum()
             assert total == pytest.approx(table.loc[(rank, step), column], abs=1e-6)
     assert min(np.min(t.base) for t in fig.data if len(t.base)) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_timeline_merges_the_closest_intervals_beyond_max_bars(runs):
+    analysis = runs["sim/control"]
+    full = timeline_frame(analysis.bubbles, 11, analysis.collectives.offsets_ns)
+    coarse = timeline_frame(analysis.bubbles, 11, analysis.collectives.offsets_ns, max_bars=3)
+    assert not full.attrs["coarsened"] and coarse.attrs["coarsened"]
+    assert coarse.groupby(["rank", "lane"]).size().max() == 3
+    for (rank, lane), part in full.groupby(["rank", "lane"]):
+        merged = coarse[(coarse["rank"] == rank) & (coarse["lane"] == lane)]
+        assert merged["start_ms"].min() == part["start_ms"].min()
+        assert merged["end_ms"].max() == part["end_ms"].max()
+    starts, ends = coarsen(np.array([0, 10, 20, 30, 100]), np.array([5, 12, 25, 40, 110]), 3)
+    assert starts.tolist() == [0, 20, 100] and ends.tolist() == [12, 40, 110]
 
 
 def test_straggler_steps_follow_the_analysis(runs):
