@@ -1,8 +1,8 @@
 """FreeScale dashboard entry point: ``streamlit run dashboard/streamlit_app.py [-- --store DIR]``.
 
 Resolves the run store (``--store`` after ``--``, else ``FSOBS_STORE``, else ``traces``) and routes
-to the pages; each page reads its run ids from the URL (``/bubbles?run=<id>``,
-``/compare?control=<id>&test=<id>``, ``/optimizer?run=<id>``).
+to the pages: ``/`` (or ``/runs``), ``/bubbles?run=<id>``, ``/compare?control=<id>&test=<id>``,
+``/optimizer?run=<id>``; each page reads its run ids from the URL.
 """
 
 import sys
@@ -22,7 +22,9 @@ st.set_page_config(
 init_store()
 st.navigation(
     [
-        st.Page("app_pages/runs.py", title="Runs", url_path="runs", icon=":material/list:"),
+        # The default page is served at "/" only; the hidden twin also serves it at "/runs".
+        st.Page("app_pages/runs.py", title="Runs", url_path="home", icon=":material/list:"),
+        st.Page("app_pages/runs.py", title="Runs", url_path="runs", visibility="hidden"),
         st.Page(
             "app_pages/bubbles.py",
             title="Bubbles",

@@ -125,6 +125,7 @@ def run_facts(entry: RunEntry, analysis: Analysis | None, error: str | None) -> 
     meta = entry.meta or {}
     row: dict[str, Any] = {
         "run": entry.run_id,
+        "bubble ratio": None,
         "world size": meta.get("world_size"),
         "device": meta.get("device"),
         "ranks loaded": None,
@@ -132,7 +133,6 @@ def run_facts(entry: RunEntry, analysis: Analysis | None, error: str | None) -> 
         "toggles": toggles_summary(entry.meta),
         "status": meta.get("status", "no run.json"),
         "simulated": bool(meta.get("simulated", False)),
-        "bubble ratio": None,
         "trace MB": round(entry.trace_bytes / 1e6, 2),
         "problem": error or "",
     }

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard.cache import AUTO_ANALYZE_BYTES, facts, runs
+from dashboard.cache import AUTO_ANALYZE_BYTES, facts, first_with_data, runs
 from dashboard.upload import MAX_UPLOAD_BYTES, UploadError, store_upload
 from dashboard.widgets import current_store
 
@@ -55,8 +55,8 @@ def _runs_table(store: Path) -> list[str]:
     return [e.run_id for e in entries]
 
 
-def _open_links(ids: list[str]) -> None:
-    run_id = st.selectbox("Open a run", ids, key="open_run")
+def _open_links(ids: list[str], default_id: str) -> None:
+    run_id = st.selectbox("Open a run", ids, index=ids.index(default_id), key="open_run")
     left, middle, right = st.columns(3)
     left.page_link("app_pages/bubbles.py", label="Bubbles", query_params={"run": run_id})
     middle.page_link("app_pages/optimizer.py", label="Optimizer", query_params={"run": run_id})
@@ -75,6 +75,7 @@ def _upload_form(store: Path) -> None:
     )
     st.file_uploader(
         "Trace files or one archive",
+        type=["json", "gz", "jsonl", "zip", "tgz"],
         accept_multiple_files=True,
         key="upload_files",
         max_upload_size=MAX_UPLOAD_BYTES // 2**20,
@@ -94,7 +95,7 @@ def render() -> None:
     st.caption(f"Run store: `{store}`")
     ids = _runs_table(store)
     if ids:
-        _open_links(ids)
+        _open_links(ids, first_with_data(store, runs(store)))
     _upload_form(store)
 
 

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.figures._style import CONTROL_COLOR, TEST_COLOR, finish, label
+from dashboard.figures._style import CLASS_COLORS, CONTROL_COLOR, TEST_COLOR, finish, label
 from dashboard.tables import BUBBLE_CLASSES
 
 
@@ -70,7 +70,12 @@ def per_rank_delta(per_rank: pd.DataFrame) -> go.Figure:
     ranks = [str(r) for r in per_rank["rank"]]
     fig = go.Figure(
         [
-            go.Bar(name=label(c), x=ranks, y=per_rank[f"{c}_ms_delta"].to_numpy())
+            go.Bar(
+                name=label(c),
+                x=ranks,
+                y=per_rank[f"{c}_ms_delta"].to_numpy(),
+                marker_color=CLASS_COLORS[c],
+            )
             for c in BUBBLE_CLASSES
         ]
     )
