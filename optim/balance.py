@@ -86,6 +86,9 @@ class CostModel:
         target = Path(path)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump(asdict(self), fh, indent=2)
                 fh.write("\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -137,6 +138,9 @@ def test_cost_model_json_round_trip(tmp_path):
     model.to_json(path)
     assert CostModel.from_json(path) == model
     assert list(tmp_path.iterdir()) == [path]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # readable like any written file
 
 
 @pytest.mark.parametrize(
