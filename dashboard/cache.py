@@ -53,10 +53,14 @@ def load(store: Path, entry: RunEntry) -> Loaded:
     return Loaded(entry, analysis, error)
 
 
+def is_analyzed(store: Path, entry: RunEntry) -> bool:
+    """Whether this version of the run was analyzed already (by any session)."""
+    return (str(store), entry.run_id, entry.signature) in _done()
+
+
 def facts(store: Path, entry: RunEntry, *, analyze: bool) -> dict[str, Any]:
     """The runs-table row; the analysis is run only if ``analyze`` or it was already done."""
-    key = (str(store), entry.run_id, entry.signature)
-    if analyze or key in _done():
+    if analyze or is_analyzed(store, entry):
         loaded = load(store, entry)
         return run_facts(entry, loaded.analysis, loaded.error)
     return run_facts(entry, None, "not analyzed yet (large): open it on the Bubbles page")

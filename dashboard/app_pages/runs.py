@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard.cache import AUTO_ANALYZE_BYTES, facts, first_with_data, runs
+from dashboard.cache import AUTO_ANALYZE_BYTES, facts, first_with_data, is_analyzed, runs
 from dashboard.upload import MAX_UPLOAD_BYTES, UploadError, store_upload
 from dashboard.widgets import current_store
 
@@ -43,7 +43,16 @@ def _runs_table(store: Path) -> list[str]:
     if not entries:
         st.info(f"No run in the store yet ({store}). Upload one below.")
         return []
-    rows = [facts(store, e, analyze=e.trace_bytes <= AUTO_ANALYZE_BYTES) for e in entries]
+    auto = [e.trace_bytes <= AUTO_ANALYZE_BYTES for e in entries]
+    pending = sum(a and not is_analyzed(store, e) for a, e in zip(auto, entries, strict=True))
+    bar = st.progress(0.0, text=f"Analyzing {pending} run(s)...") if pending else None
+    rows = []
+    for number, (entry, analyze) in enumerate(zip(entries, auto, strict=True), start=1):
+        rows.append(facts(store, entry, analyze=analyze))
+        if bar is not None:
+            bar.progress(number / len(entries), text=f"Analyzed {entry.run_id}")
+    if bar is not None:
+        bar.empty()
     st.dataframe(
         pd.DataFrame(rows),
         hide_index=True,
