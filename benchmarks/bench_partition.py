@@ -24,6 +24,16 @@ from optim.balance import imbalance, partition
 CASES = (("kk", True), ("lpt", True), ("lpt", False), ("random", True))
 
 
+def lower_bounds(costs: np.ndarray, parts: int) -> tuple[float, float]:
+    """Lower bounds of max/mean for any split: (unequal counts, equal counts). A part holding the
+    costliest sample costs at least that sample; with equal counts at least that sample plus the
+    ``n/parts - 1`` cheapest others."""
+    mean = costs.sum() / parts
+    cheapest = np.sort(costs)[: costs.size // parts - 1].sum()
+    top = costs.max()
+    return max(1.0, top / mean), max(1.0, (top + cheapest) / mean)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=16_384)
@@ -37,6 +47,10 @@ def main() -> None:
     for name in ("lognormal", "powerlaw"):
         lengths = PRESETS[name].draw(np.random.default_rng(args.seed), args.samples)
         costs = estimate_cost(lengths, cfg)
+        free, equal_bound = lower_bounds(costs, args.parts)
+        print(
+            f"{name:<10} lower bound of max/mean: {free:.4f} (any counts), {equal_bound:.4f} (equal)"
+        )
         for method, equal in CASES:
             times, parts = [], []
             for _ in range(args.repeats):
