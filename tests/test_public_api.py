@@ -44,10 +44,11 @@ def test_errors_are_value_errors():
     assert issubclass(fsobs.DuplicateRankError, fsobs.RunError)
 
 
-def test_trace_and_analysis_import_without_torch():
+def test_torch_free_packages_import_without_torch():
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "import fsobs, fsobs.trace, fsobs.analysis, fsobs.cli, fsobs.report\n"
+        "import optim, optim.balance, optim.plan, fsobs.simulate, dashboard.figures\n"
         "assert 'torchrec' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
