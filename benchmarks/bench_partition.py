@@ -48,9 +48,8 @@ def main() -> None:
         lengths = PRESETS[name].draw(np.random.default_rng(args.seed), args.samples)
         costs = estimate_cost(lengths, cfg)
         free, equal_bound = lower_bounds(costs, args.parts)
-        print(
-            f"{name:<10} lower bound of max/mean: {free:.4f} (any counts), {equal_bound:.4f} (equal)"
-        )
+        bounds = f"{free:.4f} (any counts), {equal_bound:.4f} (equal)"
+        print(f"{name:<10} lower bound of max/mean: {bounds}")
         for method, equal in CASES:
             times, parts = [], []
             for _ in range(args.repeats):
