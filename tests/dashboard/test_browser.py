@@ -1,0 +1,257 @@
+"""The dashboard in a real headless Chromium: every page renders its charts, and an upload works.
+
+One Streamlit server (``FSOBS_STORE`` = a copy of the store of ``conftest.build_store``) and one
+Chromium per module, driven over the DevTools Protocol (``tests/dashboard/cdp.py``, the method
+of ``shared/notes/browser_testing.md``). For each page: navigate, wait until the script has
+finished, the page title and the expected Plotly charts are drawn and no skeleton placeholder is
+left, then check through ``Runtime.evaluate`` that every visible chart has a title and data marks
+and that no Streamlit exception box is shown; click the page's tabs and check their charts too;
+save a screenshot to ``screenshots/<page>.png`` (git-ignored) that must decode and not be blank.
+The upload test puts a 2-rank run into the runs page's real ``<input type=file>``
+(``DOM.setFileInputFiles``), stores it and reads it back from the runs table.
+
+Chromium comes from ``make test`` (apt-get); without it these tests skip, or fail when
+``CI=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from PIL import Image
+
+from fsobs.simulate import write_gpu_run
+from tests.dashboard.cdp import (
+    PAGE_STATE_JS,
+    ROOT,
+    Browser,
+    StreamlitServer,
+    find_chromium,
+    page_ready_js,
+)
+from tests.dashboard.conftest import RUN_IDS
+
+pytestmark = pytest.mark.browser
+
+SCREENSHOTS = ROOT / "screenshots"
+CONTROL, TEST, GLOO = "sim/control", "sim/test", "reference/gloo_straggler_4rank"
+UPLOADED_ID = "uploads/upload"
+# Rows of the page's first st.dataframe, from the grid's accessible table (the grid is a canvas).
+RUNS_TABLE_JS, RUNS_HEADER_JS = (
+    "Array.from(document.querySelectorAll("
+    f'\'[data-testid="stDataFrame"] table[role="grid"] {part} tr\'))'
+    ".map((tr) => Array.from(tr.children).map((cell) => cell.textContent.trim()))"
+    for part in ("tbody", "thead")
+)
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    shot: str
+    """Screenshot name (``screenshots/<shot>.png``) and test id."""
+    path: str
+    """URL path of the page (``st.navigation``)."""
+    query: dict[str, str]
+    title: str
+    charts: tuple[str, ...]
+    """Title starts of the charts that must be drawn when the page opens (visible ones only:
+    charts in other tabs or closed expanders are not drawn yet)."""
+    tabs: tuple[tuple[str, str], ...] = ()
+    """(tab label, title start of a chart that must be drawn once the tab is clicked)."""
+
+
+PAGES = (
+    PageSpec("runs", "runs", {}, "Runs", ()),
+    PageSpec(
+        "bubbles",
+        "bubbles",
+        {"run": CONTROL},
+        "Bubbles",
+        ("Bubble per rank by class", "Straggler wait per rank and step", "Step 10 across ranks"),
+        tabs=(
+            ("Stragglers", "Straggler rank per step"),
+            ("Data attribution", "Data cost against arrival"),
+            ("HTA tables", "GPU temporal breakdown"),
+        ),
+    ),
+    PageSpec(
+        "bubbles-cpu",
+        "bubbles",
+        {"run": GLOO},
+        "Bubbles",
+        ("Bubble per rank by class", "Straggler wait per rank and step", "Step 2 across ranks"),
+    ),
+    PageSpec(
+        "compare",
+        "compare",
+        {"control": CONTROL, "test": TEST},
+        "Compare",
+        ("Bubble reduction", "Bubble classes", "Change per rank", "Step time distribution"),
+    ),
+    PageSpec(
+        "optimizer",
+        "optimizer",
+        {"run": TEST},
+        "Optimizer",
+        ("Cost model", "Per-rank cost of the batch", "Imbalance per step"),
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = find_chromium()
+    if path is None:
+        reason = "chromium not found on PATH (make test installs it with apt-get; or set CHROMIUM)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser_store(shared_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A writable copy of the dashboard test store (``conftest.build_store``) for this module."""
+    return Path(shutil.copytree(shared_store, tmp_path_factory.mktemp("browser") / "store"))
+
+
+@pytest.fixture(scope="module")
+def server(browser_store: Path, chromium: str) -> Iterator[StreamlitServer]:
+    with StreamlitServer(browser_store) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: str, server: StreamlitServer) -> Iterator[Browser]:
+    """Depends on ``server`` so that it closes first (the server then stops at once)."""
+    with Browser(chromium, width=1400, height=1400, timeout_s=30) as chrome:
+        yield chrome
+
+
+def _open(browser: Browser, server: StreamlitServer, spec: PageSpec) -> dict:
+    """Navigate to the page, wait until it is rendered, return its state."""
+    query = f"?{urlencode(spec.query)}" if spec.query else ""
+    browser.navigate(f"{server.url}/{spec.path}{query}")
+    try:
+        browser.wait_for(page_ready_js(spec.title, len(spec.charts)), timeout_s=45)
+    except TimeoutError:
+        pass  # the asserts below say what is missing
+    return browser.evaluate(PAGE_STATE_JS)
+
+
+def _check_charts(state: dict, expected: tuple[str, ...], context: str) -> None:
+    """Every expected chart is drawn, and every drawn chart has a title and data marks."""
+    drawn = [chart for chart in state["charts"] if chart["drawn"]]
+    titles = [chart["title"] for chart in drawn]
+    for start in expected:
+        assert any(title.startswith(start) for title in titles), f"no {start!r}: {context}"
+    for chart in drawn:
+        assert chart["title"], context
+        assert chart["marks"] > 0, f"chart {chart['title']!r} has no data marks: {context}"
+
+
+def _assert_not_blank(png: Path, width: int, height: int) -> None:
+    """The PNG decodes, has the viewport's size and shows more than a background."""
+    assert png.stat().st_size > 20_000, f"{png}: {png.stat().st_size} bytes, a blank page?"
+    with Image.open(png) as image:
+        image.verify()
+    with Image.open(png) as image:
+        assert image.size == (width, height)
+        histogram = image.convert("L").histogram()
+    foreground_share = 1 - max(histogram) / (width * height)
+    shades = sum(1 for count in histogram if count > 0)
+    assert foreground_share > 0.02, f"{png}: {foreground_share:.1%} of pixels off the background"
+    assert shades > 32, f"{png}: only {shades} shades of gray"
+
+
+@pytest.mark.parametrize("spec", PAGES, ids=[p.shot for p in PAGES])
+def test_page_renders(browser: Browser, server: StreamlitServer, spec: PageSpec) -> None:
+    state = _open(browser, server, spec)
+    context = f"{spec.shot}: {json.dumps(state)[:1500]}\nserver log:\n{server.log(1500)}"
+    assert state["exceptions"] == [], context
+    assert state["title"] == spec.title, context
+    assert state["skeletons"] == 0, context
+    _check_charts(state, spec.charts, context)
+    if spec.path == "runs":
+        _check_runs_table(browser)
+    png = browser.screenshot(SCREENSHOTS / f"{spec.shot}.png")
+    _assert_not_blank(png, browser.width, browser.height)
+    for tab, chart in spec.tabs:
+        browser.click('[role="tab"]', tab)
+        ready = (
+            f"(() => {{ const s = {PAGE_STATE_JS}; return s.charts.some((c) => c.drawn && "
+            f"c.marks > 0 && c.title.startsWith({json.dumps(chart)})); }})()"
+        )
+        try:
+            browser.wait_for(ready, timeout_s=15)
+        except TimeoutError:
+            pass  # _check_charts says what is missing
+        state = browser.evaluate(PAGE_STATE_JS)
+        context = f"{spec.shot}, tab {tab}: {json.dumps(state)[:1500]}"
+        assert state["exceptions"] == [], context
+        _check_charts(state, (chart,), context)
+
+
+def _runs_table(browser: Browser, header: bool = False) -> list[list[str]]:
+    """Rows of the first ``st.dataframe`` as text."""
+    return browser.evaluate(RUNS_HEADER_JS if header else RUNS_TABLE_JS)
+
+
+def _check_runs_table(browser: Browser) -> None:
+    """The table lists the store's runs with their facts (the broken one without any)."""
+    browser.wait_for(f"{RUNS_TABLE_JS}.length >= {len(RUN_IDS)}")
+    header = _runs_table(browser, header=True)[0]
+    rows = {row[0]: dict(zip(header, row, strict=True)) for row in _runs_table(browser)}
+    assert set(RUN_IDS) <= set(rows), sorted(rows)
+    facts = {
+        run_id: (row["world size"], row["device"], row["steps"]) for run_id, row in rows.items()
+    }
+    assert facts["sim/control"] == facts["sim/test"] == ("4", "gpu", "4")
+    assert facts["reference/gloo_straggler_4rank"] == ("4", "cpu", "4")
+    assert facts["broken"] == ("", "", "")
+
+
+def test_upload_through_the_ui(
+    browser: Browser, server: StreamlitServer, tmp_path: Path, browser_store: Path
+) -> None:
+    """Put a 2-rank run into the runs page's file input, store it, and see it listed."""
+    files = write_gpu_run(tmp_path / "new", num_ranks=2, num_steps=3, kernels_per_step=40, seed=7)
+    runs_page = PAGES[0]
+    state = _open(browser, server, runs_page)
+    assert state["title"] == runs_page.title, state
+    assert UPLOADED_ID not in browser.evaluate("document.body.innerText")
+
+    browser.set_input_files("input[type=file]", files)
+    # Both file chips are shown and none has its upload spinner left; the script has rerun.
+    names = json.dumps([f.name for f in files])
+    uploaded = (
+        "(() => { const chips = Array.from(document.querySelectorAll("
+        "'[data-testid=\"stFileChip\"]')).map((c) => c.getAttribute('aria-label'));"
+        f" return {names}.every((n) => chips.some((label) => label.startsWith(n + ',')))"
+        " && !document.querySelector('[data-testid=\"stFileChipIconSpinner\"]'); })()"
+    )
+    browser.wait_for(f"{uploaded} && !{PAGE_STATE_JS}.running")
+    browser.click("button", "Store the run")
+    browser.wait_for(
+        "Array.from(document.querySelectorAll('[data-testid=\"stAlert\"]'))"
+        f".some((a) => a.innerText.includes({json.dumps(UPLOADED_ID)}))"
+    )
+    assert sorted(p.name for p in (browser_store / UPLOADED_ID).iterdir()) == sorted(
+        f.name for f in files
+    )
+    # The runs table lists the new run (its accessible copy follows the canvas a moment later).
+    browser.wait_for(f"{RUNS_TABLE_JS}.some((row) => row[0] === {json.dumps(UPLOADED_ID)})")
+    rows = {row[0]: row for row in _runs_table(browser)}
+    assert UPLOADED_ID in rows, sorted(rows)
+    header = _runs_table(browser, header=True)[0]
+    uploaded = dict(zip(header, rows[UPLOADED_ID], strict=True))
+    assert (uploaded["world size"], uploaded["device"], uploaded["steps"]) == ("2", "gpu", "3")
+    assert browser.evaluate(PAGE_STATE_JS)["exceptions"] == []
+    browser.screenshot(SCREENSHOTS / "runs_after_upload.png")
