@@ -42,12 +42,20 @@ $(BROWSER_STAMP): $(STAMP)
 test: install browser
 	$(BIN)/python -m pytest -q
 
-# The main job: train the reference model on 2 gloo ranks with the profiler, then find its bubbles.
+# The main job, an A/B: the reference model on 2 gloo ranks, first the baseline (random split of
+# each global batch), then with the balance toggle on the same global batches; each run is
+# analyzed, the cost model refit from the baseline, and the two runs compared.
+DEMO := out/demo
 demo: install
-	rm -rf out/demo out/demo-export
-	$(BIN)/fsobs run --world-size 2 --steps 20 --out out/demo
-	$(BIN)/fsobs analyze out/demo
-	$(BIN)/fsobs export out/demo out/demo-export
+	rm -rf $(DEMO) $(DEMO)-export
+	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/baseline
+	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/balanced --balance
+	$(BIN)/fsobs analyze $(DEMO)/baseline
+	$(BIN)/fsobs fit-cost $(DEMO)/baseline
+	$(BIN)/fsobs export $(DEMO)/baseline $(DEMO)-export
+	$(BIN)/fsobs compare $(DEMO)/baseline $(DEMO)/balanced
+	@echo
+	@echo "Explore both runs in the dashboard: $(BIN)/fsobs dashboard --store $(DEMO)"
 
 lint: install
 	$(BIN)/ruff check .
