@@ -21,8 +21,10 @@ torch = pytest.importorskip("torch")
 
 from fsobs.trace.sidecar import read_sidecars  # noqa: E402
 from fsobs.workload.config import ModelConfig, data_config_for  # noqa: E402
+from fsobs.workload.cost import cost_coefficients  # noqa: E402
 from fsobs.workload.data import SyntheticHistories, global_batches  # noqa: E402
 from fsobs.workload.launch import LaunchConfig, launch  # noqa: E402
+from optim.balance import CostModel, imbalance  # noqa: E402
 from optim.plan import batch_digest  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
@@ -31,15 +33,19 @@ VARIANTS = {
     "baseline": (),
     "kk_plan": ("--balance",),
     "kk_shuffle": ("--balance", "--balance-mode=shuffle"),
-    "lpt_plan": ("--balance", "--balance-method=lpt"),
+    "lpt_plan": ("--balance", "--balance-method=lpt", "--cost-model={cost}"),
 }
+COST = CostModel(c0=5000.0, a=40.0, b=2.0)
+"""The lpt run balances with this model (as ``fsobs fit-cost`` would write it)."""
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("balance")
+    COST.to_json(root / "cost.json")
     out = {}
-    for name, flags in VARIANTS.items():
+    for name, variant_flags in VARIANTS.items():
+        flags = tuple(f.format(cost=root / "cost.json") for f in variant_flags)
         job = (f"--steps={STEPS}", "--model-size=tiny", f"--batch-size={BATCH}", "--no-profile")
         config = LaunchConfig(
             world_size=WORLD, out=root / name, job_args=(*job, "--save-params", *flags)
@@ -79,7 +85,8 @@ def test_every_sample_exactly_once_and_better_balanced(runs, variant):
     data = SyntheticHistories(data_config_for(ModelConfig.preset("tiny"), num_samples=100_000))
     batches = global_batches(len(data), WORLD * BATCH, STEPS, 0)
     frame = _sidecar(runs[variant])
-    base = _sidecar(runs["baseline"])
+    coef = cost_coefficients(ModelConfig.preset("tiny"))
+    model = COST if variant == "lpt_plan" else CostModel(c0=coef.c0, a=coef.a, b=coef.b)
     for step, batch in enumerate(batches):
         rows = frame[frame["step"] == step]
         assert rows["num_samples"].sum() == len(batch)
@@ -88,13 +95,22 @@ def test_every_sample_exactly_once_and_better_balanced(runs, variant):
         assert rows["len_sum"].sum() == want.sum()
         assert rows["len_sq_sum"].sum() == (want**2).sum()
         assert set(rows["batch_digest"]) == {batch_digest(batch)}
+        costs = model(data.lengths[batch])  # the random split: contiguous halves
         assert rows["imbalance_before"].iloc[0] == pytest.approx(
-            base[base["step"] == step]["imbalance_after"].iloc[0]
+            imbalance(costs, np.array_split(np.arange(len(batch)), WORLD)), rel=1e-12
         )
     assert (frame["imbalance_after"] <= frame["imbalance_before"] + 1e-12).all()
     assert frame["imbalance_after"].mean() < frame["imbalance_before"].mean()
     if variant.startswith("kk"):
         assert set(frame["num_samples"]) == {BATCH}
+
+
+def test_a_cost_model_file_is_what_the_job_balances_with(runs):
+    meta = json.loads((runs["lpt_plan"] / "run.json").read_text())
+    assert meta["workload"]["cost_model"].endswith("cost.json")
+    frame = _sidecar(runs["lpt_plan"])
+    want = COST.c0 * frame["num_samples"] + COST.a * frame["len_sum"] + COST.b * frame["len_sq_sum"]
+    np.testing.assert_allclose(frame["est_cost"], want, rtol=1e-12)
 
 
 def test_baseline_split_and_equal_imbalance(runs):
