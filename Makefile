@@ -65,11 +65,12 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: install
+bench: install browser
 	$(BIN)/python benchmarks/bench_load.py
 	$(BIN)/python benchmarks/bench_analyze.py
 	$(BIN)/python benchmarks/bench_cost_model.py
 	$(BIN)/python benchmarks/bench_profiler_overhead.py
+	$(BIN)/python benchmarks/bench_dashboard.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache bench_data *.egg-info

@@ -7,10 +7,13 @@ The run is the synthetic 8 x ~100 MB NCCL run of ``bench_load.py`` (written once
 served by ``streamlit run`` and driven in headless Chromium over the DevTools Protocol
 (``tests/dashboard/cdp.py``). Measured, each from the command to the condition:
 
-- **cold open**: fresh server (empty cache) and fresh browser profile, navigate to
-  ``/bubbles?run=<id>`` until the page is complete (``page_ready_js``: the script has finished,
-  the page's 3 visible charts are drawn, no skeleton left). Parsing is included. Median of
-  ``--cold`` server starts. Goal: <= 10 s.
+- **cold open**: fresh server (empty in-memory cache), no disk cache (the store's
+  ``.fsobs-cache`` removed) and a fresh browser profile, navigate to ``/bubbles?run=<id>``
+  until the page is complete (``page_ready_js``: the script has finished, the page's 3 visible
+  charts are drawn, no skeleton left). Parsing is included, and so is writing the disk cache.
+  Median of ``--cold`` server starts. Goal: <= 10 s.
+- **open via the disk cache**: right after each cold open, a new server process (empty
+  in-memory cache) and browser, the same URL: the analysis is read back from ``.fsobs-cache``.
 - **reopen**: the same URL loaded again (a new session; the server's cache is warm).
 - **switch**: in one session, click the sidebar link to Runs, then back to Bubbles (the
   selected run is kept in the URL), each until its page is complete. Goal: <= 1 s each.
@@ -65,6 +68,7 @@ from bench_load import (  # noqa: E402  (benchmarks/ is this script's directory)
     measure_quietly,
 )
 
+from dashboard.disk_cache import CACHE_DIR  # noqa: E402
 from tests.dashboard.cdp import (  # noqa: E402
     Browser,
     StreamlitServer,
@@ -173,8 +177,14 @@ def watch(
         time.sleep(0.02)
 
 
-def cold_open(store: Path, chromium: str, url_path: str, max_foreign: float) -> dict[str, Any]:
-    """One cold open on a fresh server and browser."""
+def cold_open(
+    store: Path, chromium: str, url_path: str, max_foreign: float, *, disk_cache: bool = False
+) -> dict[str, Any]:
+    """One open on a fresh server and browser; without the disk cache unless ``disk_cache``."""
+    if not disk_cache:
+        shutil.rmtree(store / CACHE_DIR, ignore_errors=True)
+    elif not (store / CACHE_DIR).is_dir():
+        raise RuntimeError(f"no {CACHE_DIR} in {store}: run a cold open first")
     with StreamlitServer(store) as server, Browser(chromium, timeout_s=300) as browser:
         _wait_until_quiet(max_foreign)
         calibration = _calibration_ms()
@@ -210,16 +220,24 @@ def least_disturbed(
     return best
 
 
+# Per visible chart: its title and how many SVG elements Plotly drew for it.
+CHART_NODES_JS = """Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .filter((plot) => plot.getClientRects().length > 0)
+  .map((plot) => [(plot.querySelector('.gtitle') || {}).textContent || '',
+                  plot.querySelectorAll('svg *').length])"""
+
+
 def warm_runs(
     store: Path, chromium: str, url_path: str, repeats: int, max_foreign: float
-) -> tuple[dict[str, list[Phases]], float]:
-    """Reopen and page-switch phases on one server whose cache is warmed first; and the
-    cores other processes used meanwhile."""
+) -> tuple[dict[str, list[Phases]], float, list[tuple[str, int]]]:
+    """Reopen and page-switch phases on one server whose cache is warmed first; the cores other
+    processes used meanwhile; the SVG elements of each chart of the page."""
     runs_ready = page_ready_js("Runs", 0)
     phases: dict[str, list[Phases]] = {"reopen": [], "to_runs": [], "to_bubbles": []}
     with StreamlitServer(store) as server, Browser(chromium, timeout_s=300) as browser:
         reopen = partial(browser.navigate, f"{server.url}{url_path}")
-        watch(browser, reopen, BUBBLES_READY, timeout_s=300)  # parses: the cache is warm
+        watch(browser, reopen, BUBBLES_READY, timeout_s=300)  # the cache is warm
+        nodes = [(str(title), int(count)) for title, count in browser.evaluate(CHART_NODES_JS)]
         _wait_until_quiet(max_foreign)
         with ForeignCpu(server.pid, browser.pid) as foreign:
             for _ in range(repeats):
@@ -229,7 +247,7 @@ def warm_runs(
             for _ in range(repeats):
                 phases["to_runs"].append(watch(browser, to_runs, runs_ready, 60))
                 phases["to_bubbles"].append(watch(browser, to_bubbles, BUBBLES_READY, 60))
-    return phases, foreign.cores
+    return phases, foreign.cores, nodes
 
 
 def _median(values: list[float]) -> float:
@@ -255,17 +273,20 @@ def _row(name: str, runs: list[Phases], goal_s: float | None = None) -> str:
 
 def report(
     colds: list[dict[str, Any]],
+    disks: list[dict[str, Any]],
     peers: list[Any],
     warm: dict[str, list[Phases]],
     warm_foreign: float,
+    nodes: list[tuple[str, int]],
 ) -> str:
     """The results as Markdown: one table of phases, then the peer and the conditions."""
     lines = [
         "| measurement | median s | all runs, s | until the script starts | script runs "
         "| drawing after it | goal |",
         "|---|--:|---|--:|--:|--:|---|",
-        _row("cold open `/bubbles?run=<id>`", [c["phases"] for c in colds], GOAL_COLD_S),
-        _row("reopen (new session, warm cache)", warm["reopen"]),
+        _row("cold open `/bubbles?run=<id>` (parse)", [c["phases"] for c in colds], GOAL_COLD_S),
+        _row("open via the disk cache (new server)", [d["phases"] for d in disks], GOAL_COLD_S),
+        _row("reopen (new session, warm cache)", warm["reopen"], GOAL_COLD_S),
         _row("switch Bubbles -> Runs (sidebar link)", warm["to_runs"], GOAL_SWITCH_S),
         _row("switch Runs -> Bubbles (sidebar link)", warm["to_bubbles"], GOAL_SWITCH_S),
     ]
@@ -284,7 +305,11 @@ def report(
         f"imports ({end_to_end:.2f} s end to end; runs "
         f"{listing(m.work_s for m in peers)}): {work / cold:.0%} of the cold open.",
         f"Server after the cold open: RSS {rss:.0f} MiB, PSS {pss:.0f} MiB (process tree).",
+        "SVG elements per chart of the page: "
+        + "; ".join(f"{title.split(' (')[0]}: {count:,}" for title, count in nodes)
+        + ".",
         f"Other processes' CPU, cores: cold opens {listing(c['foreign'] for c in colds)}; "
+        f"disk-cache opens {listing(d['foreign'] for d in disks)}; "
         f"peers {listing(m.foreign_cpu for m in peers)}; warm phase {warm_foreign:.2f}. "
         "Calibration loop before each cold open: "
         f"{listing((c['calibration_ms'] for c in colds), '.0f')} ms.",
@@ -308,25 +333,31 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fsobs-bench-store-") as tmp:
         store = Path(tmp)
         link_run(run_dir, store)
-        peers, colds = [], []
-        for i in range(args.cold):  # interleaved, so drift hits both alike
+        peers, colds, disks = [], [], []
+        for i in range(args.cold):  # interleaved, so drift hits all alike
             peers.append(measure_quietly("fsobs", run_dir, args.max_foreign))
             take = partial(cold_open, store, chromium, url_path, args.max_foreign)
             colds.append(least_disturbed(take, args.max_foreign))
+            take = partial(take, disk_cache=True)
+            disks.append(least_disturbed(take, args.max_foreign))
             print(
                 f"  [{i + 1}/{args.cold}] cold open {colds[-1]['phases'].total:.2f} s "
-                f"(others {colds[-1]['foreign']:.2f} cores); analyze_path "
-                f"{peers[-1].work_s:.2f} s (others {peers[-1].foreign_cpu:.2f} cores)",
+                f"(others {colds[-1]['foreign']:.2f} cores); via the disk cache "
+                f"{disks[-1]['phases'].total:.2f} s (others {disks[-1]['foreign']:.2f}); "
+                f"analyze_path {peers[-1].work_s:.2f} s (others "
+                f"{peers[-1].foreign_cpu:.2f} cores)",
                 file=sys.stderr,
                 flush=True,
             )
-        warm, warm_foreign = warm_runs(store, chromium, url_path, args.repeats, args.max_foreign)
+        warm, warm_foreign, nodes = warm_runs(
+            store, chromium, url_path, args.repeats, args.max_foreign
+        )
     print(
         f"\nRun: {ranks} ranks, {gz_bytes / 1e6:.1f} MB gzipped / {json_bytes / 1e6:.1f} MB of "
         f"JSON. Cold opens: {args.cold} (fresh server and browser each); warm: median of "
         f"{args.repeats}.\n"
     )
-    print(report(colds, peers, warm, warm_foreign))
+    print(report(colds, disks, peers, warm, warm_foreign, nodes))
     return 0
 
 

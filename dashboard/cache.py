@@ -3,7 +3,8 @@
 ``st.cache_resource`` keeps the :class:`fsobs.Analysis` objects themselves (no copy per page
 switch, so pages must treat them as read-only), keyed on the store, the run id and the
 (name, mtime, size) signature of the run's files: editing or replacing a file re-parses the run,
-switching pages does not.
+switching pages does not. Below it, :mod:`dashboard.disk_cache` keeps every analysis in the
+store, so a run parsed once (or validated as an upload) opens fast after a server restart too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from dashboard.store import RunEntry, Signature, list_runs
+from dashboard import disk_cache
+from dashboard.store import RunEntry, Signature, folder_signature, list_runs
 from dashboard.tables import has_data, run_facts
 from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
@@ -54,8 +56,17 @@ def load(store: Path, entry: RunEntry) -> Loaded:
 
 
 def is_analyzed(store: Path, entry: RunEntry) -> bool:
-    """Whether this version of the run was analyzed already (by any session)."""
-    return (str(store), entry.run_id, entry.signature) in _done()
+    """Whether this version of the run was analyzed already (by any session, or by an earlier
+    server: its analysis is in the disk cache)."""
+    return (str(store), entry.run_id, entry.signature) in _done() or disk_cache.is_fresh(
+        store, entry.run_id, entry.signature
+    )
+
+
+def remember_upload(store: Path, run_id: str, analysis: Analysis) -> None:
+    """Keep the analysis an upload was validated with, so its first opening does not parse."""
+    folder = store / run_id
+    disk_cache.write(store, run_id, folder_signature(folder), disk_cache.relocate(analysis, folder))
 
 
 def facts(store: Path, entry: RunEntry, *, analyze: bool) -> dict[str, Any]:
@@ -86,7 +97,10 @@ def first_with_data(
 def _analyze(store: str, run_id: str, signature: Signature) -> tuple[Analysis | None, str | None]:
     path = Path(store) / run_id
     try:
-        analysis = analyze_path(path)
+        analysis = disk_cache.read(Path(store), run_id, signature)
+        if analysis is None:
+            analysis = analyze_path(path)
+            disk_cache.write(Path(store), run_id, signature, analysis)
     except FsobsError as exc:
         return None, _relative(str(exc), store)
     except Exception as exc:  # a bug must not take the whole app down: report it on the page

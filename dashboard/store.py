@@ -87,7 +87,7 @@ def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
         children = sorted(folder.iterdir())
     except OSError:
         return
-    files = [c for c in children if c.is_file() and not c.is_symlink()]
+    files = _run_files(children)
     names = [f.name for f in files]
     traces = tuple(n for n in names if is_trace_name(n))
     if depth > 0 and (traces or RUN_META in names):
@@ -97,6 +97,15 @@ def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
     for child in children:
         if child.is_dir() and not child.is_symlink() and not child.name.startswith("."):
             _scan(store, child, depth + 1, found)
+
+
+def _run_files(children: Sequence[Path]) -> list[Path]:
+    return [c for c in children if c.is_file() and not c.is_symlink()]
+
+
+def folder_signature(folder: Path) -> Signature:
+    """The signature of the run in ``folder``, as :func:`list_runs` computes it."""
+    return signature_of(_run_files(sorted(folder.iterdir())))
 
 
 def _entry(store: Path, folder: Path, files: list[Path], traces: tuple[str, ...]) -> RunEntry:

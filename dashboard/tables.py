@@ -6,6 +6,7 @@ Column names keep fsobs's units (``_ms``). Nothing here imports Streamlit or Plo
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -41,57 +42,110 @@ def wait_matrix(steps: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-MAX_BARS = 400
-"""Most timeline bars per rank and lane; beyond, the closest intervals are merged for drawing."""
+TIMELINE_STEPS = 2
+"""Steps the timeline shows by default (the first ones of the run)."""
+TIMELINE_PIXELS = 1000
+"""Horizontal resolution of the timeline: in each lane, a gap shorter than the window's span
+over this many pixels is closed (the screen could not show it)."""
+MAX_TIMELINE_BARS = 2000
+"""Most bars in one timeline chart, over all its lanes (the browser draws one SVG path per bar)."""
+TIMELINE_COLUMNS = ["rank", "lane", "start_ms", "end_ms", "class_ms", "intervals"]
 
 
 def timeline_frame(
-    bubbles: list[StepBubbles], step: int, offsets_ns: dict[int, int], max_bars: int = MAX_BARS
+    bubbles: list[StepBubbles],
+    steps: Sequence[int],
+    offsets_ns: dict[int, int],
+    *,
+    pixels: int = TIMELINE_PIXELS,
+    max_bars: int = MAX_TIMELINE_BARS,
 ) -> pd.DataFrame:
-    """The intervals of one step: rank, lane (``TIMELINE_LABELS``), start_ms, end_ms.
+    """The bars of the timeline of ``steps``, one lane per rank and class (``TIMELINE_LABELS``).
 
-    Times are clock-aligned (each rank's offset subtracted) and relative to the earliest window
-    start of the step over the ranks. A lane with more than ``max_bars`` intervals is coarsened
-    (:func:`coarsen`) and ``frame.attrs["coarsened"]`` is True.
+    Columns: rank, lane, start_ms, end_ms (clock-aligned: each rank's offset subtracted, relative
+    to the earliest window start over the ranks and steps), class_ms (time of the lane's class
+    inside the bar, exact) and intervals (how many intervals the bar stands for).
+
+    1. Per rank and class, the intervals of the chosen steps, in order.
+    2. The minimum gap is the span of the window (earliest start to latest end) / ``pixels``;
+       intervals separated by less are drawn as one bar (:func:`merge_close`).
+    3. If the chart would still have more than ``max_bars`` bars, each lane keeps at most
+       ``max_bars`` / (number of lanes) of them, closing its narrowest gaps.
+
+    Summing ``class_ms`` over a lane gives the class total of the bubble table whatever was
+    merged. ``frame.attrs``: ``merged`` (a gap of positive width was closed), ``capped`` (step 3
+    closed wider gaps), ``min_gap_ms``, ``num_intervals`` (before merging), ``lane_bars`` (the cap
+    of step 3).
     """
-    chosen = [b for b in bubbles if b.step == step]
+    chosen = sorted((b for b in bubbles if b.step in set(steps)), key=lambda b: (b.rank, b.step))
+    frame = pd.DataFrame({c: [] for c in TIMELINE_COLUMNS})
+    frame.attrs.update(merged=False, capped=False, min_gap_ms=0.0, num_intervals=0, lane_bars=0)
     if not chosen:
-        return pd.DataFrame(columns=["rank", "lane", "start_ms", "end_ms"])
+        return frame
     origin = min(b.window[0] - offsets_ns.get(b.rank, 0) for b in chosen)
-    frames, coarsened = [], False
-    for sb in chosen:
-        shift = origin + offsets_ns.get(sb.rank, 0)
+    span = max(b.window[1] - offsets_ns.get(b.rank, 0) for b in chosen) - origin
+    min_gap = span / pixels if pixels > 0 else 0.0
+    lanes: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+    for rank in sorted({b.rank for b in chosen}):
+        mine = [b for b in chosen if b.rank == rank]
+        shift = origin + offsets_ns.get(rank, 0)
         for name, label in TIMELINE_LABELS.items():
-            starts, ends = coarsen(*sb.classes[name], max_bars)
-            coarsened |= len(starts) < len(sb.classes[name][0])
+            starts = np.concatenate([np.asarray(b.classes[name][0], dtype=np.int64) for b in mine])
+            ends = np.concatenate([np.asarray(b.classes[name][1], dtype=np.int64) for b in mine])
             if len(starts):
-                frames.append(
-                    pd.DataFrame(
-                        {
-                            "rank": sb.rank,
-                            "lane": label,
-                            "start_ms": (np.asarray(starts) - shift) / 1e6,
-                            "end_ms": (np.asarray(ends) - shift) / 1e6,
-                        }
-                    )
-                )
-    frame = pd.concat(frames, ignore_index=True).sort_values(["rank", "start_ms"], kind="stable")
-    frame.attrs["coarsened"] = coarsened
+                order = np.argsort(starts, kind="stable")
+                lanes[(rank, label)] = (starts[order] - shift, ends[order] - shift)
+    per_lane = max(1, max_bars // max(1, len(lanes)))
+    parts, merged, capped, count = [], False, False, 0
+    for (rank, label), (starts, ends) in lanes.items():
+        bar_starts, bar_ends, covered, intervals = merge_close(starts, ends, min_gap, per_lane)
+        merged |= bool(np.any(covered < bar_ends - bar_starts))
+        capped |= int(np.count_nonzero(starts[1:] - ends[:-1] >= min_gap)) >= per_lane
+        count += len(starts)
+        parts.append(
+            pd.DataFrame(
+                {
+                    "rank": rank,
+                    "lane": label,
+                    "start_ms": bar_starts / 1e6,
+                    "end_ms": bar_ends / 1e6,
+                    "class_ms": covered / 1e6,
+                    "intervals": intervals,
+                }
+            )
+        )
+    if parts:
+        frame = pd.concat(parts, ignore_index=True)
+    frame.attrs.update(
+        merged=merged,
+        capped=capped,
+        min_gap_ms=min_gap / 1e6,
+        num_intervals=count,
+        lane_bars=per_lane,
+    )
     return frame
 
 
-def coarsen(starts: np.ndarray, ends: np.ndarray, max_bars: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``max_bars`` intervals: keep the ``max_bars - 1`` widest gaps between the sorted,
-    disjoint intervals and close all the others (drawing only; totals grow by the gaps closed)."""
+def merge_close(
+    starts: np.ndarray, ends: np.ndarray, min_gap: float, max_bars: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Bars for sorted, disjoint intervals: a gap shorter than ``min_gap`` is closed, and if more
+    than ``max_bars`` bars are left, the narrowest gaps too (only the ``max_bars - 1`` widest
+    stay open). Returns the bars' starts and ends, the interval time inside each bar and the
+    number of intervals it holds."""
     starts, ends = np.asarray(starts), np.asarray(ends)
-    if len(starts) <= max_bars:
-        return starts, ends
+    if len(starts) == 0:
+        empty = np.zeros(0, dtype=starts.dtype)
+        return empty, empty.copy(), empty.copy(), np.zeros(0, dtype=np.int64)
     gaps = starts[1:] - ends[:-1]
-    breaks = np.sort(np.argsort(gaps, kind="stable")[len(gaps) - (max_bars - 1) :])
-    return (
-        np.concatenate([starts[:1], starts[breaks + 1]]),
-        np.concatenate([ends[breaks], ends[-1:]]),
-    )
+    kept = np.flatnonzero(gaps >= min_gap)  # gap i lies between intervals i and i + 1
+    if len(kept) > max_bars - 1:
+        widest = np.argsort(gaps[kept], kind="stable")[len(kept) - (max_bars - 1) :]
+        kept = np.sort(kept[widest])
+    first = np.concatenate([[0], kept + 1])
+    last = np.concatenate([kept, [len(starts) - 1]])
+    total = np.concatenate([[0], np.cumsum(ends - starts)])
+    return starts[first], ends[last], total[last + 1] - total[first], last - first + 1
 
 
 def lateness_frame(analysis: Analysis) -> pd.DataFrame | None:

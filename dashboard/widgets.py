@@ -118,8 +118,23 @@ def kpi_metrics(summary: dict[str, float]) -> None:
 
 
 def chart(fig: go.Figure, key: str) -> None:
-    """A Plotly chart at full width."""
-    st.plotly_chart(fig, key=key, width="stretch")
+    """A Plotly chart at full width, its title bold once (:func:`title_in_template`)."""
+    st.plotly_chart(title_in_template(fig), key=key, width="stretch")
+
+
+def title_in_template(fig: go.Figure) -> go.Figure:
+    """Move the title into the figure's own template, in bold: ``layout.title`` is left unset.
+
+    Streamlit's theme wraps ``layout.title.text`` in ``<b>...</b>`` in the browser, once when a
+    chart mounts and again in an effect right after, so every title arrived as
+    ``<b><b>...</b></b>``. It leaves a title that comes from the template alone, and Plotly
+    draws that one the same way. Changes ``fig`` (a figure made for this one chart).
+    """
+    text = fig.layout.title.text
+    if text:
+        fig.layout.title = None
+        fig.layout.template.layout.title.text = f"<b>{text}</b>"
+    return fig
 
 
 def stop(message: str) -> NoReturn:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import streamlit as st
 
 from dashboard import figures
 from dashboard.cache import first_with_data, load, runs
-from dashboard.tables import MAX_BARS, lateness_frame, timeline_frame
+from dashboard.tables import TIMELINE_PIXELS, TIMELINE_STEPS, lateness_frame, timeline_frame
 from dashboard.widgets import (
     chart,
     current_store,
@@ -20,6 +22,9 @@ from dashboard.widgets import (
 from fsobs import Analysis
 from fsobs.report import findings
 
+TABS = ("Step timeline", "Stragglers", "Data attribution", "HTA tables")
+TAB_KEY = "bubbles_tab"
+
 
 def _overview(analysis: Analysis) -> None:
     for line in findings(analysis):
@@ -29,15 +34,35 @@ def _overview(analysis: Analysis) -> None:
     chart(figures.straggler_wait_heatmap(analysis.steps), "wait_heatmap")
 
 
-def _timeline(analysis: Analysis) -> None:
+def _timeline(analysis: Analysis, *, run_id: str) -> None:
     steps = analysis.run.steps
-    step = (
-        st.select_slider("Step", options=steps, key="timeline_step") if len(steps) > 1 else steps[0]
-    )
-    frame = timeline_frame(analysis.bubbles, step, analysis.collectives.offsets_ns)
-    chart(figures.step_timeline(frame, step), "timeline")
-    if frame.attrs.get("coarsened"):
-        st.caption(f"Lanes with more than {MAX_BARS} intervals: the closest ones drawn merged.")
+    if len(steps) > 1:
+        first, last = st.select_slider(
+            "Steps shown",
+            options=steps,
+            value=(steps[0], steps[min(TIMELINE_STEPS, len(steps)) - 1]),
+            key=f"timeline_steps:{run_id}",
+        )
+        window = [s for s in steps if first <= s <= last]
+    else:
+        window = steps
+    bars = timeline_frame(analysis.bubbles, window, analysis.collectives.offsets_ns)
+    chart(figures.step_timeline(bars, window), "timeline")
+    count = bars.attrs["num_intervals"]
+    if bars.attrs["merged"]:
+        capped = (
+            f" A lane left with more than {bars.attrs['lane_bars']} bars keeps its widest gaps."
+            if bars.attrs["capped"]
+            else ""
+        )
+        st.caption(
+            f"{count:,} intervals drawn as {len(bars):,} bars: in each lane, intervals less than "
+            f"{bars.attrs['min_gap_ms']:.3g} ms apart (1/{TIMELINE_PIXELS} of the window) are "
+            f"one bar, as opaque as its class fills it; hover a bar for its exact time.{capped} "
+            "Choose fewer steps to see more detail. The numbers above are not affected."
+        )
+    else:
+        st.caption(f"Every interval drawn as it is ({count:,}).")
 
 
 def _stragglers(analysis: Analysis) -> None:
@@ -97,10 +122,14 @@ def render() -> None:
     if analysis.steps.empty:
         stop("No step was recorded on every rank (no ProfilerStep): no bubble breakdown.")
     _overview(analysis)
-    tabs = st.tabs(["Step timeline", "Stragglers", "Data attribution", "HTA tables"])
-    for tab, section in zip(tabs, (_timeline, _stragglers, _attribution, _hta), strict=True):
-        with tab:
-            section(analysis)
+    # Only the chosen tab runs (a click on another one reruns the page): the browser gets and
+    # draws one tab's charts and tables, not four.
+    tabs = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
+    sections = (partial(_timeline, run_id=entry.run_id), _stragglers, _attribution, _hta)
+    for tab, section in zip(tabs, sections, strict=True):
+        if tab.open:
+            with tab:
+                section(analysis)
 
 
 render()

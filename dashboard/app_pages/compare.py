@@ -70,7 +70,7 @@ def _first_rank_file(loaded: Loaded) -> tuple[str, int, tuple]:
     assert loaded.analysis is not None
     run = loaded.analysis.run
     rank = run.rank_ids[0]
-    return (str(Path(run[rank].path)), rank, loaded.entry.signature)
+    return (str(loaded.entry.path / Path(run[rank].path).name), rank, loaded.entry.signature)
 
 
 def _op_diff(control: Loaded, test: Loaded) -> None:

@@ -7,9 +7,17 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from dashboard.cache import AUTO_ANALYZE_BYTES, facts, first_with_data, is_analyzed, runs
+from dashboard.cache import (
+    AUTO_ANALYZE_BYTES,
+    facts,
+    first_with_data,
+    is_analyzed,
+    remember_upload,
+    runs,
+)
 from dashboard.upload import MAX_UPLOAD_BYTES, UploadError, store_upload
 from dashboard.widgets import current_store
+from fsobs import Analysis, analyze_path
 
 RESULT_KEY = "upload_result"
 LAST_KEY = "upload_last"
@@ -26,11 +34,18 @@ def _store_upload(store: Path) -> None:
         return
     for file in files:
         file.seek(0)
+    analyses: list[Analysis] = []
     try:
-        stored = store_upload(store, [(f.name, f) for f in files], name)
+        stored = store_upload(
+            store,
+            [(f.name, f) for f in files],
+            name,
+            validate=lambda folder: analyses.append(analyze_path(folder)),
+        )
     except UploadError as exc:
         st.session_state[RESULT_KEY] = ("error", f"Upload refused: {exc}")
         return
+    remember_upload(store, stored.run_id, analyses[-1])
     st.session_state[LAST_KEY] = (fingerprint, stored.run_id)
     message = f"Stored as `{stored.run_id}`: {', '.join(stored.files)}."
     if stored.skipped:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -30,6 +32,8 @@ def bubble_classes_by_rank(steps: pd.DataFrame) -> go.Figure:
         "Bubble per rank by class (mean ms per step)",
         "rank",
         "ms per step",
+        margin={"l": 70, "r": 20, "t": 60, "b": 110},
+        legend={"orientation": "h", "y": -0.3},
         barmode="stack",
         xaxis_type="category",
     )
@@ -53,38 +57,82 @@ def straggler_wait_heatmap(steps: pd.DataFrame) -> go.Figure:
         "Straggler wait per rank and step (ms)",
         "step",
         "rank",
+        margin={"l": 70, "r": 100, "t": 60, "b": 60},
         xaxis_type="category",
         yaxis_type="category",
     )
 
 
-def step_timeline(intervals: pd.DataFrame, step: int) -> go.Figure:
-    """One step across ranks: compute / comm / wait / idle / other lanes as horizontal bars.
+def step_timeline(bars: pd.DataFrame, steps: Sequence[int]) -> go.Figure:
+    """The chosen steps across ranks: per rank, one lane per class in the legend's order
+    (compute / comm / wait / idle / other), horizontal bars; a merged bar is as opaque as its
+    class fills it (at least 0.3). Lanes empty on every rank are left out.
 
-    ``intervals``: rank, lane, start_ms, end_ms (see :func:`dashboard.tables.timeline_frame`).
+    ``bars``: rank, lane, start_ms, end_ms, class_ms, intervals (see
+    :func:`dashboard.tables.timeline_frame`). Row ``i * len(lanes) + j`` is lane ``j`` of the
+    ``i``-th rank; the axis names the ranks, the hover names rank and lane.
     """
+    ranks = sorted(int(r) for r in bars["rank"].unique())
+    lanes = [lane for lane in TIMELINE_LABELS.values() if lane in set(bars["lane"])]
+    group = {rank: number * len(lanes) for number, rank in enumerate(ranks)}
     traces = []
-    for lane in TIMELINE_LABELS.values():
-        part = intervals[intervals["lane"] == lane]
+    for offset, lane in enumerate(lanes):
+        part = bars[bars["lane"] == lane]
+        width = (part["end_ms"] - part["start_ms"]).to_numpy(dtype=float)
+        covered = part["class_ms"].to_numpy(dtype=float)
+        fill = np.divide(covered, width, out=np.ones_like(width), where=width > 0)
         traces.append(
             go.Bar(
                 name=lane,
                 orientation="h",
-                y=[f"rank {r}" for r in part["rank"]],
-                base=part["start_ms"].to_numpy(),
-                x=(part["end_ms"] - part["start_ms"]).to_numpy(),
-                marker_color=CLASS_COLORS[lane],
-                hovertemplate=lane + ": %{base:.3f} + %{x:.3f} ms<extra></extra>",
+                y=[group[int(r)] + offset for r in part["rank"]],
+                base=part["start_ms"].to_numpy(dtype=float),
+                x=width,
+                width=0.8,
+                marker={"color": CLASS_COLORS[lane], "opacity": 0.3 + 0.7 * np.clip(fill, 0, 1)},
+                customdata=np.column_stack(
+                    [part["rank"].to_numpy(dtype=float), covered, part["intervals"], 100 * fill]
+                ),
+                hovertemplate=f"rank %{{customdata[0]}}, {lane}: from %{{base:.3f}} ms, "
+                "%{x:.3f} ms long<br>"
+                f"{lane} %{{customdata[1]:.3f}} ms (%{{customdata[3]:.0f}}%) "
+                "in %{customdata[2]} interval(s)<extra></extra>",
             )
         )
     fig = go.Figure(traces)
+    first, last = min(steps), max(steps)
+    which = f"Step {first}" if first == last else f"Steps {first}–{last}"
+    rows = len(ranks) * len(lanes)
     return finish(
         fig,
-        f"Step {step} across ranks (ms from the first rank's start, clocks aligned)",
+        f"{which} across ranks (ms from the first rank's start, clocks aligned)",
         "ms",
         "",
+        margin={"l": 70, "r": 20, "t": 80, "b": 50},
+        legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom"},
         barmode="overlay",
-        yaxis={"autorange": "reversed", "type": "category"},
+        height=130 + 14 * rows,
+        yaxis={
+            "autorange": "reversed",
+            "tickmode": "array",
+            "tickvals": [start + (len(lanes) - 1) / 2 for start in group.values()],
+            "ticktext": [f"rank {rank}" for rank in group],
+            "showgrid": False,
+            "zeroline": False,
+        },
+        shapes=[
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": start - 0.5,
+                "y1": start - 0.5,
+                "line": {"width": 1, "color": "#bbbbbb"},
+                "layer": "below",
+            }
+            for start in list(group.values())[1:]
+        ],
     )
 
 

@@ -42,11 +42,12 @@ CHARTS_DRAWN_JS = (
 )
 """True once a Plotly chart has drawn its SVG and no Streamlit skeleton placeholder is left."""
 
-# Page state, as one JSON-able object: the title, the Plotly charts (drawn or not, title, number
-# of data marks: bars of non-zero area, lines and markers of non-zero extent, heatmap images, pie
-# slices), skeleton placeholders, stale elements, exception boxes, and whether the script runs
-# (stApp's data-test-script-state, which Streamlit's own end-to-end tests wait on: "initial",
-# "running", then "notRunning"). Plotly draws only after the script has finished.
+# Page state, as one JSON-able object: the title, the Plotly charts (drawn or not, title as
+# drawn and as Plotly's markup, number of data marks: bars of non-zero area, lines and markers
+# of non-zero extent, heatmap images, pie slices), skeleton placeholders, stale elements,
+# exception boxes, and whether the script runs (stApp's data-test-script-state, which
+# Streamlit's own end-to-end tests wait on: "initial", "running", then "notRunning"). Plotly
+# draws only after the script has finished.
 PAGE_STATE_JS = r"""
 (() => {
   const isMark = (el) => {
@@ -58,6 +59,7 @@ PAGE_STATE_JS = r"""
     .map((plot) => ({
       drawn: !!plot.querySelector('.main-svg'),
       title: (plot.querySelector('.gtitle') || {}).textContent || '',
+      titleMarkup: ((plot._fullLayout || {}).title || {}).text || '',
       marks: Array.from(plot.querySelectorAll(
         '.cartesianlayer .trace path, .cartesianlayer .hm image, .pielayer .slice path'
       )).filter(isMark).length,

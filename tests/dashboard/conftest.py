@@ -13,8 +13,9 @@ Store layout built by :func:`build_store` (ids are paths relative to the store):
 
 Fixtures:
 
-- ``shared_store``: the store above, built once per session; **read-only** (tests share the
-  dashboard's analysis cache through it, which keeps the suite fast).
+- ``shared_store``: the store above, built once per session; **read-only** but for the app's
+  analysis cache (``.fsobs-cache``): tests share the dashboard's caches through it, which keeps
+  the suite fast.
 - ``store``: a fresh copy of it in ``tmp_path`` for tests that write (uploads).
 - ``app_env``: sets ``FSOBS_STORE`` to ``store``; ``shared_app_env`` to ``shared_store``.
 - ``APP``: the absolute path of ``dashboard/streamlit_app.py`` for ``AppTest.from_file``.
@@ -125,10 +126,12 @@ def build_store(root: Path) -> Path:
 
 
 def listing(root: Path) -> list[tuple[str, int]]:
-    """Every path under ``root`` with its size (directories: -1), to compare before / after."""
+    """Every path under ``root`` with its size (directories: -1), to compare before / after;
+    the analysis cache (``.fsobs-cache``, written whenever the app analyzes a run) left out."""
     return sorted(
         (p.relative_to(root).as_posix(), p.stat().st_size if p.is_file() else -1)
         for p in root.rglob("*")
+        if ".fsobs-cache" not in p.relative_to(root).parts
     )
 
 

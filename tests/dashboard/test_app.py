@@ -10,9 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from dashboard import cache, disk_cache
 from dashboard.balance_plan import balance_plan, default_model
+from dashboard.store import folder_signature, list_runs
 from dashboard.upload import MAX_UPLOAD_BYTES
 from dashboard.widgets import KPIS, format_kpi
 from fsobs import analyze_path
@@ -30,6 +33,7 @@ from tests.dashboard.conftest import (
 )
 
 GLOO = "reference/gloo_straggler_4rank"
+TAB_KEY = "bubbles_tab"  # the Bubbles page's st.tabs (importing the page would run it)
 
 
 def _open(page: str = "runs", **query: str) -> AppTest:
@@ -43,10 +47,18 @@ def _open(page: str = "runs", **query: str) -> AppTest:
     return at
 
 
+def _title(spec: dict) -> str:
+    """A chart's title as sent: in bold once, in the figure's template (``widgets.chart``)."""
+    assert "title" not in spec["layout"], spec["layout"]["title"]
+    text = spec["layout"]["template"]["layout"]["title"]["text"]
+    assert text.startswith("<b>") and text.endswith("</b>") and text.count("<b>") == 1, text
+    return text.removeprefix("<b>").removesuffix("</b>")
+
+
 def _charts(at: AppTest) -> dict[str, dict]:
     """Plotly specs by figure title."""
     specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-    return {spec["layout"]["title"]["text"]: spec for spec in specs}
+    return {_title(spec): spec for spec in specs}
 
 
 def _values(data: list | dict) -> np.ndarray:
@@ -101,9 +113,17 @@ def test_bubbles_page_kpis_and_charts(shared_app_env):
     heat = _chart(at, "Straggler wait per rank")
     matrix = analysis.steps.pivot(index="rank", columns="step", values="straggler_wait_ms")
     np.testing.assert_allclose(_values(heat["data"][0]["z"]), matrix.to_numpy())
-    titles = list(_charts(at))
-    for start in ("Step 10 across", "Straggler rank per step", "Data cost", "GPU temporal"):
-        assert any(t.startswith(start) for t in titles), titles
+    assert _chart(at, "Steps 10–11 across ranks")
+    assert len(at.get("plotly_chart")) == 3  # the other tabs do not run until chosen
+    for tab, start in (
+        ("Stragglers", "Straggler rank per step"),
+        ("Data attribution", "Data cost"),
+        ("HTA tables", "GPU temporal"),
+    ):
+        at.session_state[TAB_KEY] = tab
+        at.run()
+        titles = list(_charts(at))
+        assert len(titles) == 3 and any(t.startswith(start) for t in titles), (tab, titles)
     infos = [i.value for i in at.info]
     assert any("`sm_free` was requested but not applied: no GPU" in i for i in infos)
     assert any("badge[" in m.value and "simulated" in m.value for m in at.markdown)
@@ -184,6 +204,28 @@ def test_optimizer_page_fit_and_balance_plan(shared_app_env):
     assert _metrics(at)["Imbalance after (lpt)"] == f"{plan.imbalance_after:.3f}"
 
 
+def test_an_analysis_outlives_the_server_in_the_disk_cache(app_env, monkeypatch):
+    """Analyzed once, a run opens from ``.fsobs-cache`` after a restart (the in-memory caches
+    cleared) without parsing; a corrupt entry is analyzed again and replaced."""
+    at = _open("bubbles", run="sim/control")
+    expected = _metrics(at)
+    entry = next(e for e in list_runs(app_env) if e.run_id == "sim/control")
+    assert disk_cache.is_fresh(app_env, entry.run_id, entry.signature)
+    st.cache_resource.clear()
+
+    parsed = []
+    with monkeypatch.context() as patch:
+        patch.setattr(cache, "analyze_path", lambda path: parsed.append(path) or analyze_path(path))
+        at = _open("bubbles", run="sim/control")
+    assert _metrics(at) == expected
+    assert parsed == [app_env / "broken"]  # errors are not kept: they are quick to find again
+    st.cache_resource.clear()
+    disk_cache.entry_path(app_env, "sim/control").write_bytes(b'{"format": 1}\n garbage')
+    at = _open("bubbles", run="sim/control")
+    assert _metrics(at) == expected
+    assert disk_cache.is_fresh(app_env, entry.run_id, entry.signature)
+
+
 # ---- uploads: one writable store for the module, so analyses are cached across tests ----
 
 
@@ -219,6 +261,8 @@ def test_good_upload_lands_in_uploads_and_in_the_runs_list(upload_store, kind):
     assert any(run_id in s.value for s in at.success), [e.value for e in at.error]
     assert sorted(p.name for p in (upload_store / run_id).iterdir()) == sorted(files)
     assert run_id in set(at.dataframe[0].value["run"])
+    kept = disk_cache.read(upload_store, run_id, folder_signature(upload_store / run_id))
+    assert kept is not None and kept.run.path == upload_store / run_id  # opens without parsing
     at.button(key="upload_store").click().run()  # a second click stores nothing new
     assert any(f"already stored as `{run_id}`" in i.value for i in at.info)
     assert not (upload_store / f"{run_id}-2").exists()

@@ -74,7 +74,11 @@ PAGES = (
         "bubbles",
         {"run": CONTROL},
         "Bubbles",
-        ("Bubble per rank by class", "Straggler wait per rank and step", "Step 10 across ranks"),
+        (
+            "Bubble per rank by class",
+            "Straggler wait per rank and step",
+            "Steps 10–11 across ranks",
+        ),
         tabs=(
             ("Stragglers", "Straggler rank per step"),
             ("Data attribution", "Data cost against arrival"),
@@ -86,7 +90,7 @@ PAGES = (
         "bubbles",
         {"run": GLOO},
         "Bubbles",
-        ("Bubble per rank by class", "Straggler wait per rank and step", "Step 2 across ranks"),
+        ("Bubble per rank by class", "Straggler wait per rank and step", "Steps 2–3 across ranks"),
     ),
     PageSpec(
         "compare",
@@ -155,6 +159,7 @@ def _check_charts(state: dict, expected: tuple[str, ...], context: str) -> None:
     for chart in drawn:
         assert chart["title"], context
         assert chart["marks"] > 0, f"chart {chart['title']!r} has no data marks: {context}"
+        assert chart["titleMarkup"] == f"<b>{chart['title']}</b>", context  # bold, once
 
 
 def _assert_not_blank(png: Path, width: int, height: int) -> None:

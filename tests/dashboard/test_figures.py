@@ -10,9 +10,9 @@ from dashboard import figures
 from dashboard.balance_plan import balance_plan, default_model
 from dashboard.tables import (
     BUBBLE_CLASSES,
-    coarsen,
     imbalance_steps,
     lateness_frame,
+    merge_close,
     timeline_frame,
 )
 from dashboard.tracediff import FSOBS_SOURCE, HTA_SOURCE, change_counts, fsobs_table, op_diff
@@ -57,37 +57,95 @@ def test_heatmap_is_the_straggler_wait_matrix(runs):
     assert list(heat.x) == [str(s) for s in expected.columns]
 
 
+LANE_COLUMNS = {
+    "compute": ("busy", "busy_ms"),
+    "comm": ("exposed_comm", "exposed_comm_ms"),
+    "wait": ("straggler_wait", "straggler_wait_ms"),
+    "idle": ("host_idle", "host_idle_ms"),
+    "other": ("other", "other_ms"),
+}
+
+
+def _window_intervals(analysis, rank: int, window: list[int], cls: str, origin: int):
+    """One rank's intervals of a class over the window's steps, clock-aligned, in ms."""
+    shift = origin + analysis.collectives.offsets_ns.get(rank, 0)
+    chosen = [b for b in analysis.bubbles if b.rank == rank and b.step in window]
+    starts = np.concatenate([b.classes[cls][0] for b in chosen])
+    ends = np.concatenate([b.classes[cls][1] for b in chosen])
+    return (starts - shift) / 1e6, (ends - shift) / 1e6
+
+
 @pytest.mark.parametrize("run_id", ["sim/control", "reference/gloo_straggler_4rank"])
-def test_timeline_lanes_add_up_to_the_bubble_table(runs, run_id):
+def test_timeline_window_shows_the_exact_intervals(runs, run_id):
+    """Without merging (pixels=0) every bar is one interval of the window, clock-aligned."""
     analysis = runs[run_id]
-    step = analysis.run.steps[1]
-    frame = timeline_frame(analysis.bubbles, step, analysis.collectives.offsets_ns)
-    fig = figures.step_timeline(frame, step)
-    assert str(step) in _title(fig)
-    lanes = {t.name: t for t in fig.data}
-    table = analysis.steps.set_index(["rank", "step"])
-    columns = {"compute": "busy_ms", "wait": "straggler_wait_ms", "idle": "host_idle_ms"}
-    for lane, column in columns.items():
-        trace = lanes[lane]
-        widths = pd.Series(np.asarray(trace.x, dtype=float), index=list(trace.y))
+    window = analysis.run.steps[1:3]
+    offsets = analysis.collectives.offsets_ns
+    bars = timeline_frame(analysis.bubbles, window, offsets, pixels=0)
+    chosen = [b for b in analysis.bubbles if b.step in window]
+    origin = min(b.window[0] - offsets.get(b.rank, 0) for b in chosen)
+    assert not bars.attrs["merged"] and (bars["intervals"] == 1).all()
+    assert bars.attrs["num_intervals"] == len(bars)
+    for rank in analysis.run.rank_ids:
+        for lane, (cls, _) in LANE_COLUMNS.items():
+            part = bars[(bars["rank"] == rank) & (bars["lane"] == lane)]
+            starts, ends = _window_intervals(analysis, rank, window, cls, origin)
+            np.testing.assert_allclose(part["start_ms"], starts, atol=1e-9)
+            np.testing.assert_allclose(part["end_ms"], ends, atol=1e-9)
+            np.testing.assert_allclose(part["class_ms"], ends - starts, atol=1e-9)
+    assert bars["start_ms"].min() == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("run_id", ["sim/control", "reference/gloo_straggler_4rank"])
+@pytest.mark.parametrize("max_bars", [2000, 10])
+def test_timeline_lanes_add_up_to_the_bubble_table(runs, run_id, max_bars):
+    """Merged or not, the class time in a lane's bars is the bubble table's total over the
+    window, and every interval lies inside one of its lane's bars."""
+    analysis = runs[run_id]
+    window = analysis.run.steps[1:3]
+    offsets = analysis.collectives.offsets_ns
+    bars = timeline_frame(analysis.bubbles, window, offsets, max_bars=max_bars)
+    fig = figures.step_timeline(bars, window)
+    assert _title(fig).startswith(f"Steps {window[0]}–{window[1]} across ranks")
+    lanes = [trace.name for trace in fig.data]
+    labels = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext, strict=True))
+    row_rank = {
+        start + offset: labels[start + (len(lanes) - 1) / 2]
+        for start in range(0, len(lanes) * len(analysis.run.rank_ids), len(lanes))
+        for offset in range(len(lanes))
+    }
+    table = analysis.steps[analysis.steps["step"].isin(window)].groupby("rank").sum()
+    chosen = [b for b in analysis.bubbles if b.step in window]
+    origin = min(b.window[0] - offsets.get(b.rank, 0) for b in chosen)
+    for trace in fig.data:
+        cls, column = LANE_COLUMNS[trace.name]
+        data = np.asarray(trace.customdata, dtype=float)  # rank, class ms, intervals, fill %
+        base, width = np.asarray(trace.base, dtype=float), np.asarray(trace.x, dtype=float)
+        np.testing.assert_allclose(base + width, bars.loc[bars["lane"] == trace.name, "end_ms"])
         for rank in analysis.run.rank_ids:
-            total = widths.get(f"rank {rank}", pd.Series(dtype=float)).sum()
-            assert total == pytest.approx(table.loc[(rank, step), column], abs=1e-6)
-    assert min(np.min(t.base) for t in fig.data if len(t.base)) == pytest.approx(0.0, abs=1e-9)
+            mine = data[:, 0] == rank
+            rows = np.asarray(trace.y)[mine]
+            assert {row_rank[y] for y in rows} == {f"rank {rank}"}
+            assert set(rows % len(lanes)) == {lanes.index(trace.name)}
+            assert data[mine, 1].sum() == pytest.approx(table.loc[rank, column], abs=1e-6)
+            starts, ends = _window_intervals(analysis, rank, window, cls, origin)
+            lo, hi = base[mine], base[mine] + width[mine]
+            inside = np.searchsorted(lo, starts + 1e-9, side="right") - 1
+            assert (inside >= 0).all() and (ends <= hi[inside] + 1e-9).all()
+            assert data[mine, 2].sum() == len(starts)
+    if max_bars == 10:
+        assert bars.attrs["capped"] and bars.attrs["merged"]
+        assert bars.groupby(["rank", "lane"]).size().max() <= bars.attrs["lane_bars"]
 
 
-def test_timeline_merges_the_closest_intervals_beyond_max_bars(runs):
-    analysis = runs["sim/control"]
-    full = timeline_frame(analysis.bubbles, 11, analysis.collectives.offsets_ns)
-    coarse = timeline_frame(analysis.bubbles, 11, analysis.collectives.offsets_ns, max_bars=3)
-    assert not full.attrs["coarsened"] and coarse.attrs["coarsened"]
-    assert coarse.groupby(["rank", "lane"]).size().max() == 3
-    for (rank, lane), part in full.groupby(["rank", "lane"]):
-        merged = coarse[(coarse["rank"] == rank) & (coarse["lane"] == lane)]
-        assert merged["start_ms"].min() == part["start_ms"].min()
-        assert merged["end_ms"].max() == part["end_ms"].max()
-    starts, ends = coarsen(np.array([0, 10, 20, 30, 100]), np.array([5, 12, 25, 40, 110]), 3)
-    assert starts.tolist() == [0, 20, 100] and ends.tolist() == [12, 40, 110]
+def test_merge_close_closes_narrow_gaps_then_the_narrowest():
+    starts, ends = np.array([0, 10, 20, 30, 100]), np.array([5, 12, 25, 40, 110])
+    lo, hi, covered, count = merge_close(starts, ends, min_gap=6, max_bars=10)
+    assert (lo.tolist(), hi.tolist()) == ([0, 20, 100], [12, 40, 110])
+    assert (covered.tolist(), count.tolist()) == ([7, 15, 10], [2, 2, 1])
+    lo, hi, covered, count = merge_close(starts, ends, min_gap=0, max_bars=2)
+    assert (lo.tolist(), hi.tolist(), covered.tolist()) == ([0, 100], [40, 110], [22, 10])
+    assert [len(a) for a in merge_close(starts[:0], ends[:0], 1, 5)] == [0, 0, 0, 0]
 
 
 def test_straggler_steps_follow_the_analysis(runs):

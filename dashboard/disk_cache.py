@@ -1,0 +1,185 @@
+"""The store's persistent analysis cache: each run's :class:`fsobs.Analysis` on disk (no Streamlit).
+
+Parsing a big run takes seconds (an 8-rank run of ~100 MB per rank: ~10 s); reading its analysis
+back takes a tenth of a second. So besides Streamlit's in-memory cache (:mod:`dashboard.cache`),
+every analysis is kept in the store::
+
+    <store>/.fsobs-cache/
+      .gitignore                       "*": a store inside a git checkout stays clean
+      <sha256 of the run id>.pkl       one JSON header line, then the pickled Analysis
+
+The header holds :data:`FORMAT`, a digest of fsobs's source code and of the Python / pandas /
+numpy versions (:func:`code_digest`), the run id and the run's (name, mtime, size) signature
+(:func:`dashboard.store.signature_of`). An entry is used only when all of them match the run as
+it is now; a stale, corrupt or unreadable entry is ignored, and the next analysis replaces it.
+
+- **Safety.** Unpickling runs code, so an entry is read only if the cache folder and the file are
+  not symbolic links, belong to this process's user and nobody else may write them (the folder
+  is created 0700, the files 0600). Uploads cannot write here: they land in
+  ``uploads/<sanitized name>`` (no leading dot), archive members are flattened to base names
+  and only run files are kept, and the store scan skips hidden folders.
+- **Atomic writes:** a temporary file in the same folder, then ``os.replace``.
+- **Never in the way:** every failure (read-only store, full disk, a bad entry) is logged and
+  swallowed; the page then analyzes the run as if there were no cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import pickle
+import stat
+import sys
+import tempfile
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pandas as pd
+
+import fsobs
+from dashboard.store import Signature
+from fsobs import Analysis
+
+CACHE_DIR = ".fsobs-cache"
+FORMAT = 1
+"""Bump when the file layout changes."""
+_MAX_HEADER = 1 << 20
+
+logger = logging.getLogger(__name__)
+
+
+def entry_path(store: Path, run_id: str) -> Path:
+    """Where the analysis of ``run_id`` is kept."""
+    return store / CACHE_DIR / f"{hashlib.sha256(run_id.encode()).hexdigest()}.pkl"
+
+
+@functools.cache
+def code_digest() -> str:
+    """Digest of fsobs's source files and of the Python, pandas and numpy versions: an entry
+    written by other code is stale."""
+    digest = hashlib.sha256(
+        f"{sys.version_info[:2]} pandas {pd.__version__} numpy {np.__version__}".encode()
+    )
+    package = Path(fsobs.__file__).resolve().parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _header(run_id: str, signature: Signature) -> dict[str, object]:
+    return {
+        "format": FORMAT,
+        "code": code_digest(),
+        "run_id": run_id,
+        "signature": [list(row) for row in signature],
+    }
+
+
+def _private(info: os.stat_result, kind: int) -> bool:
+    """Of the expected kind (not a link), ours, and writable by no one else."""
+    return (
+        stat.S_IFMT(info.st_mode) == kind
+        and info.st_uid == os.getuid()
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
+def _open_entry(store: Path, run_id: str, signature: Signature) -> IO[bytes] | None:
+    """The entry opened after its header, if it is safe to read and matches; else None."""
+    path = entry_path(store, run_id)
+    try:
+        if not _private(os.lstat(path.parent), stat.S_IFDIR):
+            _warn_once(f"ignoring {path.parent}: not a private directory of this user")
+            return None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None  # no entry (the usual case)
+    handle = os.fdopen(fd, "rb")
+    try:
+        if not _private(os.fstat(fd), stat.S_IFREG):
+            _warn_once(f"ignoring {path}: not a private file of this user")
+        elif json.loads(handle.readline(_MAX_HEADER)) == _header(run_id, signature):
+            return handle
+    except (OSError, ValueError) as exc:
+        logger.warning("ignoring %s: unreadable header (%s)", path, exc)
+    handle.close()
+    return None
+
+
+def is_fresh(store: Path, run_id: str, signature: Signature) -> bool:
+    """Whether an entry for this version of the run is there (its header is read, not the
+    analysis)."""
+    handle = _open_entry(store, run_id, signature)
+    if handle is None:
+        return False
+    handle.close()
+    return True
+
+
+def read(store: Path, run_id: str, signature: Signature) -> Analysis | None:
+    """The cached analysis of this version of the run, its paths pointing into the store as it
+    is now (:func:`relocate`); None if there is no usable entry."""
+    handle = _open_entry(store, run_id, signature)
+    if handle is None:
+        return None
+    with handle:
+        try:
+            analysis = pickle.load(handle)
+        except Exception as exc:  # a truncated or foreign pickle: analyze again
+            logger.warning("ignoring %s: %s: %s", handle.name, type(exc).__name__, exc)
+            return None
+    if not isinstance(analysis, Analysis):
+        logger.warning("ignoring %s: holds a %s", handle.name, type(analysis).__name__)
+        return None
+    return relocate(analysis, store / run_id)
+
+
+def write(store: Path, run_id: str, signature: Signature, analysis: Analysis) -> bool:
+    """Keep ``analysis`` for this version of the run (replacing any older entry); False, with a
+    warning logged, if it cannot be written."""
+    path = entry_path(store, run_id)
+    tmp: str | None = None
+    try:
+        _make_folder(path.parent)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pkl")
+        with os.fdopen(fd, "wb") as out:
+            out.write(json.dumps(_header(run_id, signature)).encode() + b"\n")
+            pickle.dump(analysis, out, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+        return True
+    except Exception as exc:  # read-only store, full disk, an unpicklable object, ...
+        _warn_once(f"cannot cache analyses in {path.parent}: {exc}")
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        return False
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Log a problem of the cache folder once per server, not on every page run."""
+    logger.warning(message)
+
+
+def _make_folder(folder: Path) -> None:
+    folder.mkdir(mode=0o700, exist_ok=True)
+    if not _private(os.lstat(folder), stat.S_IFDIR):
+        raise PermissionError(f"{folder} is not a private directory of this user")
+    ignore = folder / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n", encoding="utf-8")
+
+
+def relocate(analysis: Analysis, folder: Path) -> Analysis:
+    """Point the run's and its ranks' paths into ``folder`` (trace files keep their names): an
+    analysis made in an upload's staging folder, or before the store moved, names files that
+    are now elsewhere. Changes ``analysis`` in place and returns it."""
+    run = analysis.run
+    run.path = folder
+    for summary in run.ranks.values():
+        summary.path = folder / Path(summary.path).name
+    return analysis
