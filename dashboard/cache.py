@@ -77,6 +77,11 @@ def facts(store: Path, entry: RunEntry, *, analyze: bool) -> dict[str, Any]:
     return run_facts(entry, None, "not analyzed yet (large): open it on the Bubbles page")
 
 
+def is_cheap(store: Path, entry: RunEntry) -> bool:
+    """Small enough to analyze unasked (:data:`AUTO_ANALYZE_BYTES`), or analyzed already."""
+    return entry.trace_bytes <= AUTO_ANALYZE_BYTES or is_analyzed(store, entry)
+
+
 def first_with_data(
     store: Path,
     entries: Sequence[RunEntry],
@@ -85,10 +90,12 @@ def first_with_data(
     want: Callable[[Analysis | None], bool] = has_data,
 ) -> str:
     """The id of the first run (other than ``skip``) whose analysis satisfies ``want`` (by
-    default: analyzes with at least one step); else the first run with data, else the first."""
+    default: analyzes with at least one step); else the first run with data, else the first.
+    Only cheap runs (:func:`is_cheap`) are looked at: choosing a default never parses a big run."""
+    cheap = [e for e in entries if e.run_id != skip and is_cheap(store, e)]
     for check in (want, has_data):
-        for entry in entries:
-            if entry.run_id != skip and check(load(store, entry).analysis):
+        for entry in cheap:
+            if check(load(store, entry).analysis):
                 return entry.run_id
     return next((e.run_id for e in entries if e.run_id != skip), entries[0].run_id)
 

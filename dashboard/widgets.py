@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -58,12 +58,18 @@ def stop_without_runs(entries: Sequence[RunEntry]) -> None:
         st.stop()
 
 
-def pick_run(label: str, key: str, entries: Sequence[RunEntry], default_id: str) -> RunEntry:
+def pick_run(
+    label: str, key: str, entries: Sequence[RunEntry], default: Callable[[], str]
+) -> RunEntry:
     """A run selectbox bound to the ``key`` query parameter (``/bubbles?run=<id>``).
 
-    Ids in the URL are only matched against the store's runs, never opened as paths.
+    ``default()`` is called only when neither the URL nor the session names one of the store's
+    runs (finding a default may analyze runs). Ids in the URL are only matched against the
+    store's runs, never opened as paths.
     """
     ids = [e.run_id for e in entries]
+    chosen = st.session_state.get(key) or st.query_params.get(key)
+    default_id = chosen if chosen in ids else default()
     choice = st.selectbox(label, ids, index=ids.index(default_id), key=key, bind="query-params")
     entry = find_run(entries, choice)
     assert entry is not None  # the options are the store's ids

@@ -113,7 +113,7 @@ def render() -> None:
     store = current_store()
     entries = runs(store)
     stop_without_runs(entries)
-    entry = pick_run("Run", "run", entries, first_with_data(store, entries))
+    entry = pick_run("Run", "run", entries, lambda: first_with_data(store, entries))
     loaded = load(store, entry)
     if loaded.analysis is None:
         stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
 import streamlit as st
 
 from dashboard import figures
-from dashboard.cache import Loaded, comparison, first_with_data, load, runs, trace_diff
+from dashboard.cache import (
+    Loaded,
+    comparison,
+    first_with_data,
+    is_cheap,
+    load,
+    runs,
+    trace_diff,
+)
 from dashboard.store import RunEntry, find_run
 from dashboard.tables import has_data
 from dashboard.tracediff import change_counts
@@ -103,7 +112,10 @@ def _default_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str]:
         sibling = f"{parent}/test" if parent else "test"
         if leaf == "control" and sibling in ids:
             pair = (entry, find_run(entries, sibling))
-            if all(p is not None and has_data(load(store, p).analysis) for p in pair):
+            if all(
+                p is not None and is_cheap(store, p) and has_data(load(store, p).analysis)
+                for p in pair
+            ):
                 return entry.run_id, sibling
     control = first_with_data(store, entries)
     return control, first_with_data(store, entries, skip=control)
@@ -115,12 +127,14 @@ def render() -> None:
     store = current_store()
     entries = runs(store)
     stop_without_runs(entries)
-    default_control, default_test = _default_pair(store, entries)
+    pair = functools.cache(
+        functools.partial(_default_pair, store, entries)
+    )  # only if the URL has none
     left, right = st.columns(2)
     with left:
-        control = pick_run("Control", "control", entries, default_control)
+        control = pick_run("Control", "control", entries, lambda: pair()[0])
     with right:
-        test = pick_run("Test", "test", entries, default_test)
+        test = pick_run("Test", "test", entries, lambda: pair()[1])
     loaded = (load(store, control), load(store, test))
     for role, item in zip(("control", "test"), loaded, strict=True):
         if item.error is not None:

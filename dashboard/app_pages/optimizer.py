@@ -105,7 +105,9 @@ def render() -> None:
     store = current_store()
     entries = runs(store)
     stop_without_runs(entries)
-    entry = pick_run("Run", "run", entries, first_with_data(store, entries, want=_has_sidecar))
+    entry = pick_run(
+        "Run", "run", entries, lambda: first_with_data(store, entries, want=_has_sidecar)
+    )
     loaded = load(store, entry)
     if loaded.analysis is None:
         stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")

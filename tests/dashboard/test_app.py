@@ -218,12 +218,30 @@ def test_an_analysis_outlives_the_server_in_the_disk_cache(app_env, monkeypatch)
         patch.setattr(cache, "analyze_path", lambda path: parsed.append(path) or analyze_path(path))
         at = _open("bubbles", run="sim/control")
     assert _metrics(at) == expected
-    assert parsed == [app_env / "broken"]  # errors are not kept: they are quick to find again
+    assert parsed == []
     st.cache_resource.clear()
     disk_cache.entry_path(app_env, "sim/control").write_bytes(b'{"format": 1}\n garbage')
     at = _open("bubbles", run="sim/control")
     assert _metrics(at) == expected
     assert disk_cache.is_fresh(app_env, entry.run_id, entry.signature)
+
+
+def test_a_run_in_the_url_is_the_only_one_analyzed(app_env, monkeypatch):
+    """Opening a page on a run never parses other runs to find a default; without one, big
+    runs not analyzed yet are not looked at."""
+    shutil.rmtree(app_env / disk_cache.CACHE_DIR, ignore_errors=True)
+    st.cache_resource.clear()
+    parsed: list[Path] = []
+    monkeypatch.setattr(
+        cache, "analyze_path", lambda path: parsed.append(path) or analyze_path(path)
+    )
+    _open("bubbles", run="sim/test")
+    _open("compare", control="sim/test", test=GLOO)
+    assert parsed == [app_env / "sim" / "test", app_env / GLOO]
+    monkeypatch.setattr(cache, "AUTO_ANALYZE_BYTES", 0)  # every run is big now
+    at = _open("optimizer")  # the first run with sidecars that is analyzed already
+    assert at.selectbox(key="run").value == "sim/test"
+    assert parsed == [app_env / "sim" / "test", app_env / GLOO]
 
 
 # ---- uploads: one writable store for the module, so analyses are cached across tests ----
