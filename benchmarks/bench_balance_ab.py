@@ -28,6 +28,10 @@ from fsobs.analysis.compare import Comparison, compare
 class Pair:
     straggler_ms: tuple[float, float]
     bubble_ms: tuple[float, float]
+    imbalance: tuple[float, float]
+    """Mean over steps of max/mean estimated rank cost: random split, balanced split."""
+    explained: tuple[float, float]
+    """Share of the straggler wait the data explains (fsobs attribution), baseline, balanced."""
     result: Comparison
 
 
@@ -59,13 +63,20 @@ def pair(tmp: Path, world: int, index: int, args: argparse.Namespace, flags: lis
     result = compare(a, b)
     strag = (a.summary["straggler_wait_ms_per_step"], b.summary["straggler_wait_ms_per_step"])
     bubble = (a.summary["bubble_ms_per_step"], b.summary["bubble_ms_per_step"])
+    side = b.run.sidecar
+    imb = (float(side["imbalance_before"].mean()), float(side["imbalance_after"].mean()))
+    explained = tuple(
+        x.attribution.explained_wait_share if x.attribution else float("nan") for x in (a, b)
+    )
     print(
         f"  world {world} pair {index}: straggler {strag[0]:.1f} -> {strag[1]:.1f} ms/step, "
         f"bubble {bubble[0]:.1f} -> {bubble[1]:.1f} ms/step, "
-        f"step time x{result.step_time_ratio:.3f}, same batches {result.same_batches}",
+        f"step time x{result.step_time_ratio:.3f}, same batches {result.same_batches}, "
+        f"cost imbalance {imb[0]:.3f} -> {imb[1]:.4f}, "
+        f"wait explained by data {explained[0]:.0%} -> {explained[1]:.0%}",
         file=sys.stderr,
     )
-    return Pair(strag, bubble, result)
+    return Pair(strag, bubble, imb, (explained[0], explained[1]), result)
 
 
 def report(world: int, pairs: list[Pair]) -> str:
@@ -76,9 +87,12 @@ def report(world: int, pairs: list[Pair]) -> str:
     ratio = statistics.median(p.result.step_time_ratio for p in pairs)
     base = statistics.median(p.straggler_ms[0] for p in pairs)
     bal = statistics.median(p.straggler_ms[1] for p in pairs)
+    imb = [statistics.median(p.imbalance[i] for p in pairs) for i in (0, 1)]
+    expl = [statistics.median(p.explained[i] for p in pairs) for i in (0, 1)]
     return (
-        f"| {world} | {len(pairs)} | {base:.1f} -> {bal:.1f} | {strag:.1%} | "
-        f"{statistics.median(reductions):.1%} ({lo:.1%} – {hi:.1%}) | {ratio:.3f} |"
+        f"| {world} | {len(pairs)} | {imb[0]:.3f} -> {imb[1]:.4f} | {base:.1f} -> {bal:.1f} | "
+        f"{strag:.1%} | {statistics.median(reductions):.1%} ({lo:.1%} – {hi:.1%}) | "
+        f"{ratio:.3f} | {expl[0]:.0%} -> {expl[1]:.0%} |"
     )
 
 
@@ -104,9 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.steps} steps, method {args.method}, cost model "
         f"{'fitted' if args.fit else 'analytic'}; medians over pairs"
     )
-    print("| ranks | pairs | straggler wait ms/step (base -> bal) | straggler reduction "
-          "| bubble reduction (95% CI) | step time ratio |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+    print("| ranks | pairs | est. cost max/mean (base -> bal) | straggler wait ms/step "
+          "(base -> bal) | straggler reduction | bubble reduction (95% CI) | step time ratio "
+          "| wait explained by data (base -> bal) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0
 
