@@ -317,17 +317,34 @@ def report(
     return "\n".join(lines)
 
 
+def _run_of(args: argparse.Namespace) -> Path:
+    """An 8-rank synthetic run of ``--mb-per-rank`` MB of JSON per rank (generated once)."""
+    from fsobs.simulate import write_gpu_run
+
+    run_dir = args.data / f"synthetic_8x{args.mb_per_rank}MB"
+    if not (run_dir / "run.json").exists() and not list(run_dir.glob("*.json.gz")):
+        params = {"num_ranks": 8, "num_steps": 5, "seed": 0}
+        write_gpu_run(run_dir, target_bytes_per_rank=args.mb_per_rank * 1_000_000, **params)
+    return run_dir
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold", type=int, default=3, help="cold opens (fresh servers)")
     parser.add_argument("--repeats", type=int, default=5, help="reopens and switches")
     parser.add_argument("--data", type=Path, default=ROOT / "bench_data")
+    parser.add_argument(
+        "--mb-per-rank",
+        type=int,
+        default=None,
+        help="an 8-rank run of this many MB of JSON per rank instead of bench_load's 8 x 100 MB",
+    )
     parser.add_argument("--max-foreign", type=float, default=0.2)
     args = parser.parse_args(argv)
     chromium = find_chromium()
     if chromium is None:
         raise SystemExit("chromium not found: run `make browser` (or set CHROMIUM)")
-    run_dir = ensure_synthetic(args.data)
+    run_dir = ensure_synthetic(args.data) if args.mb_per_rank is None else _run_of(args)
     ranks, gz_bytes, json_bytes = _sizes(run_dir)
     url_path = f"/bubbles?run={quote(RUN_ID, safe='')}"
     with tempfile.TemporaryDirectory(prefix="fsobs-bench-store-") as tmp:
