@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
@@ -10,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import Analysis
+from fsobs.analysis._json import plain
 
 _TEMPORAL_KEYS = (
     "rank",
@@ -48,7 +48,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "warnings": run.warnings,
         },
         "ranks_overview": _records(analysis.overview),
-        "summary": {k: _plain(v) for k, v in analysis.summary.items()},
+        "summary": {k: plain(v) for k, v in analysis.summary.items()},
         "steps": _records(analysis.steps),
         "stragglers": {
             "per_step": _records(analysis.stragglers.per_step, ("step", "rank")),
@@ -74,24 +74,15 @@ def _attribution_json(analysis: Analysis) -> dict[str, Any] | None:
         return None
     return {
         "cost_source": attr.cost_source,
-        "rank_correlation": _plain(attr.rank_correlation),
-        "explained_wait_share": _plain(attr.explained_wait_share),
+        "rank_correlation": plain(attr.rank_correlation),
+        "explained_wait_share": plain(attr.explained_wait_share),
         "per_step": _records(attr.per_step),
     }
 
 
 def _records(frame: pd.DataFrame, columns: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     frame = frame[list(columns)] if columns else frame
-    return [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars -> Python; NaN -> None (JSON has no NaN)."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return [{k: plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
 def render(analysis: Analysis, console: Console) -> None:
@@ -242,7 +233,7 @@ def _table(title: str, frame: pd.DataFrame, columns: dict[str, str]) -> Table:
 
 
 def _cell(value: Any) -> str:
-    value = _plain(value)
+    value = plain(value)
     if value is None:
         return "-"
     if isinstance(value, float):

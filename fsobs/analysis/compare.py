@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fsobs.analysis._json import plain
 from fsobs.analysis.analyze import Analysis, step_times
 from fsobs.trace.schema import Run
 
@@ -330,26 +331,17 @@ def compare_json(c: Comparison) -> dict[str, Any]:
         "control": c.control_name,
         "test": c.test_name,
         "kpis": {
-            str(name): {k: _plain(v) for k, v in row.items()}
+            str(name): {k: plain(v) for k, v in row.items()}
             for name, row in c.kpis.to_dict("index").items()
         },
-        "bubble_reduction": _plain(c.bubble_reduction),
-        "by_class": {k: _plain(v) for k, v in c.by_class.items()},
-        "bubble_reduction_ci": [_plain(v) for v in c.bubble_reduction_ci],
+        "bubble_reduction": plain(c.bubble_reduction),
+        "by_class": {k: plain(v) for k, v in c.by_class.items()},
+        "bubble_reduction_ci": [plain(v) for v in c.bubble_reduction_ci],
         "confidence": c.confidence,
-        "step_time_ratio": _plain(c.step_time_ratio),
+        "step_time_ratio": plain(c.step_time_ratio),
         "per_rank": [
-            {k: _plain(v) for k, v in row.items()} for row in c.per_rank.to_dict("records")
+            {k: plain(v) for k, v in row.items()} for row in c.per_rank.to_dict("records")
         ],
         "same_batches": c.same_batches,
         "warnings": list(c.warnings),
     }
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars -> Python; NaN / inf -> None."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
