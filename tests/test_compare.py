@@ -168,6 +168,18 @@ def test_bootstrap_percentiles_on_a_two_step_run():
     assert all(math.isnan(v) for v in bootstrap_reduction(np.array([]), np.array([1.0])))
 
 
+def test_paired_bootstrap_cancels_what_the_steps_share():
+    """Test = half the control on every step: each paired resample gives exactly 50% less,
+    while resampling the runs independently mixes slow and fast steps."""
+    control = np.array([10.0, 20.0, 40.0, 80.0])
+    paired = bootstrap_reduction(control, control / 2, paired=True)
+    assert paired == pytest.approx((0.5, 0.5))
+    lo, hi = bootstrap_reduction(control, control / 2)
+    assert lo < 0.2 and hi > 0.7
+    with pytest.raises(ValueError, match="paired"):
+        bootstrap_reduction(control, control[:3], paired=True)
+
+
 def test_no_bubble_in_the_control_gives_nan_not_a_division_by_zero():
     flat = _analysis(_steps(_uniform([(100, 100, 0, 0, 0)], 3)))
     c = compare(flat, _analysis(_steps(TEST)))

@@ -9,12 +9,18 @@ A class whose control value is below ``NEGLIGIBLE`` of the control's mean step w
 ~0 and its reduction is NaN (a ratio of two tiny numbers says nothing).
 
 Its confidence interval is a percentile bootstrap over steps: per run, the per-step bubble is the
-mean over ranks; the steps of each run are resampled with replacement, independently (the runs
-need not have traced the same steps), and the reduction is recomputed per resample::
+mean over ranks; the steps of each run are resampled with replacement and the reduction is
+recomputed per resample::
 
     control steps   b1  b2  b3  b4        resample  b3  b1  b3  b4   -> mean mc
     test steps      t1  t2  t3            resample  t2  t2  t1       -> mean mt
     reduction*  = 1 - mt / mc;   CI = percentiles (1-conf)/2 and (1+conf)/2 of reduction*
+
+When both runs trained the same global batches on the same steps (``same_batches`` is True and
+the traced steps are equal), step ``s`` of one run is paired with step ``s`` of the other and the
+pairs are resampled together (``b3 t3, b1 t1, ...``): the batch content that makes some steps
+slower in both runs then cancels, as it does in the point estimate. Otherwise the runs are
+resampled independently (they need not have traced the same steps).
 
 A reduction only means something when both runs trained on the same global batches; see
 :func:`same_batches` for how that is checked.
@@ -87,9 +93,11 @@ def compare(
         raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
     floor = NEGLIGIBLE * _mean_window(control.steps)
     same, batch_warnings = same_batches(control.run, test.run)
+    per_c, per_t = _per_step_bubble(control.steps), _per_step_bubble(test.steps)
     ci = bootstrap_reduction(
-        _per_step_bubble(control.steps),
-        _per_step_bubble(test.steps),
+        per_c.to_numpy(),
+        per_t.to_numpy(),
+        paired=bool(same) and per_c.index.equals(per_t.index),
         floor=floor,
         confidence=confidence,
         n_boot=n_boot,
@@ -122,6 +130,7 @@ def bootstrap_reduction(
     control: np.ndarray,
     test: np.ndarray,
     *,
+    paired: bool = False,
     floor: float = 0.0,
     confidence: float = 0.95,
     n_boot: int = 2000,
@@ -129,14 +138,22 @@ def bootstrap_reduction(
 ) -> tuple[float, float]:
     """Percentile bootstrap CI of ``1 - mean(test) / mean(control)`` over per-step values.
 
-    Each run's values are resampled with replacement, independently; resamples whose control
-    mean is ``<= floor`` are left out. ``(nan, nan)`` when a run has no step.
+    Each run's values are resampled with replacement, independently, or with ``paired`` (equal
+    lengths: ``control[i]`` and ``test[i]`` are the same step) the same indices for both;
+    resamples whose control mean is ``<= floor`` are left out. ``(nan, nan)`` when a run has
+    no step.
     """
     if len(control) == 0 or len(test) == 0:
         return (math.nan, math.nan)
+    if paired and len(control) != len(test):
+        raise ValueError(f"paired: {len(control)} control steps but {len(test)} test steps")
     rng = np.random.default_rng(seed)
-    mc = _boot_means(np.asarray(control, np.float64), n_boot, rng)
-    mt = _boot_means(np.asarray(test, np.float64), n_boot, rng)
+    if paired:
+        both = np.stack([np.asarray(control, np.float64), np.asarray(test, np.float64)])
+        mc, mt = _boot_means(both, n_boot, rng)
+    else:
+        mc = _boot_means(np.asarray(control, np.float64), n_boot, rng)
+        mt = _boot_means(np.asarray(test, np.float64), n_boot, rng)
     ok = mc > floor
     if not ok.any():
         return (math.nan, math.nan)
@@ -147,14 +164,15 @@ def bootstrap_reduction(
 
 
 def _boot_means(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Means of ``n_boot`` resamples (with replacement, same size) of ``values``."""
-    n = len(values)
+    """Means of ``n_boot`` resamples (with replacement, same size) of ``values`` along its last
+    axis; the rows of a 2-D ``values`` share the resampled indices (shape ``(rows, n_boot)``)."""
+    n = values.shape[-1]
     rows = max(1, _BOOT_CHUNK // n)
     out = []
     for start in range(0, n_boot, rows):
         idx = rng.integers(0, n, size=(min(rows, n_boot - start), n))
-        out.append(values[idx].mean(axis=1))
-    return np.concatenate(out)
+        out.append(values[..., idx].mean(axis=-1))
+    return np.concatenate(out, axis=-1)
 
 
 def same_batches(control: Run[Any], test: Run[Any]) -> tuple[bool | None, list[str]]:
@@ -278,9 +296,10 @@ def _mean_window(steps: pd.DataFrame) -> float:
     return float(steps["window_ms"].mean()) if len(steps) else 0.0
 
 
-def _per_step_bubble(steps: pd.DataFrame) -> np.ndarray:
-    """Per step, the mean bubble over the ranks (ms); their mean is ``bubble_ms_per_step``."""
-    return steps.groupby("step")["bubble_ms"].mean().to_numpy(np.float64)
+def _per_step_bubble(steps: pd.DataFrame) -> pd.Series:
+    """Per step (the index), the mean bubble over the ranks (ms); their mean is
+    ``bubble_ms_per_step``."""
+    return steps.groupby("step")["bubble_ms"].mean().astype(np.float64)
 
 
 def _step_times(steps: pd.DataFrame, role: str) -> pd.DataFrame:
