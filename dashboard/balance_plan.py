@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dashboard.store import COST_MODEL
+from fsobs.trace.loader import COST_MODEL
 from optim.balance import CostModel, imbalance, partition
 
 DEFAULT_MODEL = CostModel(c0=0.0, a=1.0, b=1.0)

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fsobs.trace.loader import RUN_META, is_trace_name
+
 STORE_ENV = "FSOBS_STORE"
 DEFAULT_STORE = "traces"
 MAX_DEPTH = 3
-RUN_META = "run.json"
-COST_MODEL = "cost_model.json"
-_NOT_TRACES = frozenset({RUN_META, COST_MODEL})
 
 Signature = tuple[tuple[str, int, int], ...]
 """(file name, mtime ns, size) of every file of a run: changes whenever a file does."""
@@ -61,11 +60,6 @@ def resolve_store(argv: Sequence[str], environ: dict[str, str] | os._Environ[str
     """The store directory: ``--store`` beats ``FSOBS_STORE`` beats ``traces``."""
     chosen = store_from_argv(argv) or environ.get(STORE_ENV) or DEFAULT_STORE
     return Path(chosen).expanduser().resolve()
-
-
-def is_trace_name(name: str) -> bool:
-    """A file name the loader reads as a Kineto trace."""
-    return name.endswith((".json", ".json.gz")) and name not in _NOT_TRACES
 
 
 def list_runs(store: Path) -> list[RunEntry]:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from dashboard.store import RUN_META, is_trace_name
 from fsobs import FsobsError, analyze_path
+from fsobs.trace.loader import RUN_META, is_trace_name
 from fsobs.trace.sidecar import SIDECAR_RE
 
 MAX_UPLOAD_BYTES = 512 * 2**20

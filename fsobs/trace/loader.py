@@ -107,19 +107,18 @@ def map_run(
     )
 
 
+def is_trace_name(name: str) -> bool:
+    """Whether a file of a run directory is read as a Kineto trace."""
+    return name.endswith((".json", ".json.gz")) and name not in NOT_TRACES
+
+
 def _discover(
     source: Source,
 ) -> tuple[Path, list[Path], dict[str, Any] | None]:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
-            files = sorted(
-                p
-                for p in path.iterdir()
-                if p.is_file()
-                and p.name not in NOT_TRACES
-                and p.name.endswith((".json", ".json.gz"))
-            )
+            files = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p.name))
             if not files:
                 raise EmptyRunError(
                     "no trace files (*.json, *.json.gz) in this directory", path=path

@@ -7,7 +7,7 @@ Modules (torch-free ones import without torch; names load lazily from them on fi
   ``random_split``, ``pack_sample`` / ``unpack_sample``. No torch (except
   ``SyntheticHistories.batch``).
 - ``config``: ``ModelConfig`` and its presets, ``data_config_for``. No torch.
-- ``cost``: ``estimate_cost``, ``cost_coefficients``, ``CostCoefficients``. No torch.
+- ``cost``: ``estimate_cost``, ``cost_coefficients`` (an ``optim.balance.CostModel``). No torch.
 - ``batch``: ``Batch`` (torchrec KJTs), ``collate``.
 - ``model``: ``SeqRecModel`` (EBC + EC + HSTU blocks on jagged sequences).
 - ``sharding``: ``wrap_model`` (DMP), ``build_optimizer``.
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fsobs.workload.batch import Batch, collate
     from fsobs.workload.config import ModelConfig, check_compatible, data_config_for
-    from fsobs.workload.cost import CostCoefficients, cost_coefficients, estimate_cost
+    from fsobs.workload.cost import cost_coefficients, estimate_cost
     from fsobs.workload.data import (
         DataConfig,
         Sample,
@@ -42,7 +42,6 @@ _SOURCES = {
     "ModelConfig": "config",
     "check_compatible": "config",
     "data_config_for": "config",
-    "CostCoefficients": "cost",
     "cost_coefficients": "cost",
     "estimate_cost": "cost",
     "DataConfig": "data",
@@ -59,7 +58,6 @@ _SOURCES = {
 
 __all__ = [
     "Batch",
-    "CostCoefficients",
     "DataConfig",
     "LengthPreset",
     "ModelConfig",

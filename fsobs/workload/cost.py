@@ -31,29 +31,15 @@ The embedding lookup and its all-to-all (linear in L) are inside ``a`` only as t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from fsobs.workload.config import ModelConfig
+from optim.balance import CostModel
 
 
-@dataclass(kw_only=True, frozen=True)
-class CostCoefficients:
-    """``c(L) = c0 + a·L + b·L²`` (FLOP-equivalents per sample and training step)."""
-
-    c0: float
-    a: float
-    b: float
-
-    def __call__(self, lengths: np.ndarray) -> np.ndarray:
-        """The cost of each length (float64 array shaped like ``lengths``)."""
-        length = np.asarray(lengths, dtype=np.float64)
-        return self.c0 + self.a * length + self.b * length * length
-
-
-def cost_coefficients(cfg: ModelConfig, *, elementwise_weight: float = 1.0) -> CostCoefficients:
-    """The analytic coefficients of ``cfg`` (see the module docstring for each term)."""
+def cost_coefficients(cfg: ModelConfig, *, elementwise_weight: float = 1.0) -> CostModel:
+    """The analytic cost model of ``cfg`` in FLOP-equivalents per sample and training step (see
+    the module docstring for each term): the balancer's default."""
     if elementwise_weight < 0:
         raise ValueError(f"elementwise_weight: must be >= 0, got {elementwise_weight}")
     d, n, inner = cfg.emb_dim, cfg.num_blocks, cfg.num_heads * cfg.head_dim
@@ -63,7 +49,7 @@ def cost_coefficients(cfg: ModelConfig, *, elementwise_weight: float = 1.0) -> C
     c0_mm = 3 * 2 * sum(i * o for i, o in zip(widths[:-1], widths[1:], strict=True))
     a_ew = 3 * (n * (7 * d + 27 * inner) + 9 * d)
     b_ew = 3 * n * 5 * cfg.num_heads
-    return CostCoefficients(
+    return CostModel(
         c0=float(c0_mm),
         a=float(a_mm + elementwise_weight * a_ew),
         b=float(b_mm + elementwise_weight * b_ew),

@@ -26,7 +26,13 @@ import torch.distributed as dist
 from torch.autograd.profiler import record_function
 
 from fsobs.workload.batch import Batch, collate
-from fsobs.workload.data import SyntheticHistories, pack_sample, random_split, unpack_sample
+from fsobs.workload.data import (
+    Sample,
+    SyntheticHistories,
+    pack_sample,
+    random_split,
+    unpack_sample,
+)
 from optim.balance import CostModel
 from optim.plan import BalanceConfig, StepPlan, batch_digest, loss_scale
 from optim.shuffle import ShuffleBalancer, check_plan
@@ -63,18 +69,19 @@ class StepInputs:
         self.balance = balance
         self.group = group
         self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
-        self._shuffle = ShuffleBalancer(balance, group) if balance.mode == "shuffle" else None
+        shuffle = balance.enabled and balance.mode == "shuffle"
+        self._shuffle = ShuffleBalancer(balance, group) if shuffle else None
 
     def __iter__(self) -> Iterator[tuple[Batch, StepInput]]:
         for step, global_batch in enumerate(self.batches):
             with record_function("## fsobs:balance ##"):
-                if self.balance.enabled and self._shuffle is not None:
-                    samples, plan = self._exchange(step, global_batch)
+                if self._shuffle is not None:
+                    samples, plan = self._exchange(self._shuffle, step, global_batch)
                 else:
                     samples, plan = self._planned(step, global_batch)
             yield self._emit(step, global_batch, samples, plan)
 
-    def _planned(self, step: int, global_batch: np.ndarray) -> tuple[list, StepPlan]:
+    def _planned(self, step: int, global_batch: np.ndarray) -> tuple[list[Sample], StepPlan]:
         costs = self.cost_model(self.data.lengths[global_batch])
         plan = StepPlan.make(costs, self.world_size, self.balance)
         if self.balance.enabled and self.balance.checks_at(step):
@@ -82,17 +89,18 @@ class StepInputs:
         mine = global_batch[plan.parts[self.rank]]
         return [self.data.sample(int(i)) for i in mine], plan
 
-    def _exchange(self, step: int, global_batch: np.ndarray) -> tuple[list, StepPlan]:
-        assert self._shuffle is not None
+    def _exchange(
+        self, balancer: ShuffleBalancer, step: int, global_batch: np.ndarray
+    ) -> tuple[list[Sample], StepPlan]:
         share = [
             self.data.sample(int(i)) for i in random_split(global_batch, self.world_size, self.rank)
         ]
         costs = self.cost_model(np.array([s.length for s in share], dtype=np.int64))
-        rows, plan = self._shuffle(step, [pack_sample(s) for s in share], costs)
+        rows, plan = balancer(step, [pack_sample(s) for s in share], costs)
         return [unpack_sample(r) for r in rows], plan
 
     def _emit(
-        self, step: int, global_batch: np.ndarray, samples: list, plan: StepPlan
+        self, step: int, global_batch: np.ndarray, samples: list[Sample], plan: StepPlan
     ) -> tuple[Batch, StepInput]:
         lengths = np.array([s.length for s in samples], dtype=np.int64)
         scale = loss_scale(len(samples), len(global_batch), self.world_size)

@@ -94,8 +94,7 @@ class JobConfig:
     def load_cost_model(self, model_cfg: ModelConfig) -> CostModel:
         if self.cost_model is not None:
             return CostModel.from_json(self.cost_model)
-        coef = cost_coefficients(model_cfg)
-        return CostModel(c0=coef.c0, a=coef.a, b=coef.b)
+        return cost_coefficients(model_cfg)
 
     @property
     def profiler(self) -> ProfilerConfig:

@@ -85,8 +85,7 @@ def test_every_sample_exactly_once_and_better_balanced(runs, variant):
     data = SyntheticHistories(data_config_for(ModelConfig.preset("tiny"), num_samples=100_000))
     batches = global_batches(len(data), WORLD * BATCH, STEPS, 0)
     frame = _sidecar(runs[variant])
-    coef = cost_coefficients(ModelConfig.preset("tiny"))
-    model = COST if variant == "lpt_plan" else CostModel(c0=coef.c0, a=coef.a, b=coef.b)
+    model = COST if variant == "lpt_plan" else cost_coefficients(ModelConfig.preset("tiny"))
     for step, batch in enumerate(batches):
         rows = frame[frame["step"] == step]
         assert rows["num_samples"].sum() == len(batch)
