@@ -12,6 +12,27 @@ runs HTA live on every GPU reference trace and compares). The rules (``shared/no
    with the same correlation id (so a kernel whose launch is dropped disappears with it).
 3. Kernel classes come from the name only (``^nccl`` = communication, ``Memcpy``/``Memset`` =
    memory, other non-compute patterns = other, the rest = computation).
+4. Unions are HTA's ``merge_kernel_intervals`` (:func:`_hta_merge`), not a plain union. After
+   rule 1 an event shorter than 1 µs can have ``ceil(ts) > floor(ts + dur)``, i.e. length -1
+   (e.g. ``ts=…085.167, dur=0.768`` -> ``[086, 085)``). HTA sorts by ``ts`` with pandas' default
+   quicksort (ties in no fixed order), starts a group where ``ts`` exceeds every earlier end,
+   and sums ``max end - min ts`` per group. A -1 event that starts a group therefore counts -1
+   µs; one inside another event's span, or sorted after a tie partner, counts 0. A -1
+   ``Memset (Device)`` between kernels thus adds 1 µs of idle time (and removes 1 µs of
+   non-compute). A -1 compute kernel under an NCCL/RCCL kernel adds nothing to the all-GPU
+   union but removes 1 µs of compute (and adds it to non-compute). Such events made a plain
+   union differ from HTA by 12 µs of idle on an H100 trace and by 21 µs of compute on an MI300X
+   trace (``traces/reference/tracelens_*``). The temporal breakdown merges all GPU rows first;
+   that sorts HTA's frame in place, so the computation rows are merged in that sorted order.
+   ``kernel_time`` is the last merged group's end minus the first group's start. Both are
+   taken after the groups are sorted again by start. When the all-GPU union loses more -1
+   groups than the compute union does, ``non_compute`` comes out negative. HTA then fails its
+   own ``assert non_compute_time >= 0`` (seen on TraceLens' H100
+   ``Qwen_Qwen1.5-0.5B-Chat__1016005``: 22 isolated -1 memsets against 5 µs of other
+   non-compute time give -17 µs); we return the value.
+5. Comm/comp overlap is HTA's sweep over the merged groups' boundaries (+1/-1 communication,
+   +2/-2 computation, overlapped where the running sum is 3). Its denominator is the
+   communication groups' summed length, -1 groups included.
 
 All times are microseconds; the column names say so.
 """
@@ -24,7 +45,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.intervals import intersect, length, union
 from fsobs.trace.schema import RankTrace
 
 _COMM_RE = re.compile(r"(^nccl)")
@@ -180,6 +200,10 @@ def temporal_breakdown(views: dict[int, HtaView]) -> pd.DataFrame:
         stream 9      |====nccl======|
                  <------------- kernel_time ------------->
                           idle: ......        ....
+
+    The unions are HTA's (:func:`_hta_merge`, rule 4 of the module docstring), so a rounded
+    event of negative length can count -1 µs, and ``non_compute`` can come out negative where
+    HTA itself stops on ``assert non_compute_time >= 0``.
     """
     rows = []
     for rank, view in views.items():
@@ -187,11 +211,14 @@ def temporal_breakdown(views: dict[int, HtaView]) -> pd.DataFrame:
         if gpu.empty:
             rows.append({"rank": rank} | dict.fromkeys(_TB_VALUES, np.nan))
             continue
-        busy = union(gpu["ts"].to_numpy(), gpu["end"].to_numpy())
-        kernel_time = float(busy[1][-1] - busy[0][0])
-        idle = kernel_time - length(busy)
+        starts, ends = _hta_merge(gpu["ts"].to_numpy(), gpu["end"].to_numpy())
+        # That merge sorts HTA's frame in place: the computation rows are taken (and sorted
+        # again, ties included) in the order it left.
+        gpu = gpu.iloc[_hta_argsort(gpu["ts"].to_numpy())]
+        kernel_time = float(ends[-1] - starts[0])  # HTA: merged.iloc[-1].end - .iloc[0].ts
+        idle = kernel_time - _hta_length(starts, ends)
         comp = gpu[_kernel_types(gpu) == "COMPUTATION"]
-        compute = length(union(comp["ts"].to_numpy(), comp["end"].to_numpy()))
+        compute = _hta_length(*_hta_merge(comp["ts"].to_numpy(), comp["end"].to_numpy()))
         rows.append(
             {
                 "rank": rank,
@@ -219,17 +246,62 @@ def comm_comp_overlap(views: dict[int, HtaView]) -> pd.DataFrame:
         comp |=======|      |====|
         comm     |=====|  |===|
                  ^^^^         ^^  overlapped
+
+    As in HTA, the intersection is a sweep over the merged intervals' boundaries (+1/-1 at a
+    communication start/end, +2/-2 at a computation one; overlapped where the running sum is 3),
+    and the unions are HTA's (:func:`_hta_merge`), negative-length groups included.
     """
     rows = []
     for rank, view in views.items():
         gpu = view.frame[view.frame["stream"] != -1]
         types = _kernel_types(gpu)
-        comm = union(*(gpu.loc[types == "COMMUNICATION", c].to_numpy() for c in ("ts", "end")))
-        comp = union(*(gpu.loc[types == "COMPUTATION", c].to_numpy() for c in ("ts", "end")))
-        comm_time = length(comm)
-        ratio = length(intersect(comm, comp)) / comm_time if comm_time > 0 else np.nan
-        rows.append({"rank": rank, "comp_comm_overlap_pctg": round(100 * ratio, 2)})
+        comp = _hta_merge(*(gpu.loc[types == "COMPUTATION", c].to_numpy() for c in ("ts", "end")))
+        comm = _hta_merge(*(gpu.loc[types == "COMMUNICATION", c].to_numpy() for c in ("ts", "end")))
+        times = np.concatenate([comm[0], comm[1], comp[0], comp[1]]).astype(np.float64)
+        steps = np.repeat([1, -1, 2, -2], [len(comm[0])] * 2 + [len(comp[0])] * 2)
+        order = np.argsort(times, kind="stable")  # ties cannot change the sum
+        times, running = times[order], np.cumsum(steps[order])
+        both = np.flatnonzero(running[:-1] == 3)
+        overlapped = float((times[both + 1] - times[both]).sum())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.float64(overlapped) / np.float64(_hta_length(*comm))
+        # HTA rounds a Series: numpy's rounding, which can differ from Python's round().
+        rows.append({"rank": rank, "comp_comm_overlap_pctg": float(np.round(100 * ratio, 2))})
     return pd.DataFrame(rows, columns=["rank", "comp_comm_overlap_pctg"])
+
+
+def _hta_argsort(ts: np.ndarray) -> np.ndarray:
+    """The order of pandas' ``sort_values("ts")`` in HTA (quicksort: ties are not kept stable)."""
+    return np.argsort(_as_hta_dtype(ts), kind="quicksort")
+
+
+def _hta_merge(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """HTA 0.5.0's ``merge_kernel_intervals``: (starts, ends) of its merged groups.
+
+    Rows sorted by ``ts`` (:func:`_hta_argsort`, from the order given); a row starts a new group
+    when ``ts`` exceeds the largest ``end`` of all rows before it; a group spans from its first
+    ``ts`` to the largest ``end`` *within* the group; the groups are sorted by start once more.
+    Unlike a plain union, a rounded event of negative length (``ceil(ts) > floor(ts + dur)``, a
+    sub-microsecond event) that starts a group stays a group of its own with length -1; one
+    that sorts after a tie partner, or lies inside an earlier event, is absorbed.
+    """
+    if not len(ts):
+        return ts[:0], end[:0]
+    order = _hta_argsort(ts)
+    ts, end = ts[order], end[order]
+    reach = np.maximum.accumulate(end)
+    new_group = np.empty(len(ts), dtype=bool)
+    new_group[0] = True
+    new_group[1:] = ts[1:] > reach[:-1]
+    first = np.flatnonzero(new_group)
+    starts, ends = ts[first], np.maximum.reduceat(end, first)
+    order = _hta_argsort(starts)
+    return starts[order], ends[order]
+
+
+def _hta_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """``merged.end.sum() - merged.ts.sum()``, summed per group so that it stays exact."""
+    return float((ends - starts).sum())
 
 
 def idle_time_breakdown(
