@@ -14,13 +14,12 @@ import pandas as pd
 
 from dashboard.store import RunEntry, toggles_summary
 from fsobs import Analysis
-from fsobs.analysis.bubbles import StepBubbles
+from fsobs.analysis.bubbles import BUBBLE_CLASSES, StepBubbles
 
-BUBBLE_CLASSES = ("straggler_wait", "exposed_comm", "host_idle", "other")
-"""The bubble classes of DESIGN §5, in stacking order."""
 TIMELINE_LABELS = {
     "busy": "compute",
     "exposed_comm": "comm",
+    "unattributed_comm": "unmatched comm",
     "straggler_wait": "wait",
     "host_idle": "idle",
     "other": "other",

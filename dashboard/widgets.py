@@ -21,6 +21,7 @@ KPIS = (
     ("bubble_ms_per_step", "Bubble / step", "ms"),
     ("straggler_wait_ms_per_step", "Straggler wait / step", "ms"),
     ("exposed_comm_ms_per_step", "Exposed comm / step", "ms"),
+    ("unattributed_comm_ms_per_step", "Unattributed comm / step", "ms"),
     ("host_idle_ms_per_step", "Host idle / step", "ms"),
     ("other_ms_per_step", "Other / step", "ms"),
     ("step_time_ms_p50", "Step time p50", "ms"),
@@ -119,7 +120,8 @@ def _toggles(meta: dict) -> None:
 def kpi_metrics(summary: dict[str, float]) -> None:
     """The KPIs of ``Analysis.summary`` as metrics, five per row."""
     for start in range(0, len(KPIS), 5):
-        for column, (key, label, unit) in zip(st.columns(5), KPIS[start : start + 5], strict=True):
+        row = KPIS[start : start + 5]
+        for column, (key, label, unit) in zip(st.columns(5)[: len(row)], row, strict=True):
             column.metric(label, format_kpi(summary.get(key, math.nan), unit))
 
 

@@ -23,7 +23,7 @@ from rich.table import Table
 
 import fsobs
 from fsobs.analysis import Comparison, analyze_path, compare, compare_json, fit_cost
-from fsobs.analysis.compare import CLASSES
+from fsobs.analysis.bubbles import BUBBLE_CLASSES
 from fsobs.errors import FsobsError
 from fsobs.export import export_run
 from fsobs.report import render, to_json
@@ -154,6 +154,18 @@ def _add_load_options(parser: argparse.ArgumentParser) -> None:
         default=LoadConfig().max_trace_bytes / 2**30,
         help="refuse trace files that decompress to more than this (default: %(default)g)",
     )
+    parser.add_argument(
+        "--step-marker",
+        metavar="NAME",
+        help="iterations are the CPU ranges whose name starts with NAME, not ProfilerStep#N "
+        "(traces without either are analyzed as one window per rank)",
+    )
+
+
+def _load_config(args: argparse.Namespace) -> LoadConfig:
+    return LoadConfig(
+        max_trace_bytes=int(args.max_trace_gb * 2**30), step_marker=args.step_marker or None
+    )
 
 
 def _positive_gb(text: str) -> float:
@@ -167,7 +179,7 @@ def _positive_gb(text: str) -> float:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    config = LoadConfig(max_trace_bytes=int(args.max_trace_gb * 2**30))
+    config = _load_config(args)
     source = args.paths[0] if len(args.paths) == 1 else args.paths
     result = analyze_path(source, config)
     if args.json:
@@ -178,7 +190,7 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    config = LoadConfig(max_trace_bytes=int(args.max_trace_gb * 2**30))
+    config = _load_config(args)
     analysis = analyze_path(args.run, config)
     out = Path(args.out)
     written = export_run(
@@ -200,7 +212,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    config = LoadConfig(max_trace_bytes=int(args.max_trace_gb * 2**30))
+    config = _load_config(args)
     result = compare(analyze_path(args.control, config), analyze_path(args.test, config))
     if args.json:
         print(json.dumps(compare_json(result), indent=2, allow_nan=False))
@@ -222,8 +234,10 @@ def render_comparison(c: Comparison, console: Console) -> None:
         f"bubble reduction: {_percent(c.bubble_reduction)} "
         f"({c.confidence:.0%} CI {_percent(lo)} – {_percent(hi)})"
     )
-    for name in CLASSES:
-        console.print(f"  {name.replace('_', ' ')}: {_percent(c.by_class[name])}")
+    for name in BUBBLE_CLASSES:
+        lo, hi = c.by_class_ci[name]
+        ci = "" if math.isnan(lo) else f" (CI {_percent(lo)} – {_percent(hi)})"
+        console.print(f"  {name.replace('_', ' ')}: {_percent(c.by_class[name])}{ci}")
     ratio = "-" if math.isnan(c.step_time_ratio) else f"{c.step_time_ratio:.3f}"
     console.print(f"step time ratio (median, test / control): {ratio}")
     same = {True: "yes", False: "no", None: "cannot tell"}[c.same_batches]
@@ -245,7 +259,7 @@ def _console() -> Console:
 
 
 def _fit_cost(args: argparse.Namespace) -> int:
-    config = LoadConfig(max_trace_bytes=int(args.max_trace_gb * 2**30))
+    config = _load_config(args)
     fit = fit_cost(analyze_path(args.run, config))
     out = Path(args.out) if args.out else Path(args.run) / COST_MODEL
     m = fit.model

@@ -40,7 +40,7 @@ from fsobs.trace.schema import Run
 PID = "fsobs bubbles"
 CATEGORY = "fsobs_bubble"
 TRACKS = ("straggler_wait", "exposed_comm", "host_idle")
-"""Always drawn; ``other`` is drawn too when a rank has any."""
+"""Always drawn; ``unattributed_comm`` and ``other`` are drawn too when a rank has any."""
 SORT_INDEX = -1000  # Kineto sorts CPU processes by pid and GPUs above 2**24: this goes on top
 GZIP_LEVEL = 6
 
@@ -92,8 +92,11 @@ def bubble_events(trace: RankSummary, steps: list[StepBubbles]) -> list[str]:
     """
     base = (trace.base_time_ns or 0) if trace.time_format == "relative-us" else 0
     tracks = list(TRACKS)
-    if any(sb.total_ns("other") > 0 for sb in steps):
-        tracks.append("other")
+    tracks += [
+        name
+        for name in ("unattributed_comm", "other")
+        if any(sb.total_ns(name) > 0 for sb in steps)
+    ]
     first = min((sb.window[0] for sb in steps), default=base)
     ts0 = _us(first - base)
     meta = [

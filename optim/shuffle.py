@@ -22,20 +22,35 @@ import torch
 import torch.distributed as dist
 from torch.autograd.profiler import record_function
 
+from optim.markers import pg_marker
 from optim.plan import BalanceConfig, StepPlan
 
-__all__ = ["PlanDivergedError", "ShuffleBalancer", "check_plan", "exchange_rows", "gather_costs"]
+__all__ = [
+    "PlanDivergedError",
+    "ShuffleBalancer",
+    "check_plan",
+    "exchange_rows",
+    "gather_costs",
+    "on_group",
+]
 
 
 class PlanDivergedError(RuntimeError):
     """The ranks computed different balance plans for the same step."""
 
 
+def on_group(group: dist.ProcessGroup | None) -> record_function:
+    """The range that names ``group`` around a collective issued on it (:mod:`optim.markers`)."""
+    pg = group if group is not None else dist.group.WORLD
+    return record_function(pg_marker(pg.group_name))
+
+
 def check_plan(digest: str, step: int, group: dist.ProcessGroup | None = None) -> None:
     """All-gather the plan digest of ``step``; raise :class:`PlanDivergedError` on every rank
     when two ranks disagree (the message lists each rank's digest)."""
     digests: list[object] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(digests, digest, group=group)
+    with on_group(group):
+        dist.all_gather_object(digests, digest, group=group)
     if len(set(digests)) > 1:
         listed = ", ".join(f"rank {r}: {d}" for r, d in enumerate(digests))
         raise PlanDivergedError(
@@ -51,12 +66,14 @@ def gather_costs(
     world = dist.get_world_size(group)
     local = torch.from_numpy(np.ascontiguousarray(costs, dtype=np.float64))
     counts = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(counts, torch.tensor([local.numel()], dtype=torch.int64), group=group)
+    with on_group(group):
+        dist.all_gather(counts, torch.tensor([local.numel()], dtype=torch.int64), group=group)
     sizes = np.array([int(c.item()) for c in counts], dtype=np.int64)
     padded = torch.zeros(int(sizes.max(initial=0)), dtype=torch.float64)
     padded[: local.numel()] = local
     gathered = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(gathered, padded, group=group)
+    with on_group(group):
+        dist.all_gather(gathered, padded, group=group)
     parts = [g[:n].numpy() for g, n in zip(gathered, sizes.tolist(), strict=True)]
     return np.concatenate(parts), sizes
 
@@ -75,10 +92,12 @@ def exchange_rows(
     buffers = [np.concatenate(c) if c else np.empty(0, np.int64) for c in chunks]
     send_sizes = torch.tensor([b.size for b in buffers], dtype=torch.int64)
     recv_sizes = torch.empty_like(send_sizes)
-    dist.all_to_all_single(recv_sizes, send_sizes, group=group)
+    with on_group(group):
+        dist.all_to_all_single(recv_sizes, send_sizes, group=group)
     send = torch.from_numpy(np.concatenate(buffers))
     recv = torch.empty(int(recv_sizes.sum()), dtype=torch.int64)
-    dist.all_to_all_single(recv, send, recv_sizes.tolist(), send_sizes.tolist(), group=group)
+    with on_group(group):
+        dist.all_to_all_single(recv, send, recv_sizes.tolist(), send_sizes.tolist(), group=group)
     return _unframe(recv.numpy())
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import fsobs
 from fsobs.analysis import analyze
+from fsobs.report import findings
 from tests.test_hta_agreement import REFERENCE
 
 STEPS = (2, 3, 4, 5)
@@ -42,13 +43,36 @@ def test_costly_data_on_the_straggler_explains_the_wait(gloo_run):
     assert attr.per_step["cost_ratio"].tolist() == pytest.approx([8 * 400**2 / mean] * 4)
     assert attr.explained_wait_share == 1.0
     assert attr.rank_correlation > 0.5
+    assert attr.verdict == "explains"
+    assert any(line.startswith("the input data explains it") for line in findings(result))
 
 
 def test_data_that_does_not_match_arrivals_explains_nothing(gloo_run):
     _write_sidecars(gloo_run, lambda r, s: [400] * 8 if r == 0 else [100] * 8)
-    attr = analyze(fsobs.load_run(gloo_run)).attribution
+    result = analyze(fsobs.load_run(gloo_run))
+    attr = result.attribution
     assert not attr.per_step["culprit_has_max_cost"].any()
     assert attr.explained_wait_share == 0.0
+    assert attr.verdict == "not_explained"
+    lines = findings(result)
+    assert not any("explains it" in line for line in lines)
+    assert any(line.startswith("the input data does not explain it") for line in lines)
+
+
+def test_equal_costs_are_a_tie_that_explains_nothing(gloo_run):
+    """Every rank gets the same lengths: every rank has the largest cost, which is a tie, not
+    a culprit with the costliest data; the data is balanced and explains no wait."""
+    _write_sidecars(gloo_run, lambda r, s: [100] * 8)
+    result = analyze(fsobs.load_run(gloo_run))
+    attr = result.attribution
+    assert attr.per_step["max_cost_tied"].all()
+    assert not attr.per_step["culprit_has_max_cost"].any()
+    assert attr.per_step["cost_spread"].tolist() == [0.0] * 4
+    assert attr.explained_wait_share == 0.0
+    assert attr.verdict == "balanced"
+    lines = findings(result)
+    assert any(line.startswith("the input data is balanced") for line in lines)
+    assert any("4 step(s) had tied largest costs" in line for line in lines)
 
 
 def test_no_sidecar_no_attribution():

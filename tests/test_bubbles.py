@@ -120,18 +120,21 @@ def _row(
     busy: float,
     straggler_wait: float = 0,
     exposed_comm: float = 0,
+    unattributed: float = 0,
     host_idle: float = 0,
     other: float = 0,
     contention: float = 0,
 ) -> None:
     """Compare one row against values in µs; also checks that they add up to the window."""
-    assert busy + straggler_wait + exposed_comm + host_idle + other == pytest.approx(window)
+    total = busy + straggler_wait + exposed_comm + unattributed + host_idle + other
+    assert total == pytest.approx(window)
     expected_us = {
         "window": window,
         "busy": busy,
         "bubble": window - busy,
         "straggler_wait": straggler_wait,
         "exposed_comm": exposed_comm,
+        "unattributed_comm": unattributed,
         "host_idle": host_idle,
         "other": other,
         "contention": contention,
@@ -473,8 +476,8 @@ def test_cpu_gloo_classes(tmp_path):
     assert colls.problems.empty
     inst = colls.instances
     assert inst[["group", "coll", "key", "msg_bytes", "last_rank"]].values.tolist() == [
-        ["default", "all_reduce", "all_reduce #0", 4096, 1],
-        ["default", "all_reduce", "all_reduce #0", 4096, 1],
+        ["default", "all_reduce", "all_reduce @1 #0", 4096, 1],
+        ["default", "all_reduce", "all_reduce @1 #0", 4096, 1],
     ]
     table = _table(run, colls)
     expected = dict(straggler_wait=15, exposed_comm=18, host_idle=10, contention=2)
@@ -488,7 +491,7 @@ def test_cpu_gloo_classes(tmp_path):
 
 def test_missing_and_disagreeing_collectives_are_reported_not_matched(tmp_path):
     """Rank 1 has no Seq 1; the ranks disagree on the size of Seq 2. Neither takes part in the
-    waits: their time is exposed_comm.
+    waits: their time is unattributed_comm (whether it was waiting or transfer is unknown).
 
     ::
 
@@ -497,9 +500,10 @@ def test_missing_and_disagreeing_collectives_are_reported_not_matched(tmp_path):
         rank 1         |xxxx|                   |xxxx|     Seq 0, 2 (2048 elements); no Seq 1
 
     Only Seq 0 is matched (A = 20).
-    rank 0: window [10, 90) = 80; straggler_wait [10, 20) = 10;
-            exposed_comm 10 + 20 + 20 = 50; host_idle [30,40) + [60,70) = 20.
-    rank 1: window [20, 90) = 70; exposed_comm 10 + 10 = 20; host_idle [30, 80) = 50.
+    rank 0: window [10, 90) = 80; straggler_wait [10, 20) = 10; exposed_comm [20, 30) = 10;
+            unattributed_comm [40, 60) + [70, 90) = 40; host_idle [30,40) + [60,70) = 20.
+    rank 1: window [20, 90) = 70; exposed_comm [20, 30) = 10; unattributed_comm [80, 90) = 10;
+            host_idle [30, 80) = 50.
     """
     steps = {1: (0, 200)}
     rank0 = [(1, _allreduce(10, 20, 0)), (1, _allreduce(40, 20, 1)), (1, _allreduce(70, 20, 2))]
@@ -513,8 +517,18 @@ def test_missing_and_disagreeing_collectives_are_reported_not_matched(tmp_path):
     ]
     assert colls.instances["key"].tolist() == ["seq 0", "seq 0"]
     table = _table(run, colls)
-    _row(table, 0, 1, window=80, busy=0, straggler_wait=10, exposed_comm=50, host_idle=20)
-    _row(table, 1, 1, window=70, busy=0, exposed_comm=20, host_idle=50)
+    _row(
+        table,
+        0,
+        1,
+        window=80,
+        busy=0,
+        straggler_wait=10,
+        exposed_comm=10,
+        unattributed=40,
+        host_idle=20,
+    )
+    _row(table, 1, 1, window=70, busy=0, exposed_comm=10, unattributed=10, host_idle=50)
 
 
 # ----------------------------------------------------------------- 8. clock alignment
@@ -573,12 +587,17 @@ def test_clock_alignment_across_hosts(tmp_path):
     _row(before, 0, 1, window=500, busy=220, straggler_wait=60, exposed_comm=220)
     _row(before, 1, 1, window=498, busy=226, straggler_wait=50, exposed_comm=222)
 
-    # The same shifted traces claimed to share a host are not aligned: rank 1 seems to arrive
-    # 5 ms late everywhere, and rank 0 seems to wait in every all_reduce from start to end.
+    # The same shifted traces claimed to share a host are not aligned: rank 1 seems to start
+    # every all_reduce 5 ms after rank 0 had finished it, which no all_reduce can do. So no
+    # pair is used (each is reported), and the time is unattributed_comm.
     same_host = _load(tmp_path / "same_host", _two_host_docs(5000, hosts=("a", "a")))
+    colls = match_collectives(same_host)
+    assert colls.instances.empty
+    assert len(colls.problems) == 5
+    assert colls.problems["issue"].str.contains("before the last rank started it").all()
     naive = _table(same_host)
-    _row(naive, 0, 1, window=500, busy=220, straggler_wait=280)
-    _row(naive, 1, 1, window=498, busy=226, exposed_comm=272)
+    _row(naive, 0, 1, window=500, busy=220, unattributed=280)
+    _row(naive, 1, 1, window=498, busy=226, unattributed=272)
 
 
 # ------------------------------------------------------- 9. the real gloo straggler trace

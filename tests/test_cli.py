@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+from fsobs.analysis.bubbles import CLASSES
 from fsobs.cli import main
 from tests.test_hta_agreement import REFERENCE
 
@@ -24,6 +25,7 @@ def test_json_gpu_run(capsys):
         "device": "gpu",
         "num_steps": 2,
         "steps": [551, 552],
+        "step_source": ["ProfilerStep"],
         "hosts": None,
         "simulated": False,
         "warnings": None,
@@ -125,17 +127,17 @@ def test_json_bubble_keys_on_the_gloo_straggler_run(capsys):
         "bubble_ms",
         "straggler_wait_ms",
         "exposed_comm_ms",
+        "unattributed_comm_ms",
         "host_idle_ms",
         "other_ms",
         "contention_ms",
     }
     for row in out["steps"]:
-        classes = sum(
-            row[k]
-            for k in ("busy_ms", "straggler_wait_ms", "exposed_comm_ms", "host_idle_ms", "other_ms")
-        )
+        classes = sum(row[f"{k}_ms"] for k in CLASSES)
         assert abs(classes - row["window_ms"]) < 1e-6
-    assert out["stragglers"]["per_step"] == [{"step": s, "rank": 2} for s in (2, 3, 4, 5)]
+    assert [(r["step"], r["rank"]) for r in out["stragglers"]["per_step"]] == [
+        (s, 2) for s in (2, 3, 4, 5)
+    ]
     per_rank = {r["rank"]: r for r in out["stragglers"]["per_rank"]}
     assert per_rank[2]["times_last"] == 4 and per_rank[2]["wait_caused_ms"] > 200
     assert out["stragglers"]["verdict"] == "stable"

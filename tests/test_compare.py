@@ -47,6 +47,7 @@ def _steps(rows: list[tuple[int, int, float, float, float, float, float]]) -> pd
                 "bubble_ms": window - busy,
                 "straggler_wait_ms": wait,
                 "exposed_comm_ms": exposed,
+                "unattributed_comm_ms": 0.0,
                 "host_idle_ms": idle,
                 "other_ms": window - busy - wait - exposed - idle,
                 "contention_ms": 0.0,
@@ -107,6 +108,10 @@ def test_exact_reduction_per_class_and_per_rank():
     assert c.by_class["straggler_wait"] == pytest.approx(1.0)  # 25 -> 0
     assert c.by_class["exposed_comm"] == pytest.approx(1 - 5 / 10)  # 10 -> 5
     assert math.isnan(c.by_class["host_idle"]) and math.isnan(c.by_class["other"])  # 0 in control
+    # per class too: constant per-step values give a zero-width interval; ~0 classes give NaN
+    assert c.by_class_ci["straggler_wait"] == pytest.approx((1.0, 1.0))
+    assert c.by_class_ci["exposed_comm"] == pytest.approx((0.5, 0.5))
+    assert all(math.isnan(v) for v in c.by_class_ci["host_idle"])
     assert c.step_time_ratio == pytest.approx(70 / 100)
     assert c.kpis.loc["bubble_ms_per_step"].tolist() == pytest.approx([35, 5, -30, 5 / 35])
     assert c.kpis.loc["bubble_ratio", "control"] == pytest.approx(70 / 200)
@@ -147,6 +152,8 @@ def test_ci_contains_the_estimate_and_narrows_with_more_steps():
         c = compare(run(num_steps, 20, 40), run(num_steps, 5, 15))
         lo, hi = c.bubble_reduction_ci
         assert lo < c.bubble_reduction < hi
+        # all of the bubble is straggler wait here, so its class interval is the same one
+        assert c.by_class_ci["straggler_wait"] == pytest.approx((lo, hi))
         widths.append(hi - lo)
     assert widths[1] < widths[0] / 2  # ~1/sqrt(16) of it
 
@@ -320,6 +327,7 @@ def test_json_is_strict():
         "bubble_reduction",
         "by_class",
         "bubble_reduction_ci",
+        "by_class_ci",
         "confidence",
         "step_time_ratio",
         "per_rank",

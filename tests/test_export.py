@@ -24,7 +24,7 @@ from tests.test_hta_agreement import REFERENCE
 GLOO = REFERENCE / "synthetic_gloo_a2a_straggler_4rank"
 RECSYS = REFERENCE / "hta_recsys_a2a_2rank"
 OVERLAPPING = REFERENCE / "hta_recsys_a2a_rs_16rank_rank0"  # GPU step windows overlap
-TRACKS = {"straggler_wait", "exposed_comm", "host_idle", "other"}
+TRACKS = {"straggler_wait", "exposed_comm", "unattributed_comm", "host_idle", "other"}
 
 
 def _reject_constant(name: str) -> None:
@@ -106,7 +106,8 @@ def test_added_events_are_chrome_trace_events(exported):
         threads = {e["tid"]: e["args"]["name"] for e in meta if e["name"] == "thread_name"}
         assert {"straggler_wait", "exposed_comm", "host_idle"} <= set(threads)
         assert all(name == tid for tid, name in threads.items())
-        assert ("other" in threads) == any(sb.total_ns("other") > 0 for sb in steps)
+        for name in ("unattributed_comm", "other"):
+            assert (name in threads) == any(sb.total_ns(name) > 0 for sb in steps)
         assert slices
         for e in slices:
             assert {"ph", "ts", "dur", "pid", "tid", "name", "cat", "args"} <= set(e)
@@ -134,7 +135,7 @@ def test_slices_add_up_to_the_bubble_table_inside_the_step_windows(exported):
         for sb in steps:
             if sb.rank != rank:
                 continue
-            for name in ("straggler_wait", "exposed_comm", "host_idle", "other"):
+            for name in TRACKS:
                 got = totals.get((sb.step, name), 0)
                 assert got == sb.total_ns(name)
                 expected_ms = table.loc[(rank, sb.step), f"{name}_ms"]
@@ -191,12 +192,7 @@ def test_pipelined_gpu_steps_tile_and_stay_one_track_per_class(tmp_path):
     assert all(a[1] == b[0] for a, b in zip(windows, windows[1:], strict=False))
     added = _added(tmp_path / "out", 0)
     _assert_disjoint_per_track(added)
-    assert {e["tid"] for e in added if e["ph"] == "X"} <= {
-        "straggler_wait",
-        "exposed_comm",
-        "host_idle",
-        "other",
-    }
+    assert {e["tid"] for e in added if e["ph"] == "X"} <= TRACKS
     slices = [e for e in added if e["ph"] == "X" and e["name"] == "host_idle"]
     assert sum(int(e["dur"] * 1000) for e in slices) == sum(
         sb.total_ns("host_idle") for sb in steps

@@ -67,13 +67,20 @@ def _timeline(analysis: Analysis, *, run_id: str) -> None:
 
 def _stragglers(analysis: Analysis) -> None:
     strag = analysis.stragglers
-    if strag.per_step.empty:
-        st.info("No collective matched across ranks: no straggler to name.")
+    named = strag.per_step.dropna(subset=["rank"])
+    if named.empty:
+        st.info(
+            "No step has a straggler: no collective matched across every rank of its group, "
+            "or every wait was tiny (see the findings)."
+        )
         return
-    st.markdown(
-        f"Verdict: **{strag.verdict}** — rank {strag.culprit} is the most frequent straggler."
+    who = (
+        f"rank {strag.culprit} is the most frequent straggler"
+        if strag.culprit is not None
+        else "no single rank is the most frequent straggler"
     )
-    chart(figures.straggler_steps(strag.per_step), "straggler_steps")
+    st.markdown(f"Verdict: **{strag.verdict}** — {who}.")
+    chart(figures.straggler_steps(named), "straggler_steps")
     st.dataframe(strag.per_rank, hide_index=True)
 
 
@@ -82,6 +89,7 @@ def _attribution(analysis: Analysis) -> None:
     if attr is None:
         st.info("No step sidecar (steps.rank<R>.jsonl): the input data cannot be checked.")
         return
+    st.markdown(f"Verdict: **{attr.verdict.replace('_', ' ')}** (see the findings).")
     left, middle, right = st.columns(3)
     left.metric("Wait explained by the data", f"{attr.explained_wait_share:.0%}")
     middle.metric("Cost vs lateness (Spearman)", f"{attr.rank_correlation:.2f}")

@@ -64,7 +64,9 @@ def _warnings(comp: Comparison) -> None:
 
 def _deltas(comp: Comparison, control: Loaded, test: Loaded) -> None:
     chart(
-        figures.bubble_reduction(comp.bubble_reduction, comp.bubble_reduction_ci, comp.by_class),
+        figures.bubble_reduction(
+            comp.bubble_reduction, comp.bubble_reduction_ci, comp.by_class, comp.by_class_ci
+        ),
         "reduction",
     )
     assert control.analysis is not None and test.analysis is not None

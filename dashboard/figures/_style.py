@@ -11,6 +11,8 @@ CLASS_COLORS = {
     "wait": "#d62728",
     "exposed_comm": "#ff7f0e",
     "comm": "#ff7f0e",
+    "unattributed_comm": "#bcbd22",
+    "unmatched comm": "#bcbd22",
     "host_idle": "#7f7f7f",
     "idle": "#7f7f7f",
     "other": "#9467bd",

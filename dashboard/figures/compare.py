@@ -8,28 +8,29 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.figures._style import CLASS_COLORS, CONTROL_COLOR, TEST_COLOR, finish, label
-from dashboard.tables import BUBBLE_CLASSES
+from fsobs.analysis.bubbles import BUBBLE_CLASSES
 
 
 def bubble_reduction(
-    overall: float, ci: tuple[float, float], by_class: dict[str, float]
+    overall: float,
+    ci: tuple[float, float],
+    by_class: dict[str, float],
+    by_class_ci: dict[str, tuple[float, float]],
 ) -> go.Figure:
-    """Bubble reduction in % overall (with its confidence interval) and per class.
+    """Bubble reduction in % overall and per class, each with its confidence interval.
 
     A class the control does not have (NaN reduction) is drawn as 0 and named in the hover.
     """
     names = ["bubble", *by_class]
     values = [overall, *by_class.values()]
+    intervals = [ci, *(by_class_ci[n] for n in by_class)]
     y = [100 * v if not math.isnan(v) else 0.0 for v in values]
-    lo, hi = ci
-    has_ci = not (math.isnan(lo) or math.isnan(hi) or math.isnan(overall))
-    error = {
-        "type": "data",
-        "symmetric": False,
-        "array": [100 * (hi - overall) if has_ci else 0.0] + [0.0] * len(by_class),
-        "arrayminus": [100 * (overall - lo) if has_ci else 0.0] + [0.0] * len(by_class),
-        "visible": has_ci,
-    }
+    up, down = [], []
+    for v, (lo, hi) in zip(values, intervals, strict=True):
+        known = not (math.isnan(lo) or math.isnan(hi) or math.isnan(v))
+        up.append(100 * (hi - v) if known else 0.0)
+        down.append(100 * (v - lo) if known else 0.0)
+    error = {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "visible": True}
     text = [f"{v:.0%}" if not math.isnan(v) else "n/a (not in control)" for v in values]
     fig = go.Figure(
         go.Bar(

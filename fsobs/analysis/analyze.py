@@ -8,7 +8,13 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.attribution import Attribution, attribute
-from fsobs.analysis.bubbles import BubbleConfig, StepBubbles, bubble_intervals, bubble_table
+from fsobs.analysis.bubbles import (
+    BUBBLE_CLASSES,
+    BubbleConfig,
+    StepBubbles,
+    bubble_intervals,
+    bubble_table,
+)
 from fsobs.analysis.collectives import Collectives, match_collectives
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta
 from fsobs.analysis.stragglers import Stragglers, find_stragglers
@@ -57,7 +63,7 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
     colls = match_collectives(run)
     bubbles = bubble_intervals({r: s.parts for r, s in run.ranks.items()}, run.steps, colls)
     steps = bubble_table(bubbles)
-    stragglers = find_stragglers(colls, run.steps)
+    stragglers = find_stragglers(bubbles, run.rank_ids)
     has_sidecar = run.sidecar is not None and not run.sidecar.empty
     hta = {r: s.hta for r, s in run.ranks.items() if s.hta is not None}
     return Analysis(
@@ -79,7 +85,7 @@ def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
     ``bubble_ratio = Σ bubble / Σ window``; ``*_ms_per_step`` are means over (rank, step);
     the step time of a step is its longest window over the ranks, and its p50/p90 are over steps.
     """
-    keys = ("bubble", "straggler_wait", "exposed_comm", "host_idle", "other", "contention")
+    keys = ("bubble", *BUBBLE_CLASSES, "contention")
     if steps.empty:
         nan = float("nan")
         empty = {f"{k}_ms_per_step": nan for k in keys}

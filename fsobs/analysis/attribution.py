@@ -1,15 +1,22 @@
 """Data attribution: how much of the straggler wait the input data explains (DESIGN §3, §5).
 
-With the step sidecars, every rank's estimated compute cost per step is known. Two questions:
+With the step sidecars, every rank's estimated compute cost per step is known. Per step with a
+straggler (:mod:`fsobs.analysis.stragglers`): the straggler's cost against the mean over ranks
+(``cost_ratio``), whether it alone had the largest cost (``culprit_has_max_cost``; a shared
+largest cost is a tie, ``max_cost_tied``, and explains nothing), and how far apart the ranks'
+costs were (``cost_spread = (max - min) / mean``). Across steps, the Spearman rank correlation
+between a rank's cost and its lateness at the step's collectives (``a_r - min_j a_j``, averaged
+over the step's instances). Near 1: the expensive data arrives last.
 
-1. Per step: the straggler's estimated cost against the mean over ranks (``cost_ratio``) and
-   whether it had the largest cost of all ranks (``culprit_has_max_cost``).
-2. Across steps: the Spearman rank correlation between a rank's cost and its lateness at the
-   step's collectives (``a_r - min_j a_j``, averaged over the step's instances). Near 1: the
-   expensive data arrives last, so balancing the data removes the wait.
+``explained_wait_share`` is the share of the straggler wait caused in steps whose straggler
+alone had the largest cost. The verdict says only what this shows:
 
-``explained_wait_share`` is the share of all straggler wait caused in steps whose straggler also
-had the largest estimated cost.
+- ``explains``: the costliest rank was last in a clear majority of the waiting time
+  (``explained_wait_share >= EXPLAINS_SHARE``) and cost and lateness correlate positively;
+- ``balanced``: the ranks' costs were within ``BALANCED_SPREAD`` of each other (median over the
+  steps), so the data cannot be what made one rank late;
+- ``not_explained``: neither;
+- ``unknown``: no step has a straggler to explain.
 """
 
 from __future__ import annotations
@@ -22,53 +29,87 @@ import pandas as pd
 from fsobs.analysis.collectives import Collectives
 from fsobs.analysis.stragglers import Stragglers
 
+EXPLAINS_SHARE = 2 / 3
+BALANCED_SPREAD = 0.02
+_COLUMNS = [
+    "step",
+    "rank",
+    "culprit_cost",
+    "mean_cost",
+    "cost_ratio",
+    "culprit_has_max_cost",
+    "max_cost_tied",
+    "cost_spread",
+]
+
 
 @dataclass
 class Attribution:
-    """``per_step``: step, rank, culprit_cost, mean_cost, cost_ratio, culprit_has_max_cost."""
+    """``per_step``: the columns of ``_COLUMNS`` (see the module docstring)."""
 
     per_step: pd.DataFrame
     rank_correlation: float
     explained_wait_share: float
     cost_source: str
     """``est_cost`` (the job's cost model) or ``len_sq_sum`` when no estimate was logged."""
+    verdict: str
+
+    @property
+    def median_cost_spread(self) -> float:
+        return float(self.per_step["cost_spread"].median()) if len(self.per_step) else np.nan
 
 
 def attribute(sidecar: pd.DataFrame, strag: Stragglers, colls: Collectives) -> Attribution:
     """Tie each step's straggler to the cost of the data it got (see the module docstring)."""
     source = "est_cost" if sidecar["est_cost"].notna().all() else "len_sq_sum"
     cost = sidecar.pivot_table(index="step", columns="rank", values=source, aggfunc="sum")
-    rows = []
-    for step, rank, wait in strag.per_step[["step", "rank", "wait_caused_ms"]].itertuples(
-        index=False
-    ):
+    rows, waits = [], []
+    named = strag.per_step.dropna(subset=["rank"])
+    for step, rank, wait in named[["step", "rank", "wait_caused_ms"]].itertuples(index=False):
         if step not in cost.index or rank not in cost.columns:
             continue
-        costs = cost.loc[step].dropna()
-        rows.append(
-            {
-                "step": int(step),
-                "rank": int(rank),
-                "culprit_cost": float(costs[rank]),
-                "mean_cost": float(costs.mean()),
-                "cost_ratio": float(costs[rank] / costs.mean()) if costs.mean() else float("nan"),
-                "culprit_has_max_cost": bool(costs[rank] >= costs.max()),
-                "wait_caused_ms": float(wait),
-            }
-        )
-    per_step = pd.DataFrame(rows)
-    total = per_step["wait_caused_ms"].sum() if len(per_step) else 0.0
+        rows.append(_step_costs(int(step), int(rank), cost.loc[step].dropna()))
+        waits.append(float(wait))
+    per_step = pd.DataFrame(rows, columns=_COLUMNS)
+    wait = np.array(waits)
     explained = (
-        per_step.loc[per_step["culprit_has_max_cost"], "wait_caused_ms"].sum() / total
-        if total > 0
+        float(wait[per_step["culprit_has_max_cost"].to_numpy(bool)].sum() / wait.sum())
+        if wait.sum() > 0
         else float("nan")
     )
+    correlation = _lateness_correlation(cost, colls)
     return Attribution(
-        per_step=per_step.drop(columns="wait_caused_ms", errors="ignore"),
-        rank_correlation=_lateness_correlation(cost, colls),
-        explained_wait_share=float(explained),
+        per_step=per_step,
+        rank_correlation=correlation,
+        explained_wait_share=explained,
         cost_source=source,
+        verdict=_verdict(per_step, explained, correlation),
     )
+
+
+def _step_costs(step: int, rank: int, costs: pd.Series) -> dict[str, object]:
+    mean = float(costs.mean())
+    top = costs.max()
+    return {
+        "step": step,
+        "rank": rank,
+        "culprit_cost": float(costs[rank]),
+        "mean_cost": mean,
+        "cost_ratio": float(costs[rank] / mean) if mean else float("nan"),
+        "culprit_has_max_cost": bool(costs[rank] == top and (costs == top).sum() == 1),
+        "max_cost_tied": bool((costs == top).sum() > 1),
+        "cost_spread": float((top - costs.min()) / mean) if mean else float("nan"),
+    }
+
+
+def _verdict(per_step: pd.DataFrame, explained: float, correlation: float) -> str:
+    if per_step.empty:
+        return "unknown"
+    if float(per_step["cost_spread"].median()) < BALANCED_SPREAD:
+        return "balanced"
+    if explained >= EXPLAINS_SHARE and correlation > 0:
+        return "explains"
+    return "not_explained"
 
 
 def _lateness_correlation(cost: pd.DataFrame, colls: Collectives) -> float:

@@ -2,53 +2,91 @@
 
 For every rank r and step s the **window** is split exactly into
 
-    window = busy + straggler_wait + exposed_comm + host_idle + other
+    window = busy + straggler_wait + exposed_comm + unattributed_comm + host_idle + other
 
 and ``contention`` is reported beside it. Each class is computed once, here, as an interval set
-(so that ``fsobs export`` can draw it) and then summed.
+(so that ``fsobs export`` can draw it) and then summed. A collective is *matched* when every
+rank of its process group recorded it and the ranks agree on it
+(:mod:`fsobs.analysis.collectives`); its wait interval on rank r is ``[a_r, min(A, end_r))``
+with ``A`` the last rank's arrival.
 
 GPU traces (the resource is the GPU; the window runs from the first GPU event launched in step s
 to the first one of the next step, see :func:`_gpu_windows`)::
 
     compute   |=====|      |====|             |=====|
-    comm            |..wait..|xx|                            a_r = own start, A = last start
-    memcpy                         |m|
+    comm            |..wait..|xx|   |uuu|                 a_r = own start, A = last start
+    memcpy                               |m|
               <--------------------- window ---------------------->
-    busy = compute;  straggler_wait = [a_r, A) of each collective minus compute;
-    exposed_comm = rest of comm minus compute;  host_idle = no GPU event at all;
-    other = GPU busy with neither compute nor comm (memcpy, memset, sync).
+    busy = compute;  straggler_wait = wait intervals minus compute;
+    exposed_comm = rest of the matched collectives minus compute;
+    unattributed_comm (u) = collectives that could not be matched, minus compute;
+    host_idle = no GPU event at all;  other = GPU busy with neither compute nor comm.
 
-CPU traces (the resource is the training thread; the window is its ProfilerStep)::
+CPU traces (the resource is the training thread; the window is its ProfilerStep). At each
+instant the training thread's **innermost op** decides (:mod:`fsobs.analysis.optree`)::
 
-    main thread  |op|op|  glue  |op|          (blocked)           |op|
-    gloo thread                     |..wait..|xxxxx|
-    blocked = collective in flight while the main thread runs no leaf op (an op that encloses
-    no other op; see :func:`_leaves`: an op that waits for a collective counts as blocked);
-    straggler_wait = blocked before the last rank arrived, exposed_comm = blocked after;
-    host_idle = inside a data-loader range; busy = the rest of the window; other = 0.
+    main thread  |aten::bmm|  glue  |All2All_Seq_ReqBackward-----|dddd|aten::cat|dd|
+                    |rc|                  |c10d|                   data-loader range
+    gloo thread        |~~~~~~~~~~~~~~~~~~~~~~~~~~~|xxxxx|
+
+    1. the innermost op is a compute op (``BubbleConfig.compute_op_prefixes``: aten::,
+       fbgemm::, ...) -> busy, whatever is in flight (the bmm and its resolve_conj child);
+    2. else, a collective of this rank is in flight -> blocked: straggler_wait before the last
+       rank's arrival, exposed_comm after (unattributed_comm if unmatched);
+    3. else, inside a data-loader range -> host_idle;
+    4. else (any other op, or Python between ops) -> busy.  other = 0.
+
+Who caused each piece of straggler wait (for :mod:`fsobs.analysis.stragglers`) comes from the
+same intervals: every piece of rank r's straggler_wait is charged to the last rank of the
+matched instance that covers it; where several instances' waits overlap, to the one whose last
+arrival is latest (the binding one; ties: the lower instance number). So the wait the
+stragglers caused adds up to the straggler_wait class exactly.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from fsobs.analysis import intervals as iv
 from fsobs.analysis.collectives import Collectives
+from fsobs.analysis.optree import op_tree
 from fsobs.trace.schema import RankTrace
+from optim.markers import DATA_MARKER
 
-CLASSES = ("busy", "straggler_wait", "exposed_comm", "host_idle", "other")
+BUBBLE_CLASSES = ("straggler_wait", "exposed_comm", "unattributed_comm", "host_idle", "other")
+CLASSES = ("busy", *BUBBLE_CLASSES)
 _GPU_WORK = ("compute", "comm", "memcpy", "memset", "sync")
+
+COMPUTE_OP_PREFIXES = (
+    "aten::",
+    "fbgemm::",
+    "prims::",
+    "quantized::",
+    "_quantized::",
+    "mkldnn::",
+    "onednn::",
+    "mkl::",
+    "torchvision::",
+    "torchaudio::",
+    "xformers::",
+)
+"""Namespaces of CPU ops that run kernels. Everything else on the training thread is glue:
+autograd nodes (``BmmBackward0``, ``autograd::engine::evaluate_function``), torchrec's
+communication functions (``All2All_Seq_ReqBackward``, which sits in the wait), DDP's reducer
+ops, ``torch::autograd::AccumulateGrad`` and the ``c10d::*`` ops that only enqueue work."""
 
 
 @dataclass(kw_only=True, frozen=True)
 class BubbleConfig:
     """Knobs of the bubble analysis."""
 
-    data_loader_markers: tuple[str, ...] = ("enumerate(DataLoader)", "## fsobs:data ##")
-    """Name prefixes of main-thread ranges that mean "waiting for input data" (CPU traces)."""
+    data_loader_markers: tuple[str, ...] = ("enumerate(DataLoader)", DATA_MARKER)
+    """Name prefixes of training-thread ranges that mean "preparing input data" (CPU traces)."""
+    compute_op_prefixes: tuple[str, ...] = COMPUTE_OP_PREFIXES
+    """Name prefixes of CPU ops that count as compute (rule 1 above)."""
 
 
 _EMPTY: iv.Intervals = (np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -66,7 +104,7 @@ class StepParts:
     device: str
     window: tuple[int, int]
     compute: iv.Intervals
-    """GPU: compute kernels. CPU: leaf ops of the training thread."""
+    """GPU: compute kernels. CPU: instants whose innermost op is a compute op."""
     comm: iv.Intervals
     comm_rows: np.ndarray
     """Event rows of the communication events in the window (to look up their waits)."""
@@ -86,9 +124,50 @@ class StepBubbles:
     window: tuple[int, int]
     classes: dict[str, iv.Intervals]
     contention_ns: int = 0
+    caused_ns: dict[int, int] = field(default_factory=dict)
+    """last rank -> ns of this rank's straggler_wait charged to it (see the module doc)."""
 
     def total_ns(self, name: str) -> int:
         return int(iv.length(self.classes[name]))
+
+
+@dataclass(frozen=True)
+class RankWaits:
+    """The matched collective events of one rank, in its own clock, sorted by event row."""
+
+    rows: np.ndarray
+    start: np.ndarray
+    wait_end: np.ndarray
+    """min(last arrival, own end)."""
+    end: np.ndarray
+    last_rank: np.ndarray
+    priority: np.ndarray
+    """Charging order for overlapping waits: latest last arrival first."""
+
+    @staticmethod
+    def of(colls: Collectives, rank: int) -> RankWaits:
+        mine = colls.instances[colls.instances["rank"] == rank].sort_values("row")
+        offset = colls.offsets_ns.get(rank, 0)
+        start = mine["start_ns"].to_numpy(np.int64) + offset
+        end = mine["end_ns"].to_numpy(np.int64) + offset
+        last = mine["arrival_last_ns"].to_numpy(np.int64) + offset
+        order = np.lexsort((mine["instance"].to_numpy(), -last))
+        priority = np.empty(len(order), np.int64)
+        priority[order] = np.arange(len(order))
+        return RankWaits(
+            rows=mine["row"].to_numpy(np.int64),
+            start=start,
+            wait_end=np.minimum(last, end),
+            end=end,
+            last_rank=mine["last_rank"].to_numpy(np.int64),
+            priority=priority,
+        )
+
+    def select(self, rows: np.ndarray) -> np.ndarray:
+        """Positions of the matched ones among ``rows``."""
+        pos = np.searchsorted(self.rows, rows)
+        pos = pos[pos < len(self.rows)]
+        return pos[np.isin(self.rows[pos], rows)]
 
 
 def step_parts(trace: RankTrace, config: BubbleConfig | None = None) -> list[StepParts]:
@@ -98,32 +177,57 @@ def step_parts(trace: RankTrace, config: BubbleConfig | None = None) -> list[Ste
     return _cpu_parts(trace, config or BubbleConfig())
 
 
-def classify(parts: StepParts, waits: dict[int, tuple[int, int]]) -> StepBubbles:
-    """Split one rank's step window into the classes, given every collective's wait interval."""
+def classify(parts: StepParts, waits: RankWaits) -> StepBubbles:
+    """Split one rank's step window into the classes, given its matched collectives."""
     lo, hi = parts.window
-    wait_set = iv.clip(_wait_set(parts.comm_rows, waits), lo, hi)
+    sel = waits.select(parts.comm_rows)
+    wait_set = iv.clip(iv.union(waits.start[sel], waits.wait_end[sel]), lo, hi)
+    matched = iv.clip(iv.union(waits.start[sel], waits.end[sel]), lo, hi)
     full = (np.array([lo]), np.array([hi]))
     if parts.device == "gpu":
-        wait = iv.subtract(wait_set, parts.compute)
-        classes = {
-            "busy": parts.compute,
-            "straggler_wait": wait,
-            "exposed_comm": iv.subtract(iv.subtract(parts.comm, wait), parts.compute),
-            "host_idle": iv.subtract(full, parts.everything),
-            "other": iv.subtract(parts.everything, iv.merge(parts.compute, parts.comm)),
-        }
+        blocked = iv.subtract(parts.comm, parts.compute)
+        idle = iv.subtract(full, parts.everything)
+        other = iv.subtract(parts.everything, iv.merge(parts.compute, parts.comm))
+        busy = parts.compute
     else:
         blocked = iv.subtract(parts.comm, parts.compute)
-        wait = iv.intersect(blocked, wait_set)
-        idle = iv.subtract(parts.loading, blocked)
-        classes = {
-            "busy": iv.subtract(iv.subtract(full, blocked), idle),
-            "straggler_wait": wait,
-            "exposed_comm": iv.subtract(blocked, wait),
-            "host_idle": idle,
-            "other": _EMPTY,
-        }
-    return StepBubbles(parts.rank, parts.step, parts.window, classes, parts.contention_ns)
+        idle = iv.subtract(iv.subtract(parts.loading, parts.compute), parts.comm)
+        other = _EMPTY
+        busy = iv.subtract(iv.subtract(full, blocked), idle)
+    wait = iv.intersect(blocked, wait_set)
+    classes = {
+        "busy": busy,
+        "straggler_wait": wait,
+        "exposed_comm": iv.subtract(iv.intersect(blocked, matched), wait),
+        "unattributed_comm": iv.subtract(blocked, matched),
+        "host_idle": idle,
+        "other": other,
+    }
+    caused = _charge(wait, waits, sel)
+    return StepBubbles(parts.rank, parts.step, parts.window, classes, parts.contention_ns, caused)
+
+
+def _charge(wait: iv.Intervals, waits: RankWaits, sel: np.ndarray) -> dict[int, int]:
+    """Split the straggler_wait set among the last ranks of the instances covering it::
+
+    wait set      |=========|      |====|
+    instance a  |-----------)                  last rank 2, arrives at 40
+    instance b        |--------------------)   last rank 3, arrives at 70 (charged first)
+    charged        2  |  3  |      |  3 |
+    """
+    if not len(wait[0]) or not len(sel):
+        return {}
+    points = np.unique(np.concatenate([wait[0], wait[1], waits.start[sel], waits.wait_end[sel]]))
+    seg_lo, seg_len = points[:-1], np.diff(points)
+    in_wait = np.searchsorted(wait[0], seg_lo, "right") > np.searchsorted(wait[1], seg_lo, "right")
+    owner = np.full(len(seg_lo), -1, np.int64)
+    for i in sel[np.argsort(-waits.priority[sel])]:  # lowest priority first, overwritten later
+        a = np.searchsorted(points, waits.start[i])
+        b = np.searchsorted(points, waits.wait_end[i])
+        owner[a:b] = waits.last_rank[i]
+    charged = in_wait & (owner >= 0)
+    totals = pd.Series(seg_len[charged]).groupby(owner[charged]).sum()
+    return {int(r): int(ns) for r, ns in totals.items()}
 
 
 def bubble_intervals(
@@ -133,7 +237,7 @@ def bubble_intervals(
     wanted = set(steps)
     result = []
     for rank in sorted(parts):
-        waits = _wait_intervals(colls, rank)
+        waits = RankWaits.of(colls, rank)
         result.extend(classify(p, waits) for p in parts[rank] if p.step in wanted)
     return result
 
@@ -154,35 +258,15 @@ def bubble_table(steps: list[StepBubbles]) -> pd.DataFrame:
         "window_ms",
         "busy_ms",
         "bubble_ms",
-        "straggler_wait_ms",
-        "exposed_comm_ms",
-        "host_idle_ms",
-        "other_ms",
+        *(f"{c}_ms" for c in BUBBLE_CLASSES),
         "contention_ms",
     ]
     return pd.DataFrame(rows, columns=columns)
 
 
-def _wait_intervals(colls: Collectives, rank: int) -> dict[int, tuple[int, int]]:
-    """event row -> [own start, min(last arrival, own end)) in the rank's own clock."""
-    mine = colls.instances[colls.instances["rank"] == rank]
-    offset = colls.offsets_ns.get(rank, 0)
-    start = mine["start_ns"].to_numpy(np.int64) + offset
-    end = mine["end_ns"].to_numpy(np.int64) + offset
-    last = np.minimum(mine["arrival_last_ns"].to_numpy(np.int64) + offset, end)
-    return {int(r): (int(s), int(e)) for r, s, e in zip(mine["row"], start, last, strict=True)}
-
-
 def _spans(frame: pd.DataFrame) -> iv.Intervals:
     start = frame["ts_ns"].to_numpy()
     return iv.union(start, start + frame["dur_ns"].to_numpy())
-
-
-def _wait_set(rows: np.ndarray, waits: dict[int, tuple[int, int]]) -> iv.Intervals:
-    pairs = [waits[r] for r in rows.tolist() if r in waits]
-    return iv.union(
-        np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64)
-    )
 
 
 def _gpu_windows(gpu: pd.DataFrame) -> dict[int, tuple[int, int]]:
@@ -213,7 +297,12 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     start = gpu["ts_ns"].to_numpy()
     end = start + gpu["dur_ns"].to_numpy()
     is_compute, is_comm = kind == "compute", kind == "comm"
-    contention = _contention(gpu[is_compute], iv.union(start[is_comm], end[is_comm]))
+    contention = _contention(
+        end[is_compute] - start[is_compute],
+        gpu.loc[is_compute, "name"].cat.codes.to_numpy(),
+        (start[is_compute], end[is_compute]),
+        iv.union(start[is_comm], end[is_comm]),
+    )
     launched_in = gpu.loc[is_compute, "step"].to_numpy()
     out = []
     for step, (lo, hi) in _gpu_windows(gpu).items():
@@ -235,34 +324,61 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     return out
 
 
+def _main_thread(ev: pd.DataFrame, marks: pd.DataFrame) -> object:
+    """The training thread: the one with the step marks, else the one with the most ops."""
+    if len(marks):
+        return marks["tid"].mode().iloc[0]
+    ops = ev[(ev["cat"] == "cpu_op") & (ev["device"] == "cpu")]
+    return ops["tid"].value_counts().index[0] if len(ops) else None
+
+
+def _cpu_windows(cpu: pd.DataFrame, marks: pd.DataFrame) -> list[tuple[int, int, int]]:
+    """(step, start, end) of each window: the step marks, else (a trace without steps) the
+    span of all the rank's CPU events, as step 0."""
+    if len(marks):
+        return [
+            (int(s), int(lo), int(lo) + int(dur))
+            for s, lo, dur in marks[["step", "ts_ns", "dur_ns"]].itertuples(index=False)
+        ]
+    if cpu.empty:
+        return []
+    start = cpu["ts_ns"].to_numpy()
+    return [(0, int(start.min()), int((start + cpu["dur_ns"].to_numpy()).max()))]
+
+
 def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     ev = trace.events
     marks = ev[(ev["kind"] == "step") & (ev["device"] == "cpu")]
-    main_tid = marks["tid"].mode().iloc[0] if len(marks) else None
+    main_tid = _main_thread(ev, marks)
     main = ev[(ev["tid"] == main_tid) & (ev["device"] == "cpu")]
     comm_all = ev[(ev["kind"] == "comm") & (ev["device"] == "cpu")]
-    ops = _leaves(main[main["kind"].isin(("compute", "runtime"))])
-    ops = ops[ops["kind"] == "compute"]  # runtime ops (c10d::* enqueue) nest but are not busy
-    contention = _contention(ops, _spans(comm_all))
-    names = main["name"].cat.categories
-    markers = [n for n in names if str(n).startswith(config.data_loader_markers)]
+    ops = main[(main["cat"] == "cpu_op") & (main["kind"] != "step")]
+    tree = op_tree(ops["ts_ns"].to_numpy(), (ops["ts_ns"] + ops["dur_ns"]).to_numpy())
+    names = ops["name"].cat.categories
+    is_compute_name = np.array([str(n).startswith(config.compute_op_prefixes) for n in names])
+    codes = ops["name"].cat.codes.to_numpy()[tree.rows]
+    chosen = is_compute_name[codes] if len(codes) else np.zeros(0, bool)
+    compute = tree.innermost(chosen)
+    op_start = tree.start[chosen]
+    contention = _contention(
+        tree.self_ns()[chosen], codes[chosen], (op_start, tree.end[chosen]), _spans(comm_all)
+    )
+    markers = [
+        n for n in main["name"].cat.categories if str(n).startswith(config.data_loader_markers)
+    ]
     loading = _spans(main[main["name"].isin(markers)])
-    op_spans = _spans(ops)
-    op_start = ops["ts_ns"].to_numpy()
     comm_start = comm_all["ts_ns"].to_numpy()
     comm_end = comm_start + comm_all["dur_ns"].to_numpy()
     out = []
-    for step, lo, dur in marks[["step", "ts_ns", "dur_ns"]].itertuples(index=False):
-        hi = int(lo) + int(dur)
-        lo = int(lo)
+    for step, lo, hi in _cpu_windows(ev[ev["device"] == "cpu"], marks):
         comm = (comm_start < hi) & (comm_end > lo)
         out.append(
             StepParts(
                 rank=trace.rank,
-                step=int(step),
+                step=step,
                 device="cpu",
                 window=(lo, hi),
-                compute=iv.clip(op_spans, lo, hi),
+                compute=iv.clip(compute, lo, hi),
                 comm=iv.clip(iv.union(comm_start[comm], comm_end[comm]), lo, hi),
                 comm_rows=comm_all.index.to_numpy()[comm],
                 loading=iv.clip(loading, lo, hi),
@@ -272,39 +388,24 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     return out
 
 
-def _leaves(ops: pd.DataFrame) -> pd.DataFrame:
-    """Ops of one thread that enclose no other op: where the thread really computes.
-
-    A parent's own time is glue, or waiting: torchrec's ``All2All_Seq_ReqBackward`` sits for the
-    whole all-to-all with a single short child, so counting parents as busy would hide the wait::
-
-        All2All_Seq_ReqBackward |-----------------------------|
-        children                  |c10d|                         leaves: only |c10d|
-    """
-    ops = ops.sort_values(["ts_ns", "dur_ns"], ascending=[True, False], kind="stable")
-    start = ops["ts_ns"].to_numpy()
-    end = start + ops["dur_ns"].to_numpy()
-    next_start = np.append(start[1:], np.iinfo(np.int64).max)
-    return ops[next_start >= end]
-
-
-def _contention(work: pd.DataFrame, comm: iv.Intervals) -> pd.Series:
-    """Extra duration (ns) of each op that overlaps communication, against the median duration
-    of the same op (by name) when nothing overlaps it. Ops never seen alone count 0::
+def _contention(
+    dur: np.ndarray, names: np.ndarray, spans: iv.Intervals, comm: iv.Intervals
+) -> np.ndarray:
+    """Extra duration (ns) of each op or kernel whose span overlaps communication, against the
+    median duration of the same name when nothing overlaps it; names never seen alone count 0.
+    On CPU ``dur`` is the op's self time (the same compute set as busy)::
 
         comm        |=========|
         op  alone |==|        |==|      median 3
         op  during    |=====|           extra 5 - 3 = 2
     """
-    if work.empty or not len(comm[0]):
-        return pd.Series(0, index=work.index, dtype=np.int64)
-    start = work["ts_ns"].to_numpy()
-    end = start + work["dur_ns"].to_numpy()
+    if not len(dur) or not len(comm[0]):
+        return np.zeros(len(dur), np.int64)
+    start, end = spans
     pos = np.searchsorted(comm[0], end, "left") - 1
     overlaps = (pos >= 0) & (comm[1][np.maximum(pos, 0)] > start)
-    names = work["name"].cat.codes.to_numpy()
-    alone = pd.Series(work["dur_ns"].to_numpy()[~overlaps]).groupby(names[~overlaps]).median()
+    alone = pd.Series(dur[~overlaps]).groupby(names[~overlaps]).median()
     baseline = pd.Series(names).map(alone).to_numpy(np.float64)
-    extra = work["dur_ns"].to_numpy() - baseline
+    extra = dur - baseline
     extra = np.where(overlaps & ~np.isnan(extra), np.maximum(extra, 0), 0)
-    return pd.Series(extra.astype(np.int64), index=work.index)
+    return extra.astype(np.int64)

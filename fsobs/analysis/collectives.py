@@ -3,13 +3,29 @@
 Matching: every synchronising communication event of every rank gets an instance key
 
 - ``(group, seq)`` when the trace carries NCCL's per-group ``Seq`` (PyTorch >= 2.2);
-- otherwise ``(group, collective, ordinal)``: the k-th all_reduce of a group on one rank is the
-  k-th all_reduce of that group on every other rank. gloo traces carry neither the group nor
-  ``Seq``; their collectives all count as one group.
+- otherwise ``(group, collective, step, ordinal)``: the k-th all_reduce of a group in step s on
+  one rank is the k-th all_reduce of that group in step s on every other rank. Counting within
+  the step keeps one extra collective on one rank (the tail of one caught before the first
+  step, a collective only one rank issued) from shifting the pairs of later steps. A gloo
+  collective's group comes from the trace when the job marked it (:mod:`fsobs.trace`), else all
+  of a gloo run's collectives count as one group.
 
-An instance seen on only some of the ranks that should take part, or whose ranks disagree on
-the message size (for collectives where sizes must agree), is reported, never guessed: it takes
-no part in the wait computations.
+An instance is used only when it is whole and consistent; otherwise it is reported in
+``problems`` and never paired:
+
+- seen on only some of the ranks of its group, or the ranks disagree on the collective or (for
+  collectives where sizes must agree) on the message size;
+- causally impossible: a rank finished an all_reduce / all_gather / all_to_all /
+  reduce_scatter / barrier before the last rank had started it (beyond ``_CAUSAL_SLACK_NS``
+  plus the clock alignment's error). Such a pair joins two different collectives;
+- its end times spread far more than the run's other instances (more than
+  ``_SPREAD_FACTOR`` times their median spread and more than ``_SPREAD_FLOOR_NS``): the ranks
+  of one instance leave a synchronising collective together.
+
+Partial runs: a group with ranks that were not loaded (``run.json`` or ``distributedInfo`` say
+more ranks than there are traces) gives no waits at all, since the missing rank may be the one
+everybody waited for; its collectives are listed in ``partial`` and their time is
+``unattributed_comm``.
 
 Clock alignment: ranks on one host share a clock. Across hosts a per-host offset is estimated
 from the end times of the matched collectives, which finish within microseconds of each other::
@@ -20,7 +36,7 @@ from the end times of the matched collectives, which finish within microseconds 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,6 +62,13 @@ SYNC_COLLECTIVES = frozenset(
     }
 )
 _SIZE_MUST_AGREE = frozenset({"all_reduce", "broadcast", "reduce", "barrier"})
+_ALL_TO_ALL_DEPENDENT = frozenset(
+    {"all_reduce", "all_gather", "all_to_all", "all_to_allv", "reduce_scatter", "barrier"}
+)
+"""Collectives where no rank can finish before every rank has started."""
+_CAUSAL_SLACK_NS = 10_000
+_SPREAD_FACTOR = 100
+_SPREAD_FLOOR_NS = 1_000_000
 DEFAULT_GROUP = "default"
 
 
@@ -60,6 +83,9 @@ class Collectives:
 
     ``problems``: ``group, coll, key, issue, ranks`` for instances that could not be used.
 
+    ``partial``: ``group, missing_ranks, num_collectives`` for groups with ranks that were not
+    loaded (their collectives give no waits).
+
     ``offsets_ns``: per rank, what was subtracted from its clock; ``skew_ms`` the largest
     absolute offset.
     """
@@ -67,6 +93,7 @@ class Collectives:
     instances: pd.DataFrame
     problems: pd.DataFrame
     offsets_ns: dict[int, int]
+    partial: pd.DataFrame = field(default_factory=lambda: _empty_partial())
 
     @property
     def skew_ms(self) -> float:
@@ -79,15 +106,19 @@ def match_collectives(run: Run[RankSummary]) -> Collectives:
     raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if raw.empty:
         return Collectives(_empty_instances(), _empty_problems(), dict.fromkeys(run.rank_ids, 0))
-    complete, problems = _complete_instances(run, raw)
+    complete, problems, partial = _complete_instances(run, raw)
     offsets = _clock_offsets(run, complete)
     shift = complete["rank"].map(offsets).to_numpy(np.int64)
     complete["start_ns"] -= shift
     complete["end_ns"] -= shift
-    last = complete.loc[complete.groupby("instance")["start_ns"].idxmax(), ["instance", "rank"]]
     complete["arrival_last_ns"] = complete.groupby("instance")["start_ns"].transform("max")
+    complete, inconsistent = _consistent(complete, cross_host=len(set(offsets.values())) > 1)
+    last = complete.loc[complete.groupby("instance")["start_ns"].idxmax(), ["instance", "rank"]]
     complete["last_rank"] = complete["instance"].map(last.set_index("instance")["rank"])
-    return Collectives(complete.reset_index(drop=True), problems, offsets)
+    problems = pd.concat([p for p in (problems, inconsistent) if len(p)] or [problems])
+    return Collectives(
+        complete.reset_index(drop=True), problems.reset_index(drop=True), offsets, partial
+    )
 
 
 def rank_collectives(trace: RankTrace) -> pd.DataFrame:
@@ -113,35 +144,37 @@ def rank_collectives(trace: RankTrace) -> pd.DataFrame:
         }
     ).sort_values("start_ns", kind="stable")
     by_seq = frame["seq"] >= 0
-    ordinal = frame.groupby(["group", "coll"], sort=False).cumcount()
+    ordinal = frame.groupby(["group", "coll", "step"], sort=False).cumcount()
     frame["key"] = np.where(
         by_seq,
         "seq " + frame["seq"].astype(str),
-        frame["coll"] + " #" + ordinal.astype(str),
+        frame["coll"] + " @" + frame["step"].astype(str) + " #" + ordinal.astype(str),
     )
     duplicate = frame.groupby(["group", "key"], sort=False).cumcount()
     frame.loc[duplicate > 0, "key"] += "." + duplicate[duplicate > 0].astype(str)
     return frame
 
 
-def _group_ranks(run: Run[RankSummary], group: str, pg_ranks: object) -> set[int]:
-    loaded = set(run.rank_ids)
+def _group_ranks(run: Run[RankSummary], group: str, pg_ranks: object) -> frozenset[int]:
+    """Every rank of a group (loaded or not): the event's own list, the trace's ``pg_config``,
+    else the whole world."""
     if isinstance(pg_ranks, str) and pg_ranks.strip("[] "):
         try:
-            return {int(r) for r in pg_ranks.strip("[] ").split(",")} & loaded
+            return frozenset(int(r) for r in pg_ranks.strip("[] ").split(","))
         except ValueError:
             pass
     for trace in run.ranks.values():
         for pg in trace.process_groups:
             if pg.name == group and pg.ranks:
-                return set(pg.ranks) & loaded
-    return loaded
+                return frozenset(pg.ranks)
+    return frozenset(range(max(run.world_size, max(run.rank_ids, default=-1) + 1)))
 
 
 def _complete_instances(
     run: Run[RankSummary], raw: pd.DataFrame
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split the instances into complete ones (all rows kept) and problems (one row each)."""
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Split the instances into complete ones (all rows kept), problems (one row each) and the
+    groups with ranks that were not loaded (one row each)."""
     raw = raw.assign(_id=raw.groupby(["group", "key"], sort=False).ngroup())
     by = raw.groupby("_id", sort=True)
     facts = by.agg(
@@ -161,6 +194,19 @@ def _complete_instances(
     facts["expected"] = [
         expected[(g, r)] for g, r in zip(facts["group"], facts["pg_ranks"], strict=True)
     ]
+    loaded = frozenset(run.rank_ids)
+    facts["missing"] = [tuple(sorted(e - loaded)) for e in facts["expected"]]
+    is_partial = facts["missing"].map(len) > 0
+    partial = (
+        facts[is_partial]
+        .groupby(["group", "missing"], sort=True)
+        .size()
+        .rename("num_collectives")
+        .reset_index()
+        .rename(columns={"missing": "missing_ranks"})
+    )
+    partial["missing_ranks"] = partial["missing_ranks"].map(list)
+    facts = facts[~is_partial]
     complete_ids = facts.index[
         (facts["num_ranks"] == facts["expected"].map(len))
         & (facts["num_colls"] == 1)
@@ -169,14 +215,58 @@ def _complete_instances(
     problems = [
         _problem(row, raw[raw["_id"] == i]) for i, row in facts.drop(complete_ids).iterrows()
     ]
-    complete_ids = complete_ids[facts.loc[complete_ids, "num_ranks"] >= 2]
     complete = raw[raw["_id"].isin(complete_ids)]
     first = complete.groupby("_id")["start_ns"].transform("min")
     complete = complete.assign(_first=first).sort_values(["_first", "_id", "rank"], kind="stable")
     complete["instance"] = complete.groupby(["_first", "_id"], sort=False).ngroup()
     complete = complete.drop(columns=["_first", "_id", "seq", "in_nelems", "pg_ranks"])
     problem_frame = pd.DataFrame(problems, columns=list(_empty_problems().columns))
-    return complete.reset_index(drop=True), problem_frame
+    return complete.reset_index(drop=True), problem_frame, partial[list(_empty_partial().columns)]
+
+
+def _consistent(complete: pd.DataFrame, *, cross_host: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Drop the instances that cannot be one collective (see the module docstring); return the
+    rest and a problem row for each dropped one. Times are clock-aligned."""
+    if complete.empty:
+        return complete, _empty_problems()
+    by = complete.groupby("instance")
+    spread = by["end_ns"].max() - by["end_ns"].min()
+    slack = _CAUSAL_SLACK_NS + (int(spread.median()) if cross_host else 0)
+    early = (complete["end_ns"] < complete["arrival_last_ns"] - slack) & complete["coll"].isin(
+        _ALL_TO_ALL_DEPENDENT
+    )
+    acausal = early.groupby(complete["instance"]).any()
+    limit = max(_SPREAD_FACTOR * float(spread.median()), _SPREAD_FLOOR_NS)
+    bad = acausal | (spread > limit)
+    if not bad.any():
+        return complete, _empty_problems()
+    rows = []
+    for inst in bad.index[bad]:
+        mine = complete[complete["instance"] == inst]
+        if acausal[inst]:
+            first_done = mine.loc[mine["end_ns"].idxmin()]
+            issue = (
+                f"rank {int(first_done['rank'])} finished it "
+                f"{(mine['arrival_last_ns'].iloc[0] - first_done['end_ns']) / 1e6:.3f} ms before "
+                "the last rank started it: not one collective"
+            )
+        else:
+            issue = (
+                f"end times spread {spread[inst] / 1e6:.3f} ms (run median "
+                f"{spread.median() / 1e6:.3f} ms): not one collective"
+            )
+        rows.append(
+            {
+                "group": mine["group"].iloc[0],
+                "coll": mine["coll"].iloc[0],
+                "key": mine["key"].iloc[0],
+                "issue": issue,
+                "ranks": sorted(mine["rank"].tolist()),
+            }
+        )
+    kept = complete[~complete["instance"].isin(bad.index[bad])]
+    kept = kept.assign(instance=kept.groupby("instance", sort=True).ngroup())
+    return kept, pd.DataFrame(rows, columns=list(_empty_problems().columns))
 
 
 def _problem(facts: pd.Series, inst: pd.DataFrame) -> dict[str, object]:
@@ -241,3 +331,7 @@ def _empty_instances() -> pd.DataFrame:
 
 def _empty_problems() -> pd.DataFrame:
     return pd.DataFrame(columns=["group", "coll", "key", "issue", "ranks"])
+
+
+def _empty_partial() -> pd.DataFrame:
+    return pd.DataFrame(columns=["group", "missing_ranks", "num_collectives"])

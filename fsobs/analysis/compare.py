@@ -37,10 +37,9 @@ import pandas as pd
 
 from fsobs.analysis._json import plain
 from fsobs.analysis.analyze import Analysis, step_times
+from fsobs.analysis.bubbles import BUBBLE_CLASSES
 from fsobs.trace.schema import Run
 
-CLASSES = ("straggler_wait", "exposed_comm", "host_idle", "other")
-"""The bubble classes of :mod:`fsobs.analysis.bubbles` (``bubble`` is their sum)."""
 NEGLIGIBLE = 1e-3
 """A control value below this share of the control's mean step window counts as ~0."""
 WORKLOAD_KEYS = ("seed", "batch_size", "preset", "num_samples", "model_size", "world_size")
@@ -62,9 +61,11 @@ class Comparison:
     """``1 - bubble_ms_per_step(test) / bubble_ms_per_step(control)``; NaN when the control has
     ~0 bubble."""
     by_class: dict[str, float]
-    """The same formula per class (``CLASSES``); NaN when the control has ~0 of that class."""
+    """The same formula per class (``BUBBLE_CLASSES``); NaN when the control has ~0 of it."""
     bubble_reduction_ci: tuple[float, float]
     """Bootstrap confidence interval of ``bubble_reduction`` (see the module docstring)."""
+    by_class_ci: dict[str, tuple[float, float]]
+    """The same bootstrap per class (the same resampled steps' per-class values)."""
     confidence: float
     step_time_ratio: float
     """Median step time of test / control (step time: the longest window over the ranks)."""
@@ -93,17 +94,25 @@ def compare(
         raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
     floor = NEGLIGIBLE * _mean_window(control.steps)
     same, batch_warnings = same_batches(control.run, test.run)
-    per_c, per_t = _per_step_bubble(control.steps), _per_step_bubble(test.steps)
-    ci = bootstrap_reduction(
-        per_c.to_numpy(),
-        per_t.to_numpy(),
-        paired=bool(same) and per_c.index.equals(per_t.index),
-        floor=floor,
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-    )
+    per_c, per_t = _per_step_means(control.steps), _per_step_means(test.steps)
+    paired = bool(same) and per_c.index.equals(per_t.index)
     c, t = control.summary, test.summary
+    cis = {}
+    for name in ("bubble", *BUBBLE_CLASSES):
+        point = _reduction(c[f"{name}_ms_per_step"], t[f"{name}_ms_per_step"], floor)
+        cis[name] = (
+            bootstrap_reduction(
+                per_c[f"{name}_ms"].to_numpy(),
+                per_t[f"{name}_ms"].to_numpy(),
+                paired=paired,
+                floor=floor,
+                confidence=confidence,
+                n_boot=n_boot,
+                seed=seed,
+            )
+            if not math.isnan(point)
+            else (math.nan, math.nan)
+        )
     point = _reduction(c["bubble_ms_per_step"], t["bubble_ms_per_step"], floor)
     return Comparison(
         control_name=_name(control.run),
@@ -111,9 +120,11 @@ def compare(
         kpis=_kpi_table(c, t),
         bubble_reduction=point,
         by_class={
-            k: _reduction(c[f"{k}_ms_per_step"], t[f"{k}_ms_per_step"], floor) for k in CLASSES
+            k: _reduction(c[f"{k}_ms_per_step"], t[f"{k}_ms_per_step"], floor)
+            for k in BUBBLE_CLASSES
         },
-        bubble_reduction_ci=ci if not math.isnan(point) else (math.nan, math.nan),
+        bubble_reduction_ci=cis["bubble"],
+        by_class_ci={k: cis[k] for k in BUBBLE_CLASSES},
         confidence=confidence,
         step_time_ratio=_ratio(t["step_time_ms_p50"], c["step_time_ms_p50"]),
         per_rank=_per_rank(control.steps, test.steps),
@@ -296,10 +307,11 @@ def _mean_window(steps: pd.DataFrame) -> float:
     return float(steps["window_ms"].mean()) if len(steps) else 0.0
 
 
-def _per_step_bubble(steps: pd.DataFrame) -> pd.Series:
-    """Per step (the index), the mean bubble over the ranks (ms); their mean is
-    ``bubble_ms_per_step``."""
-    return steps.groupby("step")["bubble_ms"].mean().astype(np.float64)
+def _per_step_means(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step (the index), the mean over the ranks (ms) of the bubble and of each class;
+    their means over the steps are the ``*_ms_per_step`` KPIs."""
+    cols = ["bubble_ms", *(f"{k}_ms" for k in BUBBLE_CLASSES)]
+    return steps.groupby("step")[cols].mean().astype(np.float64)
 
 
 def _step_times(steps: pd.DataFrame, role: str) -> pd.DataFrame:
@@ -333,7 +345,7 @@ def _kpi_table(control: dict[str, float], test: dict[str, float]) -> pd.DataFram
 
 
 def _per_rank(control: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
-    cols = ["bubble_ms", *(f"{k}_ms" for k in CLASSES)]
+    cols = ["bubble_ms", *(f"{k}_ms" for k in BUBBLE_CLASSES)]
     c = control.groupby("rank")[cols].mean()
     t = test.groupby("rank")[cols].mean()
     out = pd.DataFrame(index=c.index.union(t.index).rename("rank"))
@@ -356,6 +368,7 @@ def compare_json(c: Comparison) -> dict[str, Any]:
         "bubble_reduction": plain(c.bubble_reduction),
         "by_class": {k: plain(v) for k, v in c.by_class.items()},
         "bubble_reduction_ci": [plain(v) for v in c.bubble_reduction_ci],
+        "by_class_ci": {k: [plain(v) for v in ci] for k, ci in c.by_class_ci.items()},
         "confidence": c.confidence,
         "step_time_ratio": plain(c.step_time_ratio),
         "per_rank": [

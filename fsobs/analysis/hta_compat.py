@@ -125,10 +125,16 @@ def combine_hta(ranks: dict[int, RankHta]) -> HtaMetrics:
     chosen = [ranks[r].variants[len(names) >= 2] for r in sorted(ranks)]
     return HtaMetrics(
         *(
-            pd.concat([getattr(m, table) for m in chosen], ignore_index=True)
+            _stack([getattr(m, table) for m in chosen])
             for table in ("temporal_breakdown", "comm_comp_overlap", "idle_time_breakdown")
         )
     )
+
+
+def _stack(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The rows of ``frames`` in order (a rank's all-NaN row included, keeping float dtypes)."""
+    rows = [row for frame in frames for row in frame.to_dict("records")]
+    return pd.DataFrame(rows, columns=frames[0].columns).astype(frames[0].dtypes.to_dict())
 
 
 def _raw_view(trace: RankTrace) -> pd.DataFrame:

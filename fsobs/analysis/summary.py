@@ -36,6 +36,8 @@ class RankSummary:
     time_format: str
     process_groups: tuple[ProcessGroup, ...]
     steps: list[int]
+    step_source: str
+    """See :attr:`fsobs.trace.RankTrace.step_source`."""
     overview: dict[str, Any]
     """Row of the per-rank overview table (see :func:`overview_row`)."""
     sync_collectives: pd.DataFrame
@@ -59,6 +61,7 @@ def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> Rank
         time_format=trace.time_format,
         process_groups=trace.process_groups,
         steps=trace.steps,
+        step_source=trace.step_source,
         overview=overview_row(trace),
         sync_collectives=rank_collectives(trace),
         parts=step_parts(trace, config),

@@ -28,7 +28,7 @@ from fsobs.trace.schema import EVENT_COLUMNS, KINDS, ProcessGroup, RankTrace
 BATCH = 16_384  # events decoded to typed structs at a time
 
 
-def build_rank_trace(path: Path, max_bytes: int) -> RankTrace:
+def build_rank_trace(path: Path, max_bytes: int, step_marker: str | None = None) -> RankTrace:
     """Read, decode and tabulate one trace file. Raises :class:`FsobsError` on bad input.
 
     The file is first read as a stream (:mod:`fsobs.trace._stream`): a few MB of JSON text at a
@@ -36,12 +36,12 @@ def build_rank_trace(path: Path, max_bytes: int) -> RankTrace:
     whole, which also words the error if the input is bad.
     """
     try:
-        return _build_streaming(path, max_bytes)
+        return _build_streaming(path, max_bytes, step_marker)
     except (SplitError, msgspec.MsgspecError, FsobsError, zlib.error, UnicodeDecodeError):
-        return _build_whole(path, max_bytes)
+        return _build_whole(path, max_bytes, step_marker)
 
 
-def _build_streaming(path: Path, max_bytes: int) -> RankTrace:
+def _build_streaming(path: Path, max_bytes: int, step_marker: str | None = None) -> RankTrace:
     stream = EventStream(path, max_bytes)
     builder = ColumnBuilder(path, -1)
     offset = 0
@@ -49,10 +49,10 @@ def _build_streaming(path: Path, max_bytes: int) -> RankTrace:
         events = decode_event_array(chunk)
         builder.add(events, offset)
         offset += len(events)
-    return _finish(decode_trace(stream.skeleton, path), builder, path)
+    return _finish(decode_trace(stream.skeleton, path), builder, path, step_marker)
 
 
-def _build_whole(path: Path, max_bytes: int) -> RankTrace:
+def _build_whole(path: Path, max_bytes: int, step_marker: str | None = None) -> RankTrace:
     """The whole JSON text in memory while its events are decoded, batch by batch."""
     data = read_trace_bytes(path, max_bytes)
     trace = decode_trace(data, path)
@@ -62,10 +62,12 @@ def _build_whole(path: Path, max_bytes: int) -> RankTrace:
         builder.add(decode_events(raws[offset : offset + BATCH], data, path), offset)
     trace.traceEvents = []
     del raws, data  # nothing references the JSON text any more
-    return _finish(trace, builder, path)
+    return _finish(trace, builder, path, step_marker)
 
 
-def _finish(trace: TraceFile, builder: ColumnBuilder, path: Path) -> RankTrace:
+def _finish(
+    trace: TraceFile, builder: ColumnBuilder, path: Path, step_marker: str | None
+) -> RankTrace:
     """The events table and the rank's facts, once every event is in ``builder``."""
     rank, world_size, backend = _rank_info(trace, path)
     base_ns = trace.baseTimeNanoseconds or 0
@@ -83,6 +85,8 @@ def _finish(trace: TraceFile, builder: ColumnBuilder, path: Path) -> RankTrace:
         }
     )
     _add_kind_and_device(events)
+    if step_marker:
+        _use_step_marker(events, step_marker)
     if builder.hta_round:
         events["hta_ts"] = np.ceil(ts_raw)
         events["hta_end"] = np.floor(ts_raw + dur_raw)
@@ -93,8 +97,13 @@ def _finish(trace: TraceFile, builder: ColumnBuilder, path: Path) -> RankTrace:
     events = events[list(EVENT_COLUMNS)]
 
     warnings = []
-    if not (events["kind"] == "step").any():
-        warnings.append(f"{path.name}: no ProfilerStep events; per-step analysis unavailable")
+    whole = not (events["kind"] == "step").any()
+    if whole:
+        what = f"no range named {step_marker!r}..." if step_marker else "no ProfilerStep events"
+        warnings.append(
+            f"{path.name}: {what}; the whole trace is analyzed as one window (step 0)"
+            + ("" if step_marker else "; --step-marker NAME splits it at your iteration ranges")
+        )
     return RankTrace(
         path=path,
         rank=rank,
@@ -109,6 +118,7 @@ def _finish(trace: TraceFile, builder: ColumnBuilder, path: Path) -> RankTrace:
         events=events,
         collectives=build_collectives(events, builder.structs),
         warnings=warnings,
+        step_source="whole trace" if whole else (step_marker or "ProfilerStep"),
     )
 
 
@@ -167,20 +177,43 @@ def _add_kind_and_device(events: pd.DataFrame) -> None:
     events["device"] = pd.Categorical.from_codes(on_device.astype(np.int8), ["cpu", "gpu"])
 
 
+def _use_step_marker(events: pd.DataFrame, marker: str) -> None:
+    """Make the CPU ranges named ``marker...`` the steps, the outermost ones only (a marker
+    range inside another is part of that step); ProfilerSteps become plain annotations."""
+    names = events["name"].cat.categories
+    matches = np.array([str(n).startswith(marker) for n in names], dtype=bool)
+    is_mark = matches[events["name"].cat.codes.to_numpy()] & (events["device"] == "cpu").to_numpy()
+    rows = np.flatnonzero(is_mark)
+    rows = rows[np.argsort(events["ts_ns"].to_numpy()[rows], kind="stable")]
+    start = events["ts_ns"].to_numpy()[rows]
+    reach = np.maximum.accumulate(start + events["dur_ns"].to_numpy()[rows])
+    nested = np.zeros(len(rows), dtype=bool)
+    nested[1:] = start[1:] < reach[:-1]
+    is_mark[rows[nested]] = False
+    kind = events["kind"].to_numpy(dtype=object)
+    kind[(kind == "step") & ~is_mark] = "annotation"
+    kind[is_mark] = "step"
+    events["kind"] = pd.Categorical(kind, categories=list(KINDS))
+
+
 def _assign_steps(events: pd.DataFrame) -> np.ndarray:
-    """ProfilerStep of every event: CPU events by window, GPU events through their launch.
+    """The step of every event: CPU events by window, GPU events through their launch.
 
     A CPU event belongs to step ``s`` when ``s.start <= ts < s.end`` (HTA's rule). A GPU event
     belongs to the step of the CPU event that shares its correlation id, whenever it ran.
+    Steps are the ``ProfilerStep#N`` numbers, or 0, 1, ... in time order for a step marker;
+    a trace without any step is one window, step 0, every event in it.
     """
-    steps = np.full(len(events), -1, dtype=np.int32)
     is_step = (events["kind"] == "step").to_numpy() & (events["device"] == "cpu").to_numpy()
     if not is_step.any():
-        return steps
+        return np.zeros(len(events), dtype=np.int32)
+    steps = np.full(len(events), -1, dtype=np.int32)
     marks = events.loc[is_step, ["ts_ns", "dur_ns", "name"]].sort_values("ts_ns")
     starts = marks["ts_ns"].to_numpy()
     ends = starts + marks["dur_ns"].to_numpy()
     numbers = np.array([step_number(str(n)) for n in marks["name"]], dtype=np.int32)
+    if (numbers < 0).any():  # a step marker: number the ranges in time order
+        numbers = np.arange(len(marks), dtype=np.int32)
     ts = events["ts_ns"].to_numpy()
     on_cpu = (events["device"] == "cpu").to_numpy()
     pos = np.searchsorted(starts, ts, side="right") - 1

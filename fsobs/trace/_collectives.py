@@ -9,6 +9,17 @@ The metadata is taken from the first source that has it:
    tells an all_to_all apart from point-to-point SendRecv kernels);
 4. the kernel name (``ncclKernel_AllReduce_*`` -> all_reduce);
 5. for gloo, the ``gloo:<collective>`` annotation itself, sizes from ``Input Dims``.
+
+gloo annotations do not name their process group. Each gloo group runs its collectives on
+worker threads of its own, though, and the optimizer marks the enqueue of every collective it
+issues on a group of its own with ``## fsobs:pg:<name> ##`` (:mod:`optim.markers`). So each
+gloo collective votes for its worker thread with the group of the latest enqueue (``c10d::*``
+op) of the same collective before it, and every collective of a thread gets its thread's
+majority group (unmarked enqueues vote for the default group)::
+
+    main   |pg:1 |c10d::allreduce_|      |c10d::alltoall_base_|      (unmarked: default)
+    gloo t7         |gloo:all_reduce----|                               t7 -> group "1"
+    gloo t5                                   |gloo:all_to_all--|      t5 -> default
 """
 
 from __future__ import annotations
@@ -25,11 +36,13 @@ import pandas as pd
 from fsobs.trace._decode import Args, Event, raw_value
 from fsobs.trace.classify import (
     collective_from_annotation,
+    collective_from_c10d,
     collective_from_kernel,
     dtype_bytes,
     normalize_collective,
 )
 from fsobs.trace.schema import COLLECTIVE_COLUMNS
+from optim.markers import pg_of_marker
 
 _INT_COLUMNS = {"row": np.int64, "group_size": np.int32, "seq": np.int64}
 _INT_COLUMNS |= {"in_nelems": np.int64, "out_nelems": np.int64, "msg_bytes": np.int64}
@@ -111,7 +124,42 @@ def build_collectives(events: pd.DataFrame, structs: dict[int, Event]) -> pd.Dat
             record = {"coll": collective_from_kernel(name), "source": "kernel_name"}
         record["row"] = int(row)
         records.append(record)
+    _gloo_groups(events, records, on_cpu)
     return _frame(records)
+
+
+def _gloo_groups(events: pd.DataFrame, records: list[dict[str, Any]], on_cpu: np.ndarray) -> None:
+    """Set ``pg_name`` of the gloo collectives from the optimizer's markers (module doc)."""
+    groups = {i: pg_of_marker(str(n)) for i, n in enumerate(events["name"].cat.categories)}
+    gloo = [r for r in records if r["source"] == "gloo"]
+    if not gloo or not any(groups.values()):
+        return
+    ts = events["ts_ns"].to_numpy()
+    tid = events["tid"].cat.codes.to_numpy()
+    codes = events["name"].cat.codes.to_numpy()
+    markers = _Enclosing(
+        ts,
+        ts + events["dur_ns"].to_numpy(),
+        tid,
+        on_cpu & _name_mask(events, lambda n: pg_of_marker(n) is not None),
+    )
+    colls = np.array([collective_from_c10d(str(n)) or "" for n in events["name"].cat.categories])
+    enqueue = np.flatnonzero(on_cpu & (colls[codes] != ""))
+    enqueue = enqueue[np.argsort(ts[enqueue], kind="stable")]
+    by_coll = {c: enqueue[colls[codes[enqueue]] == c] for c in {r["coll"] for r in gloo}}
+    votes: dict[int, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
+    for record in gloo:
+        row = record["row"]
+        mine = by_coll[record["coll"]]
+        pos = int(np.searchsorted(ts[mine], ts[row], side="right")) - 1
+        group = None
+        if pos >= 0:
+            marker = markers.find(int(tid[mine[pos]]), int(ts[mine[pos]]))
+            group = groups[int(codes[marker])] if marker >= 0 else None
+        votes[int(tid[row])][group] += 1
+    for record in gloo:
+        tally = votes[int(tid[record["row"]])]
+        record["pg_name"] = max(tally, key=lambda g: (tally[g], g is None))
 
 
 def _launches(events: pd.DataFrame, on_cpu: np.ndarray) -> dict[int, int]:

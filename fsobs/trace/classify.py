@@ -89,6 +89,7 @@ _COLL_ALIASES = {
     "allgather": "all_gather",
     "all_gather": "all_gather",
     "_allgather_base": "all_gather",
+    "allgather_base": "all_gather",
     "_all_gather_base": "all_gather",
     "allgather_into_tensor_coalesced": "all_gather",
     "all_gather_into_tensor": "all_gather",
@@ -135,6 +136,13 @@ def collective_from_annotation(name: str) -> str | None:
     if not sep or prefix not in ("nccl", "gloo", "rccl"):
         return None
     return normalize_collective(rest)
+
+
+def collective_from_c10d(name: str) -> str | None:
+    """``c10d::allreduce_`` (the op that enqueues a collective) -> ``all_reduce``."""
+    if not name.startswith("c10d::"):
+        return None
+    return normalize_collective(name.removeprefix("c10d::").strip("_"))
 
 
 def collective_from_kernel(name: str) -> str:

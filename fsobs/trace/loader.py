@@ -54,6 +54,9 @@ class LoadConfig:
     """Largest decompressed size accepted per trace file (guards against gzip bombs)."""
     workers: int | None = None
     """Parser processes; None: one per file up to the number of CPUs; 1: parse in-process."""
+    step_marker: str | None = None
+    """Iterations are the CPU ranges whose name starts with this, numbered 0, 1, ... in time
+    order, instead of ``ProfilerStep#N``. Without either, the whole trace is one window."""
 
     def __post_init__(self) -> None:
         if self.max_trace_bytes <= 0:
@@ -65,7 +68,7 @@ class LoadConfig:
 def load_rank(path: str | Path, config: LoadConfig | None = None) -> RankTrace:
     """Parse one trace file (the rank is whatever its ``distributedInfo`` says, -1 if none)."""
     config = config or LoadConfig()
-    return build_rank_trace(Path(path), config.max_trace_bytes)
+    return build_rank_trace(Path(path), config.max_trace_bytes, config.step_marker)
 
 
 def load_run(source: Source, config: LoadConfig | None = None) -> Run[RankTrace]:

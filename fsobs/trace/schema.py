@@ -17,8 +17,9 @@ device         category      ``gpu`` (device-side event) or ``cpu``
 pid, tid       category      process / thread (strings; GPU events: device / stream)
 stream         int64         CUDA stream, -1 on CPU events
 correlation    int64         launch <-> kernel correlation id, -1 when absent
-step           int32         ProfilerStep number the event belongs to, -1 outside any step;
-                             GPU events inherit the step of their launch (via correlation)
+step           int32         step the event belongs to, -1 outside any step; GPU events
+                             inherit the step of their launch (via correlation); 0 for every
+                             event of a trace without steps (one whole-trace window)
 event_index    int32         position of the event in the file's ``traceEvents``
 hta_ts         float64       start in the trace's own microseconds with HTA's ns rounding
 hta_end        float64       end likewise (only :mod:`fsobs.analysis.hta` uses these two)
@@ -122,6 +123,9 @@ class RankTrace:
     events: pd.DataFrame
     collectives: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
+    step_source: str = "ProfilerStep"
+    """What the steps are: ``ProfilerStep``, the step marker given, or ``whole trace`` (one
+    window, step 0)."""
 
     @property
     def device(self) -> str:
@@ -130,7 +134,9 @@ class RankTrace:
 
     @cached_property
     def steps(self) -> list[int]:
-        """ProfilerStep numbers recorded on this rank, in order."""
+        """Step numbers recorded on this rank, in order (``[0]`` for a whole-trace window)."""
+        if self.step_source == "whole trace":
+            return [0]
         marks = self.events.loc[self.events["kind"] == "step", "step"]
         return sorted(int(s) for s in marks.unique())
 

@@ -34,6 +34,7 @@ from fsobs.workload.data import (
     unpack_sample,
 )
 from optim.balance import CostModel
+from optim.markers import BALANCE_MARKER, DATA_MARKER
 from optim.plan import BalanceConfig, StepPlan, batch_digest, loss_scale
 from optim.shuffle import ShuffleBalancer, check_plan
 
@@ -73,13 +74,17 @@ class StepInputs:
         self._shuffle = ShuffleBalancer(balance, group) if shuffle else None
 
     def __iter__(self) -> Iterator[tuple[Batch, StepInput]]:
+        """Each step's input is prepared under ``## fsobs:data ##`` (a data-loader range for
+        the CPU bubble classes), the balance work under ``## fsobs:balance ##`` inside it."""
         for step, global_batch in enumerate(self.batches):
-            with record_function("## fsobs:balance ##"):
-                if self._shuffle is not None:
-                    samples, plan = self._exchange(self._shuffle, step, global_batch)
-                else:
-                    samples, plan = self._planned(step, global_batch)
-            yield self._emit(step, global_batch, samples, plan)
+            with record_function(DATA_MARKER):
+                with record_function(BALANCE_MARKER):
+                    if self._shuffle is not None:
+                        samples, plan = self._exchange(self._shuffle, step, global_batch)
+                    else:
+                        samples, plan = self._planned(step, global_batch)
+                item = self._emit(step, global_batch, samples, plan)
+            yield item
 
     def _planned(self, step: int, global_batch: np.ndarray) -> tuple[list[Sample], StepPlan]:
         costs = self.cost_model(self.data.lengths[global_batch])

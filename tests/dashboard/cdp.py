@@ -255,7 +255,8 @@ class Browser:
             start_new_session=True,
         )
         try:
-            self._ws = connect(self._page_ws_url(), max_size=None, open_timeout=10)
+            url = self._page_ws_url()
+            self._ws = connect(url, max_size=None, open_timeout=10, legacy=True)
             self.call(
                 "Emulation.setDeviceMetricsOverride",
                 width=self.width,

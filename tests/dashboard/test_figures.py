@@ -177,12 +177,19 @@ def test_hta_temporal_breakdown_figure(runs):
 def test_compare_figures_show_the_comparison(runs):
     control, test = runs["sim/control"], runs["sim/test"]
     comp = compare(control, test)
-    fig = figures.bubble_reduction(comp.bubble_reduction, comp.bubble_reduction_ci, comp.by_class)
+    fig = figures.bubble_reduction(
+        comp.bubble_reduction, comp.bubble_reduction_ci, comp.by_class, comp.by_class_ci
+    )
     bars = fig.data[0]
     np.testing.assert_allclose(bars.y[0], 100 * comp.bubble_reduction)
     lo, hi = comp.bubble_reduction_ci
     assert bars.error_y.arrayminus[0] == pytest.approx(100 * (comp.bubble_reduction - lo))
     assert bars.error_y.array[0] == pytest.approx(100 * (hi - comp.bubble_reduction))
+    wait = 1 + list(comp.by_class).index("straggler_wait")
+    lo, hi = comp.by_class_ci["straggler_wait"]
+    point = comp.by_class["straggler_wait"]
+    assert bars.error_y.arrayminus[wait] == pytest.approx(100 * (point - lo))
+    assert bars.error_y.array[wait] == pytest.approx(100 * (hi - point))
     fig = figures.per_rank_delta(comp.per_rank)
     for trace, cls in zip(fig.data, BUBBLE_CLASSES, strict=True):
         np.testing.assert_allclose(trace.y, comp.per_rank[f"{cls}_ms_delta"])

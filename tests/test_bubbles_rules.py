@@ -1,0 +1,510 @@
+"""The CPU innermost-op rule, robust matching, partial runs and straggler charging, on
+hand-built traces with expected values derived by hand (see tests/test_bubbles.py for the
+legend: ``~`` straggler wait, ``x`` exposed, ``u`` unattributed, ``=`` compute, ``d`` data).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import fsobs
+from fsobs.analysis import analyze
+from fsobs.analysis.stragglers import StragglerConfig, find_stragglers
+from fsobs.report import findings
+from tests.kineto import step, thread_name, trace, write, x
+from tests.test_bubbles import _allreduce, _gpu_doc, _row, _table
+
+GLOO = 200
+GLOO_PG1 = 300
+DATA = "## fsobs:data ##"
+TINY = StragglerConfig(min_wait_ms=0.0, min_wait_share=0.0)
+"""Hand-built traces are in µs: name every straggler, however small."""
+
+
+def _cpu_doc(rank: int, events: list[dict], *, world_size: int = 2, steps=((1, 0, 100),)) -> dict:
+    """A gloo rank: the ProfilerSteps ``(n, start, dur)`` and ``events`` on the main thread
+    (gloo events carry their own tid)."""
+    marks = [step(n, ts, dur) for n, ts, dur in steps]
+    names = [thread_name(GLOO, "pt_gloo_runloop"), thread_name(GLOO_PG1, "pt_gloo_runloop")]
+    return trace([*names, *marks, *events], rank=rank, world_size=world_size, backend="gloo")
+
+
+def _op(name: str, ts: float, dur: float) -> dict:
+    return x(name, "cpu_op", ts, dur)
+
+
+def _gloo(coll: str, ts: float, dur: float, tid: int = GLOO) -> dict:
+    return x(f"gloo:{coll}", "user_annotation", ts, dur, tid=tid)
+
+
+def _load(tmp_path: Path, docs: list[dict]) -> fsobs.Run:
+    for doc in docs:
+        write(tmp_path / f"rank{doc['distributedInfo']['rank']}.json", doc)
+    return fsobs.load_run(tmp_path)
+
+
+# ------------------------------------------------------------- 1. the innermost-op rule (CPU)
+
+
+def test_innermost_compute_op_is_busy_whatever_is_in_flight(tmp_path):
+    """An async all_reduce is in flight while rank 0 runs aten::bmm, whose child
+    aten::resolve_conj is the innermost op for 2 µs: the whole bmm is busy (a leaf-op rule lost
+    the bmm's own 28 µs). Glue of a non-compute op is busy when nothing is in flight; inside a
+    data-loader range, non-compute time is host_idle and compute ops stay busy.
+
+    ::
+
+        t (µs)    0  3 5  10     20 22     40   48 50   60 62      78 80 85  90     100
+        r0 main   |  |c|  |bmm====|rc|=====|              |eval|mm====|eval|dd|cat|ddddd|
+        r0 gloo        |~~~~|                |~~~~~~~|xxxx|
+        r1 main   |mm============================|c|     |eval|mm====|eval|dd|cat|ddddd|
+        r1 gloo                                        |xxxx|
+
+    c = c10d::allreduce_ (enqueue only), eval = autograd::engine::evaluate_function (glue),
+    d = ## fsobs:data ## range. A = 50 (rank 1 arrives).
+
+    rank 0: compute (innermost) = [10,40) + [62,78) + [85,90); comm [5, 60);
+            blocked = [5,10) + [40,60) = 25 -> straggler_wait [5,10) + [40,50) = 15,
+            exposed_comm [50, 60) = 10; host_idle = [80,85) + [90,100) = 15;
+            busy = 100 - 25 - 15 = 60 (enqueue, bmm, eval glue and mm, cat).
+    rank 1: blocked = [50, 60) = 10, all exposed; host_idle 15; busy 75.
+    """
+
+    def tail() -> list[dict]:
+        return [
+            _op("autograd::engine::evaluate_function: MmBackward0", 60, 20),
+            _op("aten::mm", 62, 16),
+            x(DATA, "user_annotation", 80, 20),
+            _op("aten::cat", 85, 5),
+        ]
+
+    rank0 = [
+        _op("c10d::allreduce_", 3, 2),
+        _op("aten::bmm", 10, 30),
+        _op("aten::resolve_conj", 20, 2),
+        _gloo("all_reduce", 5, 55),
+        *tail(),
+    ]
+    rank1 = [
+        _op("aten::mm", 0, 48),
+        _op("c10d::allreduce_", 48, 2),
+        _gloo("all_reduce", 50, 10),
+        *tail(),
+    ]
+    table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
+    _row(table, 0, 1, window=100, busy=60, straggler_wait=15, exposed_comm=10, host_idle=15)
+    _row(table, 1, 1, window=100, busy=75, exposed_comm=10, host_idle=15)
+
+
+def test_collective_in_flight_inside_the_data_range_is_blocked_not_idle(tmp_path):
+    """The balance toggle's exchange runs inside the data range: blocked time there is comm.
+
+    ::
+
+        t (µs)    0    20   30   40   50   60        100
+        r0 main   |====|ddddd|c|dddddddddddd|=========|     d = data range [20, 60)
+        r0 gloo             |~~~~|xxxx|                     all_to_all [30, 50)
+        r1 main   |=========|ddd|c|ddddddddd|=========|     data [35, 60)
+        r1 gloo                  |xxxx|                     all_to_all [40, 50)
+
+    A = 40. rank 0: compute [0,20) + [60,100) = 60; blocked [30, 50) -> wait 10, exposed 10;
+    host_idle = [20,30) + [50,60) = 20; busy 60.   rank 1: compute [0,35) + [60,100) = 75;
+    blocked [40, 50) exposed 10; host_idle [35,40) + [50,60) = 15; busy 75.
+    c = c10d::alltoall_base_ (1 µs, inside the data range and before the collective: idle).
+    """
+    rank0 = [
+        _op("aten::mm", 0, 20),
+        x(DATA, "user_annotation", 20, 40),
+        _op("c10d::alltoall_base_", 28, 1),
+        _gloo("all_to_all", 30, 20),
+        _op("aten::mm", 60, 40),
+    ]
+    rank1 = [
+        _op("aten::mm", 0, 35),
+        x(DATA, "user_annotation", 35, 25),
+        _op("c10d::alltoall_base_", 38, 1),
+        _gloo("all_to_all", 40, 10),
+        _op("aten::mm", 60, 40),
+    ]
+    table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
+    _row(table, 0, 1, window=100, busy=60, straggler_wait=10, exposed_comm=10, host_idle=20)
+    _row(table, 1, 1, window=100, busy=75, exposed_comm=10, host_idle=15)
+
+
+# ------------------------------------------------------------ 3. matching without Seq
+
+
+def test_an_extra_collective_before_the_first_step_shifts_nothing(tmp_path):
+    """Rank 0's trace caught the tail of an all_reduce before ProfilerStep#1; rank 1's did not.
+    Counting per step keeps steps 1 and 2 paired right (a global count would pair rank 0's
+    tail with rank 1's step-1 all_reduce, and every later pair would be off by one).
+
+    ::
+
+        t (µs)   -30 -20   0    40   50  60  100   140  150  160  200
+        r0 gloo   |xx|     |    |~~~~|xxx|   |          |xxxx|        step -1 tail, 1, 2
+        r1 gloo            |         |xxx|   |     |~~~~|xxxx|
+
+    step 1: A = 50, rank 0 waits [40, 50); step 2: A = 150, rank 1 waits [140, 150).
+    """
+    steps = ((1, 0, 100), (2, 100, 100))
+    rank0 = [
+        _gloo("all_reduce", -30, 10),
+        _gloo("all_reduce", 40, 20),
+        _gloo("all_reduce", 150, 10),
+    ]
+    rank1 = [_gloo("all_reduce", 50, 10), _gloo("all_reduce", 140, 20)]
+    run = _load(tmp_path, [_cpu_doc(0, rank0, steps=steps), _cpu_doc(1, rank1, steps=steps)])
+    result = analyze(run)
+    assert result.collectives.problems[["key", "issue", "ranks"]].values.tolist() == [
+        ["all_reduce @-1 #0", "missing on ranks [1]", [0]]
+    ]
+    inst = result.collectives.instances.drop_duplicates("instance")
+    assert inst[["key", "last_rank"]].values.tolist() == [
+        ["all_reduce @1 #0", 1],
+        ["all_reduce @2 #0", 0],
+    ]
+    table = _table(run)
+    _row(table, 0, 1, window=100, busy=80, straggler_wait=10, exposed_comm=10)
+    _row(table, 1, 1, window=100, busy=90, exposed_comm=10)
+    _row(table, 0, 2, window=100, busy=90, exposed_comm=10)
+    _row(table, 1, 2, window=100, busy=80, straggler_wait=10, exposed_comm=10)
+
+
+def test_ranks_that_disagree_on_the_step_are_not_paired(tmp_path):
+    """The same all_reduce starts in step 1 on rank 0 and in step 2 on rank 1: reported on
+    both sides, never paired, its time unattributed.
+
+    ::
+
+        t (µs)    0        90  100  110  200
+        r0 gloo   |        |uuuu|uuu|    |       [90, 110): step 1
+        r1 gloo   |             |   |uuuu|       [105, 120): step 2
+    """
+    steps = ((1, 0, 100), (2, 100, 100))
+    run = _load(
+        tmp_path,
+        [
+            _cpu_doc(0, [_gloo("all_reduce", 90, 20)], steps=steps),
+            _cpu_doc(1, [_gloo("all_reduce", 105, 15)], steps=steps),
+        ],
+    )
+    colls = analyze(run).collectives
+    assert colls.instances.empty
+    assert sorted(colls.problems[["key", "issue"]].values.tolist()) == [
+        ["all_reduce @1 #0", "missing on ranks [1]"],
+        ["all_reduce @2 #0", "missing on ranks [0]"],
+    ]
+    table = _table(run)
+    _row(table, 0, 1, window=100, busy=90, unattributed=10)
+    _row(table, 0, 2, window=100, busy=90, unattributed=10)
+    _row(table, 1, 2, window=100, busy=85, unattributed=15)
+
+
+def test_an_instance_whose_ends_spread_far_more_than_the_others_is_not_paired(tmp_path):
+    """Four steps of 10 ms; each all_reduce ends within 1 µs on both ranks, except step 3's,
+    where rank 1 ends 3 ms after rank 0 (limit: max(100 x median spread, 1 ms) = 1 ms).
+    Step 3's pair is dropped and its time unattributed; the others are matched.
+    """
+    steps = tuple((n, 10_000 * (n - 1), 10_000) for n in (1, 2, 3, 4))
+    rank0, rank1 = [], []
+    for n, base, _ in steps:
+        rank0.append(_gloo("all_reduce", base + 1_000, 1_000))
+        late_end = 4_000 if n == 3 else 1
+        rank1.append(_gloo("all_reduce", base + 1_500, 500 + late_end))
+    run = _load(tmp_path, [_cpu_doc(0, rank0, steps=steps), _cpu_doc(1, rank1, steps=steps)])
+    colls = analyze(run).collectives
+    assert colls.problems["key"].tolist() == ["all_reduce @3 #0"]
+    assert "end times spread 4.000 ms" in colls.problems["issue"].iloc[0]
+    assert sorted(colls.instances["key"].unique()) == [f"all_reduce @{n} #0" for n in (1, 2, 4)]
+    table = _table(run)
+    _row(table, 0, 3, window=10_000, busy=9_000, unattributed=1_000)
+    _row(table, 1, 3, window=10_000, busy=5_500, unattributed=4_500)
+    _row(table, 0, 1, window=10_000, busy=9_000, straggler_wait=500, exposed_comm=500)
+
+
+def _two_group_doc(rank: int, events: list[dict]) -> dict:
+    doc = _cpu_doc(rank, events)
+    doc["distributedInfo"]["pg_config"] = [
+        {"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]},
+        {"pg_name": "1", "pg_desc": "freescale_balance", "pg_size": 2, "ranks": [0, 1]},
+    ]
+    return doc
+
+
+def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path):
+    """Two gloo groups, each with an all_reduce in the step, issued in opposite orders on the
+    two ranks. gloo names no group; the optimizer's ``## fsobs:pg:1 ##`` range around the
+    enqueue does, and each worker thread takes the group of its collectives' enqueues.
+
+    ::
+
+        t (µs)     5 7 10 12  20 22   25 28 30      40        100
+        r0 main        |pg1|  |c|                             pg1 = marker around c10d [10, 11)
+        r0 gloo 300        |~~~~~~~~~~~~~~~|xx|               group 1 [12, 30)
+        r0 gloo 200               |xxxxxxxxxxxxxxx|           default [22, 40)
+        r1 main    |c|               |pg1|
+        r1 gloo 200  |~~~~~~~~~~~|xxxxxxxxxxxxxxxxx|          default [7, 40)
+        r1 gloo 300                      |xx|                 group 1 [28, 30)
+
+    Paired by group: group 1, A = 28 -> rank 0 waits [12, 28) = 16 for rank 1; default,
+    A = 22 -> rank 1 waits [7, 22) = 15 for rank 0. (Paired by order instead, rank 0's
+    [12, 30) would meet rank 1's [7, 40).)
+    rank 0: comm [12, 40), wait 16, exposed 12, busy 72.
+    rank 1: comm [7, 40), wait 15, exposed 18, busy 67.
+    """
+    rank0 = [
+        x("## fsobs:pg:1 ##", "user_annotation", 10, 2),
+        _op("c10d::allreduce_", 10, 1),
+        _gloo("all_reduce", 12, 18, tid=GLOO_PG1),
+        _op("c10d::allreduce_", 20, 1),
+        _gloo("all_reduce", 22, 18),
+    ]
+    rank1 = [
+        _op("c10d::allreduce_", 5, 1),
+        _gloo("all_reduce", 7, 33),
+        x("## fsobs:pg:1 ##", "user_annotation", 25, 2),
+        _op("c10d::allreduce_", 25, 1),
+        _gloo("all_reduce", 28, 2, tid=GLOO_PG1),
+    ]
+    run = _load(tmp_path, [_two_group_doc(0, rank0), _two_group_doc(1, rank1)])
+    result = analyze(run)
+    assert result.collectives.problems.empty
+    inst = result.collectives.instances.sort_values(["group", "rank"])
+    assert inst[["group", "rank", "start_ns"]].assign(
+        start_ns=lambda f: (f["start_ns"] - run[0].base_time_ns) / 1000
+    ).values.tolist() == [["1", 0, 12], ["1", 1, 28], ["default", 0, 22], ["default", 1, 7]]
+    table = _table(run)
+    _row(table, 0, 1, window=100, busy=72, straggler_wait=16, exposed_comm=12)
+    _row(table, 1, 1, window=100, busy=67, straggler_wait=15, exposed_comm=18)
+    strag = find_stragglers(result.bubbles, run.rank_ids, TINY)
+    assert strag.per_step.loc[0, "rank"] == 1  # caused 16 µs, rank 0 caused 15
+    assert strag.per_rank["wait_caused_ms"].tolist() == pytest.approx([0.015, 0.016])
+
+
+# ---------------------------------------------------------------------- 4. partial runs
+
+
+def test_a_group_with_a_missing_rank_gives_no_waits(tmp_path):
+    """World size 3, ranks 0 and 1 loaded. pg "0" spans all three ranks (rank 2 may be the one
+    everybody waited for): no waits, its time unattributed. pg "5" spans ranks 0 and 1 only:
+    whole, matched as usual.
+
+    ::
+
+        t (µs)    10   20   30   40   50   60
+        rank 0    |uuuuuuuuu|    |~~~~|xxxx|       pg 0 [10, 30), pg 5 [40, 60)
+        rank 1         |uuuu|         |xxxx|       pg 0 [20, 30), pg 5 [50, 60)
+
+    rank 0: window [10, 60) = 50: unattributed 20, wait 10, exposed 10, host_idle [30, 40) 10.
+    rank 1: window [20, 60) = 40: unattributed 10, exposed 10, host_idle [30, 50) 20.
+    """
+    steps = {1: (0, 100)}
+
+    def group0(ts, dur):
+        return _allreduce(ts, dur, 0, pg="0", Process_Group_Ranks="[0, 1, 2]")
+
+    def group5(ts, dur):
+        return _allreduce(ts, dur, 0, pg="5", stream=24, Process_Group_Ranks="[0, 1]")
+
+    rank0 = [(1, group0(10, 20)), (1, group5(40, 20))]
+    rank1 = [(1, group0(20, 10)), (1, group5(50, 10))]
+    docs = [_gpu_doc(r, steps, w, world_size=3) for r, w in ((0, rank0), (1, rank1))]
+    run = _load(tmp_path, docs)
+    result = analyze(run)
+    partial = result.collectives.partial
+    assert partial.values.tolist() == [["0", [2], 1]]
+    assert result.collectives.problems.empty
+    assert result.collectives.instances["group"].unique().tolist() == ["5"]
+    table = _table(run)
+    _row(
+        table,
+        0,
+        1,
+        window=50,
+        busy=0,
+        unattributed=20,
+        straggler_wait=10,
+        exposed_comm=10,
+        host_idle=10,
+    )
+    _row(table, 1, 1, window=40, busy=0, unattributed=10, exposed_comm=10, host_idle=20)
+    assert any(
+        "misses ranks 2" in line and "every rank of the group" in line for line in findings(result)
+    )
+
+
+# ------------------------------------------------------------------------ 5. stragglers
+
+
+def test_overlapping_waits_are_charged_once_to_the_binding_last_rank(tmp_path):
+    """Rank 0 waits in two collectives at once (pg "0" with rank 1, pg "1" with rank 2);
+    each piece of its wait is charged once, to the instance whose last arrival is latest.
+
+    ::
+
+        t (µs)    10   20   30   40        60
+        r0 pg 0   |~~~~~~~~~|xxxxxxxxxxxxxx|       last: rank 1 at 30
+        r0 pg 1        |~~~~~~~~~|xxxxxxxxx|       last: rank 2 at 40
+        rank 1              |xxxxxxxxxxxxxx|
+        rank 2                   |xxxxxxxxx|
+
+    rank 0 straggler_wait = [10, 40) = 30: [20, 40) to rank 2 (binding), [10, 20) to rank 1.
+    The wait caused adds up to the straggler_wait class: 10 + 20 = 30.
+    """
+    steps = {1: (0, 100)}
+
+    def pg0(ts, dur):
+        return _allreduce(ts, dur, 0, pg="0", Process_Group_Ranks="[0, 1]")
+
+    def pg1(ts, dur):
+        return _allreduce(ts, dur, 0, pg="1", stream=24, Process_Group_Ranks="[0, 2]")
+
+    work = {0: [(1, pg0(10, 50)), (1, pg1(20, 40))], 1: [(1, pg0(30, 30))], 2: [(1, pg1(40, 20))]}
+    run = _load(tmp_path, [_gpu_doc(r, steps, w, world_size=3) for r, w in work.items()])
+    result = analyze(run)
+    bubbles = {sb.rank: sb for sb in result.bubbles}
+    assert bubbles[0].caused_ns == {1: 10_000, 2: 20_000}
+    strag = find_stragglers(result.bubbles, run.rank_ids, TINY)
+    assert strag.per_step[["step", "rank", "wait_caused_ms"]].values.tolist() == [[1, 2, 0.02]]
+    assert strag.per_rank["wait_caused_ms"].tolist() == pytest.approx([0, 0.01, 0.02])
+    total = result.steps["straggler_wait_ms"].sum()
+    assert strag.per_rank["wait_caused_ms"].sum() == pytest.approx(total) == pytest.approx(0.03)
+
+
+def test_equal_waits_are_a_tie_and_tiny_waits_name_no_straggler(tmp_path):
+    """Step 1: rank 0 waits 10 µs for rank 1 (all_reduce a), rank 1 waits 10 µs for rank 0
+    (all_reduce b): a tie, no straggler named. Step 2: rank 0 waits 5 µs, rank 1 is named with
+    TINY, and with the default config (waits under 0.1 ms are tiny) no step names anyone.
+
+    ::
+
+        step 1    0    10   20   30   40   50          step 2    100  105  110
+        rank 0    |~~~~|xxxx|    |xxxx|                rank 0    |~~~~|xxxx|
+        rank 1         |xxxx|~~~~|xxxx|                rank 1         |xxxx|
+    """
+    steps = ((1, 0, 100), (2, 100, 100))
+    rank0 = [_gloo("all_reduce", 0, 20), _gloo("all_reduce", 30, 10), _gloo("all_reduce", 100, 10)]
+    rank1 = [_gloo("all_reduce", 10, 10), _gloo("all_reduce", 20, 20), _gloo("all_reduce", 105, 5)]
+    run = _load(tmp_path, [_cpu_doc(0, rank0, steps=steps), _cpu_doc(1, rank1, steps=steps)])
+    result = analyze(run)
+    strag = find_stragglers(result.bubbles, run.rank_ids, TINY)
+    first, second = strag.per_step.to_dict("records")
+    assert pd.isna(first["rank"]) and first["tied_ranks"] == [0, 1]
+    assert first["wait_caused_ms"] == pytest.approx(0.01)
+    assert second["rank"] == 1 and second["tied_ranks"] == []
+    assert strag.per_rank["times_last"].tolist() == [0, 1]
+    calm = result.stragglers  # the default config: 0.1 ms at least
+    assert calm.per_step["rank"].isna().all() and calm.verdict == "none"
+    assert calm.culprit is None
+    assert "below 0.100 ms" in calm.per_step.loc[1, "note"]
+    assert not any("straggler" in line for line in findings(result))
+
+
+# --------------------------------------------------------- 10. traces of other jobs: windows
+
+
+def _stepless_doc(rank: int, events: list[dict]) -> dict:
+    names = [thread_name(GLOO, "pt_gloo_runloop")]
+    return trace([*names, *events], rank=rank, world_size=2, backend="gloo")
+
+
+def test_a_trace_without_steps_is_one_window_per_rank(tmp_path):
+    """No ProfilerStep (a manual profiler start/stop): one window per rank, the span of its
+    CPU events, as step 0.
+
+    ::
+
+        t (µs)    0         30   40   50   60
+        r0 main   |=========|                      mm; gloo [30, 50)
+        r0 gloo             |~~~~|xxxx|
+        r1 main   |==============|    |====|       mm, add; gloo [40, 50)
+        r1 gloo                  |xxxx|
+
+    rank 0: window [0, 50): busy 30, wait 10, exposed 10. rank 1: [0, 60): busy 50, exposed 10.
+    """
+    rank0 = [_op("aten::mm", 0, 30), _gloo("all_reduce", 30, 20)]
+    rank1 = [_op("aten::mm", 0, 40), _gloo("all_reduce", 40, 10), _op("aten::add", 50, 10)]
+    run = _load(tmp_path, [_stepless_doc(0, rank0), _stepless_doc(1, rank1)])
+    assert run.steps == [0]
+    assert {t.step_source for t in run.ranks.values()} == {"whole trace"}
+    assert any("one window (step 0)" in w for w in run.warnings)
+    table = _table(run)
+    _row(table, 0, 0, window=50, busy=30, straggler_wait=10, exposed_comm=10)
+    _row(table, 1, 0, window=60, busy=50, exposed_comm=10)
+
+
+def test_a_step_marker_makes_the_users_ranges_the_steps(tmp_path):
+    """``--step-marker train_step``: the outermost ``train_step`` ranges are the steps 0, 1
+    (a nested ``train_step.data`` range is part of its step); ProfilerStep#7 around both is
+    then a plain annotation.
+
+    ::
+
+        t (µs)    0        30   40 45 50       70   80   90  100
+        steps     |----train_step 0-----|----train_step 1-------|
+        r0        |========|~~~~|xx|    |=============|xxxx|      mm; gloo [30,45), [80,90)
+        r1        |=============|xx|    |========|~~~~|xxxx|      mm; gloo [40,45), [70,90)
+
+    step 0: A = 40: rank 0 waits 10, both exposed 5; busy 35 / 45 of 50.
+    step 1: A = 80: rank 1 waits 10, both exposed 10; busy 40 / 30 of 50.
+    """
+
+    def doc(rank: int, work: list[dict]) -> dict:
+        ranges = [
+            x("ProfilerStep#7", "user_annotation", 0, 100),
+            x("train_step", "user_annotation", 0, 50),
+            x("train_step.data", "user_annotation", 1, 2),
+            x("train_step", "user_annotation", 50, 50),
+        ]
+        return _stepless_doc(rank, [*ranges, *work])
+
+    rank0 = [_op("aten::mm", 0, 30), _gloo("all_reduce", 30, 15)]
+    rank0 += [_op("aten::mm", 50, 30), _gloo("all_reduce", 80, 10)]
+    rank1 = [_op("aten::mm", 0, 40), _gloo("all_reduce", 40, 5)]
+    rank1 += [_op("aten::mm", 50, 20), _gloo("all_reduce", 70, 20)]
+    for r, work in ((0, rank0), (1, rank1)):
+        write(tmp_path / f"rank{r}.json", doc(r, work))
+    run = fsobs.load_run(tmp_path, fsobs.LoadConfig(step_marker="train_step"))
+    assert run.steps == [0, 1]
+    table = _table(run)
+    _row(table, 0, 0, window=50, busy=35, straggler_wait=10, exposed_comm=5)
+    _row(table, 1, 0, window=50, busy=45, exposed_comm=5)
+    _row(table, 0, 1, window=50, busy=40, exposed_comm=10)
+    _row(table, 1, 1, window=50, busy=30, straggler_wait=10, exposed_comm=10)
+
+
+# -------------------------------------------------------------------------- 6. findings
+
+
+def test_findings_report_large_other_and_steps_missing_on_some_ranks(tmp_path):
+    """Rank 1 recorded step 1 only; both ranks copy memory for 10 µs in step 1.
+
+    ::
+
+        t (µs)    10        40   50                    110  120
+        rank 0    |=========|mmmm|                     |====|      step 2 starts at 110
+        rank 1    |=========|mmmm|
+
+    Only step 1 is analyzed. rank 0: window [10, 110) (to step 2's first kernel): busy 30,
+    other 10, host_idle 60; rank 1: window [10, 50): busy 30, other 10. other = 20 of 140
+    (14.3%) of the window: above the 5% it should be.
+    """
+    from tests.test_bubbles import _gemm, _memcpy
+
+    step1 = [(1, _gemm(10, 30)), (1, _memcpy(40, 10, stream=8))]
+    docs = [
+        _gpu_doc(0, {1: (0, 100), 2: (100, 100)}, [*step1, (2, _gemm(110, 10))]),
+        _gpu_doc(1, {1: (0, 100)}, [(1, _gemm(10, 30)), (1, _memcpy(40, 10, stream=8))]),
+    ]
+    run = _load(tmp_path, docs)
+    assert run.steps == [1]
+    table = _table(run)
+    _row(table, 0, 1, window=100, busy=30, other=10, host_idle=60)
+    _row(table, 1, 1, window=40, busy=30, other=10)
+    lines = findings(analyze(run))
+    assert any(line.startswith("'other' takes 14.3% of the window") for line in lines)
+    assert "step(s) 2 are missing on some ranks: left out of the analysis" in lines
