@@ -14,7 +14,9 @@
     With a heavy tail that one-item-per-group structure costs balance, so the equal-size KK
     result is compared with capped LPT (below) and the one with the lower max part wins (KK on
     a tie): still never worse than round-robin. With ``equal_size=False`` every item starts as
-    its own partial partition (pure Python, O(n·k): seconds for 16k items into 256 parts).
+    its own partial partition, merged by a heap on the spread; partitions list only their
+    non-empty parts and the runs of items that a partition takes in a row skip the heap
+    (:class:`_Differencing`): tens of milliseconds, not seconds, for 16k items into 256 parts.
   - ``"lpt"``: greedy longest processing time: items by descending cost, each to the currently
     lightest part (max <= mean + largest item). With ``equal_size=True`` a full part
     (``n / num_parts`` items) takes no more.
@@ -22,6 +24,9 @@
     shuffled batch does).
 
   ``equal_size=True`` (the default) requires ``len(costs) % num_parts == 0`` for every method.
+  With ``equal_size=False``, KK and LPT place the samples of positive cost and then deal the
+  zero-cost ones one at a time to a part with the fewest samples, so that no part is empty when
+  there are at least ``num_parts`` samples (all-zero costs: counts differ by at most 1).
   Ties are broken by index, so equal inputs give equal outputs. Each part lists its indices in
   ascending order; parts are ordered by their smallest index, empty parts last. Every index
   appears exactly once.
@@ -30,6 +35,7 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import math
@@ -158,27 +164,144 @@ def _kk_equal(arr: np.ndarray, k: int) -> list[np.ndarray]:
     return list(heap[0][3])
 
 
+_Part = tuple[float, int]
+"""One non-empty part of a partial partition: (its cost, its representative item)."""
+
+
+class _Differencing:
+    """k-way Karmarkar–Karp differencing of positive-cost items given by descending cost; item
+    ``i`` is the ``i``-th of that order, so that the run depends on the costs alone.
+
+    Same merges as a heap of ``n`` partitions of ``k`` sums each (item ``i`` of the descending
+    order starts as ``(cost, 0, ..., 0)`` with priority ``(cost, -i)``; a merge gets priority
+    ``(max - min, -counter)``), but cheap: items wait in their sorted order instead of a heap, a
+    partition lists only its non-empty parts (ascending ``(cost, representative)``), and the run
+    of items merged into the partition just built is taken without touching the heap.
+    Members are tracked by union: each merge of two non-empty parts makes one representative
+    the parent of the other.
+    """
+
+    def __init__(self, costs: list[float], k: int) -> None:
+        self.costs = [*costs, -math.inf]  # a sentinel: "the item after the last"
+        self.k, self.num_items = k, len(costs)
+        self.negated = [-c for c in costs]  # ascending, for bisect
+        self.next = 0  # the first item not yet merged
+        self.counter = len(costs)  # priority tie-break of the next merge (items have 0..n-1)
+        self.heap: list[tuple[float, int, list[_Part]]] = []  # (-spread, counter, parts)
+        self.children: list[int] = []
+        self.parents: list[int] = []
+
+    def spread(self, parts: list[_Part]) -> float:
+        """Max part - min part (a missing part costs 0)."""
+        return parts[-1][0] - (parts[0][0] if len(parts) == self.k else 0.0)
+
+    def take(self) -> list[_Part]:
+        """Remove the entry of highest priority: the next item unless the heap's top spreads
+        more (an item wins a tie: its counter is lower)."""
+        j = self.next
+        if self.heap and -self.heap[0][0] > self.costs[j]:  # the sentinel loses
+            return heapq.heappop(self.heap)[2]
+        self.next = j + 1
+        return [(self.costs[j], j)]
+
+    def solve(self) -> list[_Part]:
+        """Merge until one partition is left and return its parts."""
+        while len(self.heap) + self.num_items - self.next > 1:
+            merged = self._equal_run() or self.merge(self.take(), self.take())
+            merged = self.absorb(merged)
+            heapq.heappush(self.heap, (-self.spread(merged), self.counter - 1, merged))
+        return self.take()
+
+    def _equal_run(self) -> list[_Part] | None:
+        """The next ``r`` items (2 <= r <= k) cost the same ``c`` and every heap entry spreads
+        less: the heap would pair them up (each pair spreads ``c``, more than any later item),
+        then merge the pairs first in, first out: ``r - 1`` merges into one partition of ``r``
+        parts costing ``c``. None when that does not apply."""
+        j = self.next
+        cost = self.costs[j]
+        if j + 1 >= self.num_items or self.costs[j + 1] != cost:
+            return None
+        if self.heap and -self.heap[0][0] >= cost:
+            return None
+        num = bisect.bisect_right(self.negated, -cost, j) - j
+        if num > self.k:
+            return None
+        self.next += num
+        self.counter += num - 1
+        return [(cost, item) for item in range(j, j + num)]
+
+    def merge(self, x: list[_Part], y: list[_Part]) -> list[_Part]:
+        """The i-th heaviest part of one with the i-th lightest of the other."""
+        self.counter += 1
+        p, q, k = len(x), len(y), self.k
+        if p + q <= k:  # every non-empty part meets an empty one
+            return sorted(x + y)
+        lo = k - q  # x's parts from position lo on (heaviest first) meet y's (lightest first)
+        heavy = x[::-1]
+        both = heavy[lo:p]
+        self.children.extend(part[1] for part in y[: p - lo])
+        self.parents.extend(part[1] for part in both)
+        paired = [(a[0] + b[0], a[1]) for a, b in zip(both, y, strict=False)]
+        return sorted(heavy[:lo] + paired + y[p - lo :])
+
+    def absorb(self, parts: list[_Part]) -> list[_Part]:
+        """Merge the next items into ``parts`` while the two are the entries of highest priority
+        (``parts``, the newest merge, loses every tie)."""
+        top = -self.heap[0][0] if self.heap else -math.inf
+        if len(parts) < self.k:
+            parts = self._fill(parts, top)
+        if len(parts) == self.k:
+            self._feed(parts, top)
+        return parts
+
+    def _fill(self, parts: list[_Part], top: float) -> list[_Part]:
+        """Items into empty parts; the spread stays the heaviest part, and every item of the
+        run costs no more than any part (they come later in the descending order)."""
+        costs, j, spread = self.costs, self.next, parts[-1][0]
+        if j == self.num_items or costs[j] < top or spread <= top or spread <= costs[j + 1]:
+            return parts
+        # the spread then beats every later item too: take the items that beat the heap's top
+        num = min(self.k - len(parts), bisect.bisect_right(self.negated, -top, j) - j)
+        self.next += num
+        self.counter += num
+        return [(costs[i], i) for i in range(j + num - 1, j - 1, -1)] + parts
+
+    def _feed(self, parts: list[_Part], top: float) -> None:
+        """Items into the lightest part (``parts`` is full), in place."""
+        costs, j, end = self.costs, self.next, self.num_items
+        pop, insort = parts.pop, bisect.insort
+        add_child, add_parent = self.children.append, self.parents.append
+        while j < end:
+            cost = costs[j]
+            spread = parts[-1][0] - parts[0][0]
+            if cost < top or spread <= top or spread <= costs[j + 1]:
+                break
+            load, rep = pop(0)
+            insort(parts, (load + cost, rep))
+            add_child(j)
+            add_parent(rep)
+            j += 1
+        self.counter += j - self.next
+        self.next = j
+
+
 def _kk_unequal(arr: np.ndarray, k: int) -> list[np.ndarray]:
+    """KK differencing of items of positive cost, each starting as its own partition."""
     order = _descending(arr)
-    heap: list[tuple[float, int, list[float], list[list[int]]]] = []
-    for rank, idx in enumerate(order.tolist()):
-        sums = [float(arr[idx])] + [0.0] * (k - 1)
-        heap.append((-sums[0], rank, sums, [[idx]] + [[] for _ in range(k - 1)]))
-    heapq.heapify(heap)
-    counter = len(heap)
-    while len(heap) > 1:
-        _, _, s1, m1 = heapq.heappop(heap)
-        _, _, s2, m2 = heapq.heappop(heap)
-        pairs = sorted(
-            ((s1[i] + s2[k - 1 - i], m1[i] + m2[k - 1 - i]) for i in range(k)),
-            key=lambda p: -p[0],
-        )
-        sums = [p[0] for p in pairs]
-        heapq.heappush(heap, (-(sums[0] - sums[-1]), counter, sums, [p[1] for p in pairs]))
-        counter += 1
-    if not heap:
-        return [np.empty(0, dtype=np.int64) for _ in range(k)]
-    return [np.asarray(p, dtype=np.int64) for p in heap[0][3]]
+    if k == 1 or arr.size <= 1:
+        return [order] + [np.empty(0, dtype=np.int64) for _ in range(k - 1)]
+    run = _Differencing(arr[order].tolist(), k)
+    parts = run.solve()
+    parent = np.arange(arr.size)  # by position in ``order``
+    parent[np.asarray(run.children, dtype=np.int64)] = run.parents
+    while True:  # pointer jumping: every item to its root
+        grand = parent[parent]
+        if np.array_equal(grand, parent):
+            break
+        parent = grand
+    slot = np.empty(arr.size, dtype=np.int64)
+    slot[[rep for _, rep in parts]] = np.arange(len(parts))
+    return _group(order, slot[parent], k)
 
 
 def _lpt(arr: np.ndarray, k: int, cap: int | None) -> list[np.ndarray]:
@@ -204,6 +327,34 @@ def _group(items: np.ndarray, owners: np.ndarray, k: int) -> list[np.ndarray]:
     by_owner = np.argsort(owners, kind="stable")
     bounds = np.searchsorted(owners[by_owner], np.arange(1, k))
     return np.split(items[by_owner], bounds)
+
+
+def _unequal(arr: np.ndarray, k: int, method: str) -> list[np.ndarray]:
+    """KK or LPT with unequal counts on the samples of positive cost; then the zero-cost samples
+    to the parts with the fewest samples, so that no part is left empty if it can be helped."""
+    positive = np.flatnonzero(arr > 0)
+    raw = _kk_unequal(arr[positive], k) if method == "kk" else _lpt(arr[positive], k, None)
+    return _deal_by_count([positive[p] for p in raw], np.flatnonzero(arr == 0))
+
+
+def _deal_by_count(parts: list[np.ndarray], extra: np.ndarray) -> list[np.ndarray]:
+    """``parts`` plus the ``extra`` items (ascending), dealt one at a time to a part with the
+    fewest items (the first such part on a tie)."""
+    counts = np.array([p.size for p in parts], dtype=np.int64)
+    num = extra.size
+    # the level every part ends at or above: the largest L with sum(max(L - counts, 0)) <= num
+    lo, hi = int(counts.min()), int(counts.min()) + num
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if int(np.maximum(mid - counts, 0).sum()) <= num:
+            lo = mid
+        else:
+            hi = mid - 1
+    take = np.maximum(lo - counts, 0)
+    left = num - int(take.sum())  # fewer than the parts now at level lo: one each, in order
+    take[np.flatnonzero(counts <= lo)[:left]] += 1
+    chunks = np.split(extra, np.cumsum(take)[:-1])
+    return [np.concatenate([p, c]) for p, c in zip(parts, chunks, strict=True)]
 
 
 def _max_load(arr: np.ndarray, parts: list[np.ndarray]) -> float:
@@ -240,9 +391,9 @@ def partition(
             if _max_load(arr, capped) < _max_load(arr, raw):
                 raw = capped
         else:
-            raw = _kk_unequal(arr, k)
+            raw = _unequal(arr, k, "kk")
     elif method == "lpt":
-        raw = _lpt(arr, k, n // k if equal_size else None)
+        raw = _lpt(arr, k, n // k) if equal_size else _unequal(arr, k, "lpt")
     else:
         raw = np.array_split(np.arange(n, dtype=np.int64), k)
     parts = [np.sort(p).tolist() for p in raw]

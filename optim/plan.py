@@ -17,7 +17,9 @@ Every rank of a step then checks the plan's :func:`plan_digest` against the othe
 loudly instead of training on duplicated or dropped samples.
 
 With unequal counts (``method="lpt"``) each rank scales its mean loss by :func:`loss_scale`, so
-that the all-reduced (averaged) gradient is the gradient of the global mean loss.
+that the all-reduced (averaged) gradient is the gradient of the global mean loss. ``lpt`` also
+plans a global batch that is not a multiple of the world size (so does the toggle off: the random
+split's chunks then differ by one sample); the equal-count methods ``kk`` and ``random`` raise.
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ class StepPlan:
     @classmethod
     def make(cls, costs: np.ndarray, world_size: int, config: BalanceConfig) -> StepPlan:
         """Plan one global batch whose samples cost ``costs`` (global-batch order)."""
-        before = partition(costs, world_size, method="random", equal_size=True)
+        # The random split; when world_size does not divide the batch, chunks differ by one.
+        before = partition(costs, world_size, method="random", equal_size=False)
         if config.enabled:
             after = partition(costs, world_size, method=config.method, equal_size=config.equal_size)
         else:
@@ -115,13 +118,18 @@ def batch_digest(sample_ids: np.ndarray) -> str:
 
 def loss_scale(num_local: int, num_global: int, world_size: int) -> float:
     """Factor on a rank's mean loss so that the ranks' averaged gradients equal the gradient of
-    the global mean loss: ``world_size · num_local / num_global`` (1.0 with equal counts)::
+    the global mean loss: ``world_size · num_local / num_global``::
 
         (1/W) Σ_r s_r · (1/n_r) Σ_{i∈r} ∇l_i  =  (1/N) Σ_i ∇l_i   with  s_r = W·n_r/N
+
+    Equal counts (the toggle off, ``kk``, ``random``) get exactly 1.0 without arithmetic, so the
+    baseline never depends on the formula that only unequal counts (``lpt``) need.
     """
     if num_global <= 0 or world_size <= 0 or num_local < 0:
         raise ValueError(
             f"loss_scale: need num_global, world_size > 0 and num_local >= 0, "
             f"got {num_local}, {num_global}, {world_size}"
         )
+    if num_local * world_size == num_global:
+        return 1.0
     return world_size * num_local / num_global

@@ -96,6 +96,28 @@ def test_points_need_both_a_sidecar_row_and_a_trace_row():
         fit_points(steps.iloc[:3], side, path="/r")
 
 
+def test_constant_zero_busy_time_is_refused():
+    """Busy 0 everywhere: the zero vector fits exactly and nothing fits better, so NNLS
+    returns c0 = a = b = 0: a model that explains nothing is an error, naming the run."""
+    steps, side = _points(BATCHES, c0=0.0, a=0.0, b=0.0)
+    assert (steps["busy_ms"] == 0).all()
+    with pytest.raises(fsobs.RunError, match=r"^/r: the fitted cost model is all zero") as info:
+        fit_points(steps, side, path="/r")
+    assert "explains nothing" in str(info.value) and "7 (rank, step) points" in str(info.value)
+
+
+def test_busy_time_only_without_samples_is_refused():
+    """Busy only in the steps that trained no sample (x = 0 there) and 0 where samples were
+    trained: Xᵀy = 0, so for any c >= 0, ||Xc - y||² = ||Xc||² + ||y||² >= ||y||², the value
+    at c = 0: the fit is all zero and refused."""
+    steps, side = _points([[], [], [10, 20], [500], [], [7, 300]], c0=0.0, a=0.0, b=0.0)
+    steps.loc[side["num_samples"] == 0, "busy_ms"] = 3.0
+    x = side[["num_samples", "len_sum", "len_sq_sum"]].to_numpy(float)
+    assert not (x.T @ steps["busy_ms"].to_numpy()).any()
+    with pytest.raises(fsobs.RunError, match="all zero"):
+        fit_points(steps, side, path="/r")
+
+
 def test_fit_cost_on_an_analyzed_gpu_run(tmp_path):
     """Each rank's compute time (µs) is exactly 2·n + ΣL / 100 + ΣL² / 1000, i.e. in ns per
     sample c(L) = 2000 + 10·L + L²."""
@@ -162,6 +184,20 @@ def test_cli_fit_cost_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no step sidecars" in err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_cli_fit_cost_refuses_a_zero_model(tmp_path, capsys):
+    """Rank 0 computes 100 µs per step but trains no sample; rank 1 trains samples in 0 µs: the
+    busy time is orthogonal to every feature, the fit is all zero and refused (exit 2)."""
+    lengths = [([], [10, 20]), ([], [30]), ([], [5, 5, 5]), ([], [40, 1])]
+    run = write_gpu_run(tmp_path / "run", [(100.0, 0.0)] * 4, lengths=lengths)
+    assert main(["fit-cost", str(run)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith(f"fsobs: error: {run}: the fitted cost model is all zero")
+    assert "8 (rank, step) points" in captured.err
+    assert not (run / "cost_model.json").exists()
 
 
 def test_cli_fit_cost_unwritable_out(fit_run, tmp_path, capsys):

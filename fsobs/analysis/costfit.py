@@ -11,7 +11,9 @@ so the coefficients are a linear least-squares fit on the sidecar's ``num_sample
 non-negative costs). Units: the model's cost is **nanoseconds of busy time per sample**.
 
 Every point is kept, including a first traced step that may carry warm-up time; ``points``
-holds each one's prediction so that outliers can be seen. At least ``MIN_POINTS`` are required.
+holds each one's prediction so that outliers can be seen. At least ``MIN_POINTS`` are required,
+and a fit whose coefficients are all zero (busy time that never grows with the samples, e.g.
+none recorded, or recorded only on the ranks without samples) is refused: it explains nothing.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def fit_points(
 ) -> CostFit:
     """Fit on ``steps`` (columns ``rank, step, busy_ms``, as ``Analysis.steps``) joined with
     ``sidecar`` (``rank, step`` and ``FEATURES``) on (rank, step). ``path`` names the run in
-    the error raised when fewer than ``MIN_POINTS`` points remain."""
+    the error raised when fewer than ``MIN_POINTS`` points remain or the fit is all zero."""
     side = sidecar.drop_duplicates(["rank", "step"], keep="last")
     points = steps[["rank", "step", "busy_ms"]].merge(
         side[["rank", "step", *FEATURES]], on=["rank", "step"], how="inner"
@@ -78,6 +80,13 @@ def fit_points(
     x = points[list(FEATURES)].to_numpy(np.float64)
     measured_ms = points["busy_ms"].to_numpy(np.float64)
     coef = nonnegative_lstsq(x, measured_ms * 1e6)
+    if not coef.any():
+        raise RunError(
+            "the fitted cost model is all zero (c0 = a = b = 0): the busy time never grows "
+            f"with num_samples, len_sum or len_sq_sum over the {len(points)} (rank, step) "
+            "points, so the model explains nothing and would make every plan arbitrary",
+            path=path,
+        )
     predicted_ms = x @ coef / 1e6
     residual = measured_ms - predicted_ms
     ss_tot = float(((measured_ms - measured_ms.mean()) ** 2).sum())

@@ -4,7 +4,8 @@ Follows ``shared/examples/torchrec_cpu_dmp.py`` and the CPU rules in
 ``shared/notes/torch_torchrec_cpu.md`` §3: the planner with one sharding type per module
 (an EmbeddingCollection must not be data_parallel; on CPU an EmbeddingBagCollection cannot be
 row_wise), the fused compute kernel (the planner picks it), and the fused embedding optimizer
-combined with a dense optimizer that leaves the fused parameters out.
+combined with a dense optimizer that leaves the fused parameters out (Adagrad by default; plain
+SGD for tests, ``OPTIMIZERS``).
 
 Defaults: the pooled tables (user, context: one to four ids per sample) are table_wise; the
 sequence tables (item, category: every history event) are row_wise, so that every rank does the
@@ -29,13 +30,26 @@ from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from fsobs.workload.model import EBC_TABLES, EC_TABLES, SeqRecModel
 
 EMBEDDING_LR = 0.01
+OPTIMIZERS: tuple[str, ...] = ("adagrad", "sgd")
+"""``adagrad`` (default): exact row-wise Adagrad on the tables, Adagrad on the dense parameters.
+``sgd``: plain SGD on both, for tests: an update proportional to the gradient, so a wrong scale of
+the loss shows in the parameters (Adagrad's update is invariant to a constant factor)."""
 
 
-def sharders(embedding_lr: float = EMBEDDING_LR) -> list[ModuleSharder[torch.nn.Module]]:
-    """EBC and EC sharders whose fused optimizer is exact row-wise Adagrad."""
+def _check_optimizer(optimizer: str) -> None:
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer: unknown {optimizer!r}, expected one of {list(OPTIMIZERS)}")
+
+
+def sharders(
+    embedding_lr: float = EMBEDDING_LR, optimizer: str = "adagrad"
+) -> list[ModuleSharder[torch.nn.Module]]:
+    """EBC and EC sharders whose fused optimizer is exact row-wise Adagrad (or exact SGD)."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
 
-    fused = {"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": embedding_lr}
+    _check_optimizer(optimizer)
+    kind = EmbOptimType.EXACT_SGD if optimizer == "sgd" else EmbOptimType.EXACT_ROWWISE_ADAGRAD
+    fused = {"optimizer": kind, "learning_rate": embedding_lr}
     return [
         EmbeddingBagCollectionSharder(fused_params=fused),  # type: ignore[list-item]
         EmbeddingCollectionSharder(fused_params=fused),  # type: ignore[list-item]
@@ -77,9 +91,11 @@ def wrap_model(
     ebc_sharding: str = "table_wise",
     ec_sharding: str = "row_wise",
     embedding_lr: float = EMBEDDING_LR,
+    optimizer: str = "adagrad",
 ) -> DistributedModelParallel:
-    """DMP around a model built with ``device="meta"`` (see ``SeqRecModel``)."""
-    module_sharders = sharders(embedding_lr)
+    """DMP around a model built with ``device="meta"`` (see ``SeqRecModel``); ``optimizer``
+    (one of ``OPTIMIZERS``) picks the fused optimizer of the tables."""
+    module_sharders = sharders(embedding_lr, optimizer)
     plan = plan_sharding(
         model,
         module_sharders,
@@ -97,13 +113,18 @@ def wrap_model(
     )
 
 
-def build_optimizer(dmp: DistributedModelParallel, dense_lr: float = 0.01) -> CombinedOptimizer:
-    """The fused (sparse) optimizer + Adagrad over the dense parameters.
+def build_optimizer(
+    dmp: DistributedModelParallel, dense_lr: float = 0.01, optimizer: str = "adagrad"
+) -> CombinedOptimizer:
+    """The fused (sparse) optimizer + Adagrad (or SGD: the ``optimizer`` given to
+    :func:`wrap_model`) over the dense parameters.
 
     The fused keys are left out of the dense optimizer: CombinedOptimizer otherwise raises
     ``ValueError: Duplicate param key``.
     """
+    _check_optimizer(optimizer)
+    dense_cls = torch.optim.SGD if optimizer == "sgd" else torch.optim.Adagrad
     fused_keys = set(dmp.fused_optimizer.params.keys())
     dense = {k: v for k, v in dmp.named_parameters() if k not in fused_keys}
-    dense_opt = KeyedOptimizerWrapper(dense, lambda ps: torch.optim.Adagrad(ps, lr=dense_lr))
+    dense_opt = KeyedOptimizerWrapper(dense, lambda ps: dense_cls(ps, lr=dense_lr))
     return CombinedOptimizer([dmp.fused_optimizer, dense_opt])

@@ -39,7 +39,7 @@ from fsobs.workload.data import SyntheticHistories, global_batches
 from fsobs.workload.inputs import StepInput, StepInputs
 from fsobs.workload.lengths import PRESETS
 from fsobs.workload.model import SeqRecModel
-from fsobs.workload.sharding import build_optimizer, wrap_model
+from fsobs.workload.sharding import OPTIMIZERS, build_optimizer, wrap_model
 from optim.balance import METHODS, CostModel
 from optim.plan import MODES, BalanceConfig
 
@@ -73,6 +73,8 @@ class JobConfig:
     """A JSON cost model (``fsobs fit-cost``); default: the analytic one of the model shape."""
     save_params: bool = False
     """Write each rank's final parameters to ``params.rank<R>.pt`` (for equivalence tests)."""
+    optimizer: str = "adagrad"
+    """``adagrad`` or ``sgd`` (for equivalence tests: ``fsobs.workload.sharding.OPTIMIZERS``)."""
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -83,6 +85,8 @@ class JobConfig:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {self.optimizer!r}")
         _ = self.balance_config  # raises ValueError on an unknown method or mode
 
     @property
@@ -142,8 +146,9 @@ def train(job: JobConfig, device: torch.device) -> None:
         job.balance_config,
         group,
     )
-    dmp = wrap_model(SeqRecModel(model_cfg, device="meta"), dist.GroupMember.WORLD, device)
-    pipeline = TrainPipelineSparseDist(dmp, build_optimizer(dmp), device)
+    model = SeqRecModel(model_cfg, device="meta")
+    dmp = wrap_model(model, dist.GroupMember.WORLD, device, optimizer=job.optimizer)
+    pipeline = TrainPipelineSparseDist(dmp, build_optimizer(dmp, optimizer=job.optimizer), device)
     made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
     batches = _recorded(iter(inputs), made)
     fail = _fail_step(rank)
@@ -257,6 +262,7 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
     p.add_argument("--balance-mode", default="plan", choices=list(MODES))
     p.add_argument("--cost-model", type=Path, default=None)
     p.add_argument("--save-params", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--optimizer", default="adagrad", choices=OPTIMIZERS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     return JobConfig(**vars(args))
 

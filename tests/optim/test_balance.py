@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from optim.balance import METHODS, CostModel, imbalance, partition
@@ -47,21 +48,81 @@ def test_equal_size_covers_once_and_equal_counts(case, method):
 
 @SMALL
 @given(costs=COSTS, k=st.integers(1, 7), method=st.sampled_from(METHODS))
-def test_unequal_covers_once_and_is_deterministic(costs, k, method):
+def test_unequal_covers_once_in_order(costs, k, method):
     parts = partition(costs, k, method=method, equal_size=False)
     assert len(parts) == k
     assert sorted(i for p in parts for i in p) == list(range(len(costs)))
-    assert parts == partition(list(costs), k, method=method, equal_size=False)
+    assert all(p == sorted(p) for p in parts)
     firsts = [p[0] for p in parts if p]
     assert firsts == sorted(firsts)
     assert all(not p for p in parts[len(firsts) :])
 
 
+_CHILD = """
+import json, sys
+from optim.balance import METHODS, partition
+costs, k = json.load(sys.stdin)
+plans = [partition(costs, k, method=m, equal_size=e) for m in METHODS for e in (True, False)]
+print(json.dumps(plans))
+"""
+
+
+def _all_plans(costs: list[float], k: int) -> list[list[list[int]]]:
+    return [partition(costs, k, method=m, equal_size=e) for m in METHODS for e in (True, False)]
+
+
+def test_deterministic_across_processes():
+    """Every rank plans alone (DESIGN §6): two fresh interpreters with different hash seeds
+    (and this one) must give the same plans, ties and zeros included."""
+    rng = np.random.default_rng(7)
+    costs = np.concatenate([rng.integers(1, 30, 300), np.zeros(20)]).astype(float)
+    costs = rng.permutation(costs).tolist()  # many ties, zeros spread over the batch
+    payload = json.dumps([costs, 16])
+    outputs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run(
+            [sys.executable, "-c", _CHILD],
+            input=payload,
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
+        outputs.append(json.loads(out.stdout))
+    assert outputs[0] == outputs[1] == _all_plans(costs, 16)
+
+
+def _cost_multisets(costs: list[float], parts: list[list[int]]) -> list[list[float]]:
+    """Each part as its sorted costs, parts sorted: what a relabeling of the samples keeps."""
+    return sorted(sorted(costs[i] for i in p) for p in parts)
+
+
 @SMALL
-@given(case=divisible(), method=st.sampled_from(METHODS))
-def test_deterministic_equal_size(case, method):
+@given(
+    case=divisible(),
+    method=st.sampled_from(("kk", "lpt")),
+    equal_size=st.booleans(),
+    ties=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_plan_depends_on_costs_not_on_input_order(case, method, equal_size, ties, seed):
+    """The same costs in another order give the same plan, up to exchanging samples of equal
+    cost (the order only breaks ties): mapped back, each part holds the same costs. Without
+    ties the parts are the same sets of samples."""
     costs, k = case
-    assert partition(costs, k, method=method) == partition(np.array(costs), k, method=method)
+    if ties:
+        costs = [float(round(c) % 5) for c in costs]  # few distinct values, zeros included
+    perm = np.random.default_rng(seed).permutation(len(costs))
+    shuffled = [costs[i] for i in perm]
+    parts = partition(costs, k, method=method, equal_size=equal_size)
+    back = [
+        [int(perm[i]) for i in p]
+        for p in partition(shuffled, k, method=method, equal_size=equal_size)
+    ]
+    assert _cost_multisets(costs, back) == _cost_multisets(costs, parts)
+    if len(set(costs)) == len(costs):
+        assert sorted(map(sorted, back)) == sorted(parts)
 
 
 @SMALL
@@ -81,6 +142,109 @@ def test_lpt_bound(costs, k):
     loads = _loads(costs, partition(costs, k, method="lpt", equal_size=False))
     mean = sum(costs) / k
     assert max(loads) <= (mean + max(costs, default=0.0)) * (1 + 1e-9) + 1e-9
+
+
+ZERO_HEAVY = st.lists(
+    st.one_of(st.just(0.0), st.just(0.0), st.floats(min_value=0, max_value=1e6, allow_nan=False)),
+    min_size=1,
+    max_size=40,
+)
+
+
+@SMALL
+@given(
+    costs=ZERO_HEAVY,
+    k=st.integers(1, 9),
+    method=st.sampled_from(METHODS),
+    equal_size=st.booleans(),
+)
+def test_no_empty_part_when_samples_suffice(costs, k, method, equal_size):
+    if equal_size:
+        costs = costs[: len(costs) - len(costs) % k]
+    assume(len(costs) >= k)
+    parts = partition(costs, k, method=method, equal_size=equal_size)
+    assert all(parts), parts
+    assert sorted(i for p in parts for i in p) == list(range(len(costs)))
+
+
+@SMALL
+@given(
+    n=st.integers(0, 60),
+    k=st.integers(1, 9),
+    method=st.sampled_from(METHODS),
+    equal_size=st.booleans(),
+)
+def test_all_zero_costs_are_spread_by_count(n, k, method, equal_size):
+    if equal_size:
+        n -= n % k
+    sizes = [len(p) for p in partition([0.0] * n, k, method=method, equal_size=equal_size)]
+    assert sum(sizes) == n
+    assert max(sizes) - min(sizes) <= 1
+
+
+@SMALL
+@given(
+    costs=ZERO_HEAVY.map(lambda c: c[:9]),
+    method=st.sampled_from(METHODS),
+    equal_size=st.booleans(),
+)
+def test_as_many_samples_as_parts_gives_one_each(costs, method, equal_size):
+    parts = partition(costs, len(costs), method=method, equal_size=equal_size)
+    assert sorted(parts) == [[i] for i in range(len(costs))]
+
+
+@pytest.mark.parametrize("method", ["kk", "lpt"])
+def test_many_zeros_and_a_few_large_costs(method):
+    """3 large costs each get a part of their own; the 20 zeros then go by count: 5 empty parts
+    and 3 holding one sample; levelling everyone to 2 samples takes 13 zeros, and the other 7
+    go one each: 23 samples as seven parts of 3 and one of 2."""
+    costs = [0.0] * 23
+    for i, cost in ((4, 1e6), (11, 5e5), (19, 7e5)):
+        costs[i] = cost
+    parts = partition(costs, 8, method=method, equal_size=False)
+    assert sorted(len(p) for p in parts) == [2] + [3] * 7
+    assert sorted(_loads(costs, parts)) == [0.0] * 5 + [5e5, 7e5, 1e6]
+
+
+def _reference_kk_unequal(costs: list[float], k: int) -> list[float]:
+    """The textbook k-way differencing the fast one must reproduce: every item its own
+    partition ``(cost, 0, ..., 0)``; pop the two of largest spread (ties: older first, items by
+    descending cost then index before any merge), pair the i-th heaviest part of one with the
+    i-th lightest of the other, push the result. Returns the final part costs, ascending."""
+    order = sorted(range(len(costs)), key=lambda i: (-costs[i], i))
+    heap = [(-costs[i], rank, [costs[i]] + [0.0] * (k - 1)) for rank, i in enumerate(order)]
+    heapq.heapify(heap)
+    counter = len(heap)
+    while len(heap) > 1:
+        _, _, first = heapq.heappop(heap)
+        _, _, second = heapq.heappop(heap)
+        sums = sorted((first[i] + second[k - 1 - i] for i in range(k)), reverse=True)
+        heapq.heappush(heap, (-(sums[0] - sums[-1]), counter, sums))
+        counter += 1
+    return sorted(heap[0][2]) if heap else [0.0] * k
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    costs=st.lists(st.integers(1, 12), min_size=1, max_size=120)
+    | st.lists(st.integers(1, 10**6), min_size=1, max_size=60),
+    k=st.integers(2, 12),
+)
+def test_kk_unequal_matches_the_textbook_differencing(costs, k):
+    """Integer costs (exact sums, so any order of addition agrees), with many ties or few,
+    exercise every shortcut of the fast version: the part costs must be the reference's."""
+    parts = partition(costs, k, method="kk", equal_size=False)
+    assert sorted(_loads(costs, parts)) == _reference_kk_unequal(costs, k)
+
+
+def test_kk_unequal_beats_lpt_on_a_classic_case():
+    """{8, 7, 6, 5, 4} into 2. LPT: 8 | 7, 6 to the 7 (13), 5 to the 8 (13), 4 to the first
+    on the tie: 8+5+4 | 7+6 = 17 | 13. Differencing: 8 and 7 pair up (spread 1), 6 and 5 too
+    (spread 1); 4 (spread 4) merges with the older pair: 8 | 7+4 (spread 3); that merges with
+    6 | 5, heaviest with lightest: 8+6 | 7+4+5 = 14 | 16."""
+    costs = [8, 7, 6, 5, 4]
+    assert partition(costs, 2, method="lpt", equal_size=False) == [[0, 3, 4], [1, 2]]
+    assert partition(costs, 2, method="kk", equal_size=False) == [[0, 2], [1, 3, 4]]
 
 
 def test_random_is_contiguous_chunks():

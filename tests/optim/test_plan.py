@@ -35,6 +35,30 @@ def test_lpt_gives_unequal_counts():
     assert plan.imbalance_after == pytest.approx(11 / 10.5)
 
 
+def test_lpt_takes_a_batch_that_is_not_a_multiple_of_the_world_size():
+    """10 samples on 4 ranks. LPT: the 9 alone, the nine 1s three each to the three lighter
+    ranks: loads 9, 3, 3, 3 (max/mean 9 / 4.5). The random split: chunks of 3, 3, 2, 2 samples,
+    costing 11, 3, 2, 2 (max/mean 11 / 4.5)."""
+    costs = np.array([9.0] + [1.0] * 9)
+    plan = StepPlan.make(costs, 4, BalanceConfig(enabled=True, method="lpt"))
+    assert sorted(np.concatenate(plan.parts).tolist()) == list(range(10))
+    assert sorted(p.size for p in plan.parts) == [1, 3, 3, 3]
+    assert sorted(float(costs[p].sum()) for p in plan.parts) == [3.0, 3.0, 3.0, 9.0]
+    assert plan.imbalance_after == pytest.approx(9 / 4.5)
+    assert plan.imbalance_before == pytest.approx(11 / 4.5)
+    scales = [loss_scale(p.size, 10, 4) for p in plan.parts]
+    assert sorted(scales) == pytest.approx([0.4, 1.2, 1.2, 1.2])  # 4 * n_r / 10
+    assert sum(scales) == pytest.approx(4.0)  # the ranks' mean of the scales is 1
+
+
+def test_equal_count_methods_still_need_a_multiple_of_the_world_size():
+    costs = np.ones(10)
+    with pytest.raises(ValueError, match="equal_size"):
+        StepPlan.make(costs, 4, BalanceConfig(enabled=True, method="kk"))
+    off = StepPlan.make(costs, 4, BalanceConfig())  # the random split: 3, 3, 2, 2 samples
+    assert [p.tolist() for p in off.parts] == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
+
+
 def test_plan_is_deterministic_and_the_digest_tells_plans_apart():
     config = BalanceConfig(enabled=True)
     a, b = StepPlan.make(COSTS, 2, config), StepPlan.make(COSTS.copy(), 2, config)
