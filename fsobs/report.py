@@ -10,6 +10,7 @@ from rich.table import Table
 
 from fsobs.analysis import Analysis
 from fsobs.analysis._json import plain
+from fsobs.analysis.analyze import by_role
 
 _TEMPORAL_KEYS = (
     "rank",
@@ -50,6 +51,10 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         },
         "ranks_overview": _records(analysis.overview),
         "summary": {k: plain(v) for k, v in analysis.summary.items()},
+        "by_role": {
+            role: {k: plain(v) for k, v in values.items()}
+            for role, values in by_role(analysis.roles).items()
+        },
         "steps": _records(analysis.steps),
         "stragglers": {
             "per_step": _records(analysis.stragglers.per_step),

@@ -1,11 +1,44 @@
-"""FreeScale optimizer (numpy only at import time; ``optim.shuffle`` needs torch).
+"""FreeScale optimizer. Importing ``optim`` needs numpy only; the torch parts load on first use.
 
+- ``optim.config``: :class:`FreeScaleConfig` with the three toggles (:class:`BalanceConfig`,
+  :class:`PriorityConfig`, :class:`SMFreeConfig`) and :class:`ToggleStatus`.
+- ``optim.freescale``: :class:`FreeScale`, the facade a torchrec training loop embeds (torch).
 - ``optim.balance``: the per-sample cost model and the partitioners.
-- ``optim.plan``: the ``balance`` toggle's config (:class:`BalanceConfig`) and the per-step plan.
-- ``optim.shuffle``: shuffle-mode exchange and the run-time plan check (torch.distributed).
+- ``optim.plan``: the ``balance`` toggle's per-step plan.
+- ``optim.groups``, ``optim.comm``, ``optim.ddp``, ``optim.dmp``: the priority_overlap toggle
+  (torch; torchrec in ``optim.dmp`` only).
+- ``optim.sm_free``: the sm_free toggle (torch).
+- ``optim.shuffle``: shuffle-mode exchange and the run-time plan check (torch).
+- ``optim.markers``: the range names the analyzer reads.
 """
 
+from typing import Any
+
 from optim.balance import METHODS, CostModel, imbalance, partition
+from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
 from optim.plan import MODES, BalanceConfig, StepPlan
 
-__all__ = ["METHODS", "MODES", "BalanceConfig", "CostModel", "StepPlan", "imbalance", "partition"]
+__all__ = [
+    "METHODS",
+    "MODES",
+    "BalanceConfig",
+    "CostModel",
+    "FreeScale",
+    "FreeScaleConfig",
+    "PriorityConfig",
+    "SMFreeConfig",
+    "StepPlan",
+    "StepShare",
+    "ToggleStatus",
+    "imbalance",
+    "partition",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """``FreeScale`` and ``StepShare`` import torch; load them only when asked for."""
+    if name in ("FreeScale", "StepShare"):
+        from optim import freescale
+
+        return getattr(freescale, name)
+    raise AttributeError(f"module 'optim' has no attribute {name!r}")

@@ -2,10 +2,11 @@
 
 ``fsobs`` reads these names; ``optim`` writes them (``torch.autograd.profiler.record_function``):
 
-- ``## fsobs:pg:<pg_name> ##`` around every collective the optimizer issues on a process group
-  of its own. gloo traces do not say which group a collective ran on; this range, around the
-  enqueue on the training thread, lets the analyzer tell the groups apart
-  (:mod:`fsobs.trace._collectives`).
+- ``## fsobs:comm:<role>:<pg_name> ##`` around the issue of every collective FreeScale sees:
+  torchrec's embedding collectives (role ``embedding``), DDP's dense all-reduce (``dense``) and
+  the balance toggle's exchange (``other``). gloo traces say neither the group nor the purpose
+  of a collective; this range, around its enqueue on the training thread, tells the analyzer
+  both (:mod:`fsobs.trace._collectives`).
 - ``## fsobs:data ##`` around the preparation of a step's input (batch build, balance plan,
   shuffle exchange): a data-loader range for the CPU bubble classes.
 - ``## fsobs:balance ##`` around the balance toggle's work inside it.
@@ -13,19 +14,25 @@
 
 from __future__ import annotations
 
-PG_MARKER_PREFIX = "## fsobs:pg:"
-PG_MARKER_SUFFIX = " ##"
+COMM_MARKER_PREFIX = "## fsobs:comm:"
+MARKER_SUFFIX = " ##"
 DATA_MARKER = "## fsobs:data ##"
 BALANCE_MARKER = "## fsobs:balance ##"
+ROLES = ("embedding", "dense", "other")
 
 
-def pg_marker(pg_name: str) -> str:
-    """The range name for collectives issued on the group named ``pg_name``."""
-    return f"{PG_MARKER_PREFIX}{pg_name}{PG_MARKER_SUFFIX}"
+def comm_marker(role: str, pg_name: str) -> str:
+    """The range name for a collective of ``role`` issued on the group named ``pg_name``."""
+    if role not in ROLES:
+        raise ValueError(f"role: unknown {role!r}, expected one of {list(ROLES)}")
+    return f"{COMM_MARKER_PREFIX}{role}:{pg_name}{MARKER_SUFFIX}"
 
 
-def pg_of_marker(name: str) -> str | None:
-    """The group name of a ``pg_marker`` range name, None for any other name."""
-    if name.startswith(PG_MARKER_PREFIX) and name.endswith(PG_MARKER_SUFFIX):
-        return name[len(PG_MARKER_PREFIX) : -len(PG_MARKER_SUFFIX)] or None
-    return None
+def parse_comm_marker(name: str) -> tuple[str, str] | None:
+    """``(role, pg_name)`` of a :func:`comm_marker` range name, None for any other name."""
+    if not (name.startswith(COMM_MARKER_PREFIX) and name.endswith(MARKER_SUFFIX)):
+        return None
+    role, sep, pg_name = name[len(COMM_MARKER_PREFIX) : -len(MARKER_SUFFIX)].partition(":")
+    if not sep or role not in ROLES or not pg_name:
+        return None
+    return role, pg_name

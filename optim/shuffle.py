@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd.profiler import record_function
 
-from optim.markers import pg_marker
+from optim.markers import comm_marker
 from optim.plan import BalanceConfig, StepPlan
 
 __all__ = [
@@ -40,9 +40,10 @@ class PlanDivergedError(RuntimeError):
 
 
 def on_group(group: dist.ProcessGroup | None) -> record_function:
-    """The range that names ``group`` around a collective issued on it (:mod:`optim.markers`)."""
+    """The range that names ``group`` around a collective of the balance toggle issued on it
+    (:mod:`optim.markers`)."""
     pg = group if group is not None else dist.group.WORLD
-    return record_function(pg_marker(pg.group_name))
+    return record_function(comm_marker("other", pg.group_name))
 
 
 def check_plan(digest: str, step: int, group: dist.ProcessGroup | None = None) -> None:

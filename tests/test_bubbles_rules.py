@@ -5,6 +5,7 @@ legend: ``~`` straggler wait, ``x`` exposed, ``u`` unattributed, ``=`` compute, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -237,7 +238,7 @@ def _two_group_doc(rank: int, events: list[dict]) -> dict:
 
 def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path):
     """Two gloo groups, each with an all_reduce in the step, issued in opposite orders on the
-    two ranks. gloo names no group; the optimizer's ``## fsobs:pg:1 ##`` range around the
+    two ranks. gloo names no group; the optimizer's ``## fsobs:comm:other:1 ##`` range around the
     enqueue does, and each worker thread takes the group of its collectives' enqueues.
 
     ::
@@ -257,7 +258,7 @@ def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path)
     rank 1: comm [7, 40), wait 15, exposed 18, busy 67.
     """
     rank0 = [
-        x("## fsobs:pg:1 ##", "user_annotation", 10, 2),
+        x("## fsobs:comm:other:1 ##", "user_annotation", 10, 2),
         _op("c10d::allreduce_", 10, 1),
         _gloo("all_reduce", 12, 18, tid=GLOO_PG1),
         _op("c10d::allreduce_", 20, 1),
@@ -266,7 +267,7 @@ def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path)
     rank1 = [
         _op("c10d::allreduce_", 5, 1),
         _gloo("all_reduce", 7, 33),
-        x("## fsobs:pg:1 ##", "user_annotation", 25, 2),
+        x("## fsobs:comm:other:1 ##", "user_annotation", 25, 2),
         _op("c10d::allreduce_", 25, 1),
         _gloo("all_reduce", 28, 2, tid=GLOO_PG1),
     ]
@@ -508,3 +509,118 @@ def test_findings_report_large_other_and_steps_missing_on_some_ranks(tmp_path):
     lines = findings(analyze(run))
     assert any(line.startswith("'other' takes 14.3% of the window") for line in lines)
     assert "step(s) 2 are missing on some ranks: left out of the analysis" in lines
+
+
+# ------------------------------------------------------------- 11. roles of the collectives
+
+
+def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
+    """Rank 0 waits in an embedding all_to_all (group 2) and a dense all_reduce (group 3) at
+    once; FreeScale's markers around the enqueues name role and group.
+
+    ::
+
+        t (µs)    5  8  10        20   25   30        40
+        r0 main   |e |d |                                    e, d: marked enqueues
+        r0 t300         |~~~~~~~~~~~~~~|xxxxxxxxxxxxxx|      all_to_all [10, 40), last: r1 at 20
+        r0 t400         |~~~~~~~~~~~~~~~~~~~|xxxx|           all_reduce [10, 30), last: r1 at 25
+        r1 t300                   |xxxxxxxxxxxxxxxxxxx|      [20, 40)
+        r1 t400                        |xxxx|                [25, 30)
+
+    rank 0: straggler_wait [10, 25) = 15, all charged to the all_reduce (the binding one,
+    latest last arrival: dense); exposed [25, 40) = 15, embedding (embedding before dense where
+    both are in flight). rank 1: exposed [20, 40) = 20, embedding.
+    Per rank and step: embedding exposed (15 + 20) / 2 = 17.5, dense wait 15 / 2 = 7.5.
+    """
+    from fsobs.analysis.analyze import by_role
+
+    def doc(rank: int, a2a: tuple[float, float], ar: tuple[float, float]) -> dict:
+        events = [
+            x("## fsobs:comm:embedding:2 ##", "user_annotation", 5, 1),
+            _op("c10d::alltoall_base_", 5, 1),
+            x("## fsobs:comm:dense:3 ##", "user_annotation", 8, 1),
+            _op("c10d::allreduce_", 8, 1),
+            _gloo("all_to_all", *a2a, tid=GLOO_PG1),
+            _gloo("all_reduce", *ar, tid=400),
+        ]
+        return _cpu_doc(rank, events)
+
+    run = _load(tmp_path, [doc(0, (10, 30), (10, 20)), doc(1, (20, 20), (25, 5))])
+    result = analyze(run)
+    inst = result.collectives.instances.drop_duplicates("instance")
+    assert sorted(inst[["group", "role", "coll"]].values.tolist()) == [
+        ["2", "embedding", "all_to_all"],
+        ["3", "dense", "all_reduce"],
+    ]
+    table = _table(run)
+    _row(table, 0, 1, window=100, busy=70, straggler_wait=15, exposed_comm=15)
+    _row(table, 1, 1, window=100, busy=80, exposed_comm=20)
+    roles = by_role(result.roles)
+    assert roles["embedding"] == pytest.approx(
+        {"straggler_wait_ms_per_step": 0.0, "exposed_comm_ms_per_step": 0.0175}
+    )
+    assert roles["dense"] == pytest.approx(
+        {"straggler_wait_ms_per_step": 0.0075, "exposed_comm_ms_per_step": 0.0}
+    )
+    assert roles["other"] == {"straggler_wait_ms_per_step": 0.0, "exposed_comm_ms_per_step": 0.0}
+
+
+def test_roles_from_the_nccl_group_description_and_from_run_json(tmp_path):
+    """Without markers: an NCCL kernel of the group described ``freescale_emb`` is embedding;
+    on gloo, run.json's group layout names the roles (here the default group is dense)."""
+    from fsobs.analysis.analyze import by_role
+
+    steps = {1: (0, 100)}
+
+    def emb(ts, dur):
+        return _allreduce(ts, dur, 0, pg="4", Process_Group_Description="freescale_emb")
+
+    docs = [_gpu_doc(0, steps, [(1, emb(10, 20))]), _gpu_doc(1, steps, [(1, emb(20, 10))])]
+    roles = by_role(analyze(_load(tmp_path / "gpu", docs)).roles)
+    assert roles["embedding"]["straggler_wait_ms_per_step"] == pytest.approx(0.005)  # 10/2 µs
+
+    rank0 = [_gloo("all_reduce", 10, 20)]
+    rank1 = [_gloo("all_reduce", 20, 10)]
+    gloo = tmp_path / "gloo"
+    for r, events in ((0, rank0), (1, rank1)):
+        write(gloo / f"rank{r}.json", _cpu_doc(r, events))
+    layout = {"dense": {"pg_name": "default"}, "embedding": {"pg_name": "7"}}
+    (gloo / "run.json").write_text(json.dumps({"world_size": 2, "process_groups": layout}))
+    roles = by_role(analyze(fsobs.load_run(gloo)).roles)
+    assert roles["dense"]["straggler_wait_ms_per_step"] == pytest.approx(0.005)
+    assert roles["embedding"]["straggler_wait_ms_per_step"] == 0.0
+
+
+def test_an_async_collective_issued_before_the_data_range_does_not_block_it(tmp_path):
+    """The pipeline issues the next batch's input dist (async), then loads data while it runs:
+    the loading is host_idle, not wait; the wait comes when the thread really waits for it.
+
+    ::
+
+        t (µs)    0    10 11 12        40   50   60             100
+        r0 main   |====|c|~|dddddddddddd|~~~~|xxxx|=============|   d = data [12, 40)
+        r0 gloo          |~|  (in flight)  |~~~~|xxxx|             all_to_all [11, 60)
+        r1 main   |=================================|c|=========|
+        r1 gloo                                     |xxxx|          all_to_all [50, 60)
+
+    A = 50. rank 0: the all_to_all is in flight over the data range, but started before it:
+    host_idle [12, 40) = 28; blocked [11, 12) + [40, 60): straggler_wait [11, 12) + [40, 50)
+    = 11, exposed 10; busy = [0, 11) + [60, 100) = 51 (the enqueue c at [10, 11) is busy).
+    rank 1: blocked [50, 60) exposed 10; busy 90.
+    """
+    rank0 = [
+        _op("aten::mm", 0, 10),
+        _op("c10d::alltoall_base_", 10, 1),
+        _gloo("all_to_all", 11, 49),
+        x(DATA, "user_annotation", 12, 28),
+        _op("aten::mm", 60, 40),
+    ]
+    rank1 = [
+        _op("aten::mm", 0, 48),
+        _op("c10d::alltoall_base_", 48, 1),
+        _gloo("all_to_all", 50, 10),
+        _op("aten::mm", 60, 40),
+    ]
+    table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
+    _row(table, 0, 1, window=100, busy=51, straggler_wait=11, exposed_comm=10, host_idle=28)
+    _row(table, 1, 1, window=100, busy=90, exposed_comm=10)

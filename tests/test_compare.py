@@ -84,6 +84,9 @@ def _analysis(
         stragglers=None,  # type: ignore[arg-type]
         attribution=None,
         summary=kpis(steps, colls),
+        roles=pd.DataFrame(
+            columns=["rank", "step", "role", "straggler_wait_ms", "exposed_comm_ms"]
+        ),
         hta=None,
     )
 

@@ -71,10 +71,30 @@ def _deltas(comp: Comparison, control: Loaded, test: Loaded) -> None:
     )
     assert control.analysis is not None and test.analysis is not None
     chart(figures.class_means(control.analysis.steps, test.analysis.steps), "class_means")
+    _roles(comp)
     chart(figures.per_rank_delta(comp.per_rank), "per_rank")
     with st.expander("Per-rank table (ms per step)"):
         st.dataframe(comp.per_rank, hide_index=True)
     chart(figures.step_time_distribution(comp.step_times), "step_times")
+
+
+def _roles(comp: Comparison) -> None:
+    """Straggler wait and exposed communication by the role of the collective (embedding,
+    dense, other), with their reductions: what the priority-overlap toggle acts on."""
+    shown = comp.by_role[(comp.by_role["control"] > 0) | (comp.by_role["test"] > 0)]
+    st.subheader("Communication by role (ms per rank and step)")
+    if shown.empty:
+        st.info("Neither run spent time in a matched collective.")
+        return
+    st.dataframe(
+        shown,
+        hide_index=True,
+        column_config={
+            "reduction": st.column_config.NumberColumn(format="percent"),
+            "ci_lo": st.column_config.NumberColumn("CI low", format="percent"),
+            "ci_hi": st.column_config.NumberColumn("CI high", format="percent"),
+        },
+    )
 
 
 def _first_rank_file(loaded: Loaded) -> tuple[str, int, tuple]:

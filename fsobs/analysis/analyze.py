@@ -14,6 +14,7 @@ from fsobs.analysis.bubbles import (
     StepBubbles,
     bubble_intervals,
     bubble_table,
+    role_table,
 )
 from fsobs.analysis.collectives import Collectives, match_collectives
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta
@@ -21,6 +22,7 @@ from fsobs.analysis.stragglers import Stragglers, find_stragglers
 from fsobs.analysis.summary import RankSummary, summarize_path, summarize_run
 from fsobs.trace.loader import LoadConfig, Source
 from fsobs.trace.schema import RankTrace, Run
+from optim.markers import ROLES
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Analysis:
     """How much of the straggler wait the input data explains; None without step sidecars."""
     summary: dict[str, float]
     """The KPIs, see :func:`kpis`."""
+    roles: pd.DataFrame
+    """Per rank, step and role, ms: see :func:`fsobs.analysis.bubbles.role_table`."""
     hta: HtaMetrics | None
     """None for CPU-only runs, where HTA's GPU metrics do not apply."""
 
@@ -75,6 +79,7 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
         stragglers=stragglers,
         attribution=attribute(run.sidecar, stragglers, colls) if has_sidecar else None,
         summary=kpis(steps, colls),
+        roles=role_table(bubbles),
         hta=combine_hta(hta) if hta else None,
     )
 
@@ -103,6 +108,17 @@ def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
         "step_time_ms_p50": float(np.percentile(step_time, 50)),
         "step_time_ms_p90": float(np.percentile(step_time, 90)),
         "clock_skew_ms": colls.skew_ms,
+    }
+
+
+def by_role(roles: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """``{role: {straggler_wait_ms_per_step, exposed_comm_ms_per_step}}``: means over ranks and
+    steps, like the KPIs (so the roles add up to the class KPIs, less unmatched collectives)."""
+    columns = ["straggler_wait_ms", "exposed_comm_ms"]
+    means = roles.groupby("role")[columns].mean().reindex(list(ROLES))
+    return {
+        str(role): {f"{c.removesuffix('_ms')}_ms_per_step": float(v) for c, v in row.items()}
+        for role, row in means.iterrows()
     }
 
 

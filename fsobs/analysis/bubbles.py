@@ -32,7 +32,10 @@ instant the training thread's **innermost op** decides (:mod:`fsobs.analysis.opt
     1. the innermost op is a compute op (``BubbleConfig.compute_op_prefixes``: aten::,
        fbgemm::, ...) -> busy, whatever is in flight (the bmm and its resolve_conj child);
     2. else, a collective of this rank is in flight -> blocked: straggler_wait before the last
-       rank's arrival, exposed_comm after (unattributed_comm if unmatched);
+       rank's arrival, exposed_comm after (unattributed_comm if unmatched); inside a
+       data-loader range only a collective that started inside it blocks (the loader waits for
+       its own exchange, not for an async collective issued before it, such as the pipeline's
+       input dist of the next batch: that one overlaps the loading);
     3. else, inside a data-loader range -> host_idle;
     4. else (any other op, or Python between ops) -> busy.  other = 0.
 
@@ -45,6 +48,7 @@ stragglers caused adds up to the straggler_wait class exactly.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,7 +58,7 @@ from fsobs.analysis import intervals as iv
 from fsobs.analysis.collectives import Collectives
 from fsobs.analysis.optree import op_tree
 from fsobs.trace.schema import RankTrace
-from optim.markers import DATA_MARKER
+from optim.markers import DATA_MARKER, ROLES
 
 BUBBLE_CLASSES = ("straggler_wait", "exposed_comm", "unattributed_comm", "host_idle", "other")
 CLASSES = ("busy", *BUBBLE_CLASSES)
@@ -112,6 +116,8 @@ class StepParts:
     """GPU: any GPU work."""
     loading: iv.Intervals = _EMPTY
     """CPU: data-loader ranges of the training thread."""
+    loader_comm: iv.Intervals = _EMPTY
+    """CPU: the collectives that started inside a data-loader range, while inside one."""
     contention_ns: int = 0
 
 
@@ -126,6 +132,8 @@ class StepBubbles:
     contention_ns: int = 0
     caused_ns: dict[int, int] = field(default_factory=dict)
     """last rank -> ns of this rank's straggler_wait charged to it (see the module doc)."""
+    by_role_ns: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(class, role) -> ns of straggler_wait / exposed_comm in collectives of that role."""
 
     def total_ns(self, name: str) -> int:
         return int(iv.length(self.classes[name]))
@@ -143,6 +151,8 @@ class RankWaits:
     last_rank: np.ndarray
     priority: np.ndarray
     """Charging order for overlapping waits: latest last arrival first."""
+    role: np.ndarray
+    """``embedding``, ``dense`` or ``other`` (:data:`optim.markers.ROLES`)."""
 
     @staticmethod
     def of(colls: Collectives, rank: int) -> RankWaits:
@@ -161,6 +171,7 @@ class RankWaits:
             end=end,
             last_rank=mine["last_rank"].to_numpy(np.int64),
             priority=priority,
+            role=mine["role"].to_numpy(object),
         )
 
     def select(self, rows: np.ndarray) -> np.ndarray:
@@ -190,8 +201,10 @@ def classify(parts: StepParts, waits: RankWaits) -> StepBubbles:
         other = iv.subtract(parts.everything, iv.merge(parts.compute, parts.comm))
         busy = parts.compute
     else:
-        blocked = iv.subtract(parts.comm, parts.compute)
-        idle = iv.subtract(iv.subtract(parts.loading, parts.compute), parts.comm)
+        outside = iv.subtract(iv.subtract(parts.comm, parts.compute), parts.loading)
+        inside = iv.subtract(parts.loader_comm, parts.compute)
+        blocked = iv.merge(outside, inside)
+        idle = iv.subtract(iv.subtract(parts.loading, parts.compute), inside)
         other = _EMPTY
         busy = iv.subtract(iv.subtract(full, blocked), idle)
     wait = iv.intersect(blocked, wait_set)
@@ -203,31 +216,63 @@ def classify(parts: StepParts, waits: RankWaits) -> StepBubbles:
         "host_idle": idle,
         "other": other,
     }
-    caused = _charge(wait, waits, sel)
-    return StepBubbles(parts.rank, parts.step, parts.window, classes, parts.contention_ns, caused)
+    caused, by_role = _charge(classes, waits, sel)
+    return StepBubbles(
+        parts.rank, parts.step, parts.window, classes, parts.contention_ns, caused, by_role
+    )
 
 
-def _charge(wait: iv.Intervals, waits: RankWaits, sel: np.ndarray) -> dict[int, int]:
-    """Split the straggler_wait set among the last ranks of the instances covering it::
+def _charge(
+    classes: dict[str, iv.Intervals], waits: RankWaits, sel: np.ndarray
+) -> tuple[dict[int, int], dict[tuple[str, str], int]]:
+    """Who caused each piece of straggler wait, and the role of the collective each piece of
+    wait and exposed time belongs to.
 
-    wait set      |=========|      |====|
-    instance a  |-----------)                  last rank 2, arrives at 40
-    instance b        |--------------------)   last rank 3, arrives at 70 (charged first)
-    charged        2  |  3  |      |  3 |
+    Straggler wait goes to the matched instance covering it whose last arrival is latest (the
+    binding one), and so to that instance's last rank::
+
+        wait set      |=========|      |====|
+        instance a  |-----------)                  last rank 2, arrives at 40
+        instance b        |--------------------)   last rank 3, arrives at 70 (charged first)
+        charged        2  |  3  |      |  3 |
+
+    Exposed time covered by several collectives goes to embedding before dense before other.
     """
-    if not len(wait[0]) or not len(sel):
+    if not len(sel):
+        return {}, {}
+    by_wait = sel[np.argsort(-waits.priority[sel], kind="stable")]  # the binding one last
+    wait_owner = _owners(classes["straggler_wait"], waits.start, waits.wait_end, by_wait)
+    rank_of_role = np.array([ROLES.index(r) for r in waits.role[sel]])
+    by_role = sel[np.argsort(-rank_of_role, kind="stable")]  # embedding last
+    exposed_owner = _owners(classes["exposed_comm"], waits.start, waits.end, by_role)
+    caused: dict[int, int] = defaultdict(int)
+    roles: dict[tuple[str, str], int] = defaultdict(int)
+    for i, ns in wait_owner.items():
+        caused[int(waits.last_rank[i])] += ns
+        roles["straggler_wait", str(waits.role[i])] += ns
+    for i, ns in exposed_owner.items():
+        roles["exposed_comm", str(waits.role[i])] += ns
+    return dict(caused), dict(roles)
+
+
+def _owners(
+    target: iv.Intervals, starts: np.ndarray, ends: np.ndarray, order: np.ndarray
+) -> dict[int, int]:
+    """ns of ``target`` covered by each interval ``[starts[i], ends[i])`` of ``order``; where
+    they overlap, the later one in ``order`` owns the piece."""
+    if not len(target[0]):
         return {}
-    points = np.unique(np.concatenate([wait[0], wait[1], waits.start[sel], waits.wait_end[sel]]))
+    points = np.unique(np.concatenate([target[0], target[1], starts[order], ends[order]]))
     seg_lo, seg_len = points[:-1], np.diff(points)
-    in_wait = np.searchsorted(wait[0], seg_lo, "right") > np.searchsorted(wait[1], seg_lo, "right")
+    inside = np.searchsorted(target[0], seg_lo, "right") > np.searchsorted(
+        target[1], seg_lo, "right"
+    )
     owner = np.full(len(seg_lo), -1, np.int64)
-    for i in sel[np.argsort(-waits.priority[sel])]:  # lowest priority first, overwritten later
-        a = np.searchsorted(points, waits.start[i])
-        b = np.searchsorted(points, waits.wait_end[i])
-        owner[a:b] = waits.last_rank[i]
-    charged = in_wait & (owner >= 0)
-    totals = pd.Series(seg_len[charged]).groupby(owner[charged]).sum()
-    return {int(r): int(ns) for r, ns in totals.items()}
+    for i in order:
+        owner[np.searchsorted(points, starts[i]) : np.searchsorted(points, ends[i])] = i
+    owned = inside & (owner >= 0)
+    totals = pd.Series(seg_len[owned]).groupby(owner[owned]).sum()
+    return {int(i): int(ns) for i, ns in totals.items()}
 
 
 def bubble_intervals(
@@ -262,6 +307,25 @@ def bubble_table(steps: list[StepBubbles]) -> pd.DataFrame:
         "contention_ms",
     ]
     return pd.DataFrame(rows, columns=columns)
+
+
+ROLE_CLASSES = ("straggler_wait", "exposed_comm")
+
+
+def role_table(steps: list[StepBubbles]) -> pd.DataFrame:
+    """Per rank, step and role (:data:`optim.markers.ROLES`), in ms: the straggler_wait and
+    exposed_comm spent in collectives of that role (every role on every row, 0 when none)."""
+    rows = [
+        {
+            "rank": sb.rank,
+            "step": sb.step,
+            "role": role,
+            **{f"{c}_ms": sb.by_role_ns.get((c, role), 0) / 1e6 for c in ROLE_CLASSES},
+        }
+        for sb in steps
+        for role in ROLES
+    ]
+    return pd.DataFrame(rows, columns=["rank", "step", "role", *(f"{c}_ms" for c in ROLE_CLASSES)])
 
 
 def _spans(frame: pd.DataFrame) -> iv.Intervals:
@@ -369,6 +433,8 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     loading = _spans(main[main["name"].isin(markers)])
     comm_start = comm_all["ts_ns"].to_numpy()
     comm_end = comm_start + comm_all["dur_ns"].to_numpy()
+    in_loader = iv.covered(loading, comm_start)
+    loader_comm = iv.intersect(iv.union(comm_start[in_loader], comm_end[in_loader]), loading)
     out = []
     for step, lo, hi in _cpu_windows(ev[ev["device"] == "cpu"], marks):
         comm = (comm_start < hi) & (comm_end > lo)
@@ -382,6 +448,7 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
                 comm=iv.clip(iv.union(comm_start[comm], comm_end[comm]), lo, hi),
                 comm_rows=comm_all.index.to_numpy()[comm],
                 loading=iv.clip(loading, lo, hi),
+                loader_comm=iv.clip(loader_comm, lo, hi),
                 contention_ns=int(contention[(op_start >= lo) & (op_start < hi)].sum()),
             )
         )

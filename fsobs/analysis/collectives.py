@@ -77,9 +77,10 @@ class Collectives:
     """Matched collectives of a run.
 
     ``instances``: one row per (instance, rank) of the complete instances, columns
-    ``instance, rank, group, coll, key, row, step, start_ns, end_ns, msg_bytes`` (clock-aligned
-    times, i.e. on rank 0's host clock) plus ``arrival_last_ns`` (the latest aligned start of the
-    instance over its ranks) and ``last_rank``.
+    ``instance, rank, group, coll, key, row, step, start_ns, end_ns, msg_bytes, role``
+    (clock-aligned times, i.e. on rank 0's host clock; role: embedding, dense or other) plus
+    ``arrival_last_ns`` (the latest aligned start of the instance over its ranks) and
+    ``last_rank``.
 
     ``problems``: ``group, coll, key, issue, ranks`` for instances that could not be used.
 
@@ -106,6 +107,7 @@ def match_collectives(run: Run[RankSummary]) -> Collectives:
     raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if raw.empty:
         return Collectives(_empty_instances(), _empty_problems(), dict.fromkeys(run.rank_ids, 0))
+    raw["role"] = _roles(run, raw)
     complete, problems, partial = _complete_instances(run, raw)
     offsets = _clock_offsets(run, complete)
     shift = complete["rank"].map(offsets).to_numpy(np.int64)
@@ -141,6 +143,8 @@ def rank_collectives(trace: RankTrace) -> pd.DataFrame:
             "in_nelems": colls["in_nelems"].to_numpy(),
             "msg_bytes": colls["msg_bytes"].to_numpy(),
             "pg_ranks": colls["pg_ranks"].astype(object).to_numpy(),
+            "pg_desc": colls["pg_desc"].astype(object).to_numpy(),
+            "role": colls["role"].astype(object).to_numpy(),
         }
     ).sort_values("start_ns", kind="stable")
     by_seq = frame["seq"] >= 0
@@ -153,6 +157,24 @@ def rank_collectives(trace: RankTrace) -> pd.DataFrame:
     duplicate = frame.groupby(["group", "key"], sort=False).cumcount()
     frame.loc[duplicate > 0, "key"] += "." + duplicate[duplicate > 0].astype(str)
     return frame
+
+
+GROUP_ROLES = {"freescale_emb": "embedding", "freescale_dense": "dense"}
+"""Process-group descriptions FreeScale gives its groups (``optim.groups``) -> role."""
+
+
+def _roles(run: Run[RankSummary], raw: pd.DataFrame) -> np.ndarray:
+    """Each collective's role: FreeScale's marker around its issue, else its group's description
+    (NCCL traces name it), else the group layout in ``run.json``, else ``other``."""
+    layout = (run.meta or {}).get("process_groups") or {}
+    by_name = {
+        str(info.get("pg_name")): role if role in ("embedding", "dense") else "other"
+        for role, info in layout.items()
+        if isinstance(info, dict)
+    }
+    role = raw["role"].where(raw["role"].notna(), raw["pg_desc"].map(GROUP_ROLES))
+    role = role.where(role.notna(), raw["group"].map(by_name))
+    return role.fillna("other").to_numpy(object)
 
 
 def _group_ranks(run: Run[RankSummary], group: str, pg_ranks: object) -> frozenset[int]:
@@ -219,7 +241,7 @@ def _complete_instances(
     first = complete.groupby("_id")["start_ns"].transform("min")
     complete = complete.assign(_first=first).sort_values(["_first", "_id", "rank"], kind="stable")
     complete["instance"] = complete.groupby(["_first", "_id"], sort=False).ngroup()
-    complete = complete.drop(columns=["_first", "_id", "seq", "in_nelems", "pg_ranks"])
+    complete = complete.drop(columns=["_first", "_id", "seq", "in_nelems", "pg_ranks", "pg_desc"])
     problem_frame = pd.DataFrame(problems, columns=list(_empty_problems().columns))
     return complete.reset_index(drop=True), problem_frame, partial[list(_empty_partial().columns)]
 
@@ -323,6 +345,7 @@ def _empty_instances() -> pd.DataFrame:
             "start_ns",
             "end_ns",
             "msg_bytes",
+            "role",
             "arrival_last_ns",
             "last_rank",
         ]

@@ -37,8 +37,9 @@ import pandas as pd
 
 from fsobs.analysis._json import plain
 from fsobs.analysis.analyze import Analysis, step_times
-from fsobs.analysis.bubbles import BUBBLE_CLASSES
+from fsobs.analysis.bubbles import BUBBLE_CLASSES, ROLE_CLASSES
 from fsobs.trace.schema import Run
+from optim.markers import ROLES
 
 NEGLIGIBLE = 1e-3
 """A control value below this share of the control's mean step window counts as ~0."""
@@ -66,6 +67,9 @@ class Comparison:
     """Bootstrap confidence interval of ``bubble_reduction`` (see the module docstring)."""
     by_class_ci: dict[str, tuple[float, float]]
     """The same bootstrap per class (the same resampled steps' per-class values)."""
+    by_role: pd.DataFrame
+    """One row per (role, class) of :func:`fsobs.analysis.analyze.by_role`: ``role, class,
+    control, test`` (ms per rank and step), ``reduction``, ``ci_lo``, ``ci_hi``."""
     confidence: float
     step_time_ratio: float
     """Median step time of test / control (step time: the longest window over the ranks)."""
@@ -125,6 +129,7 @@ def compare(
         },
         bubble_reduction_ci=cis["bubble"],
         by_class_ci={k: cis[k] for k in BUBBLE_CLASSES},
+        by_role=_role_reductions(control, test, paired, floor, confidence, n_boot, seed),
         confidence=confidence,
         step_time_ratio=_ratio(t["step_time_ms_p50"], c["step_time_ms_p50"]),
         per_rank=_per_rank(control.steps, test.steps),
@@ -135,6 +140,64 @@ def compare(
         same_batches=same,
         warnings=_run_warnings(control, test) + batch_warnings,
     )
+
+
+def _role_reductions(
+    control: Analysis,
+    test: Analysis,
+    paired: bool,
+    floor: float,
+    confidence: float,
+    n_boot: int,
+    seed: int,
+) -> pd.DataFrame:
+    """Reduction of each role's straggler wait and exposed communication, with its CI."""
+    rows = []
+    per_c, per_t = _per_step_roles(control.roles), _per_step_roles(test.roles)
+    for role in ROLES:
+        for cls in ROLE_CLASSES:
+            c, t = per_c.get((role, cls)), per_t.get((role, cls))
+            if c is None or t is None:
+                continue
+            point = _reduction(float(c.mean()), float(t.mean()), floor)
+            ci = (
+                bootstrap_reduction(
+                    c.to_numpy(),
+                    t.to_numpy(),
+                    paired=paired and c.index.equals(t.index),
+                    floor=floor,
+                    confidence=confidence,
+                    n_boot=n_boot,
+                    seed=seed,
+                )
+                if not math.isnan(point)
+                else (math.nan, math.nan)
+            )
+            rows.append(
+                {
+                    "role": role,
+                    "class": cls,
+                    "control": float(c.mean()),
+                    "test": float(t.mean()),
+                    "reduction": point,
+                    "ci_lo": ci[0],
+                    "ci_hi": ci[1],
+                }
+            )
+    columns = ["role", "class", "control", "test", "reduction", "ci_lo", "ci_hi"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _per_step_roles(roles: pd.DataFrame) -> dict[tuple[str, str], pd.Series]:
+    """(role, class) -> per step (the index), the mean ms over the ranks."""
+    if roles.empty:
+        return {}
+    means = roles.groupby(["role", "step"])[[f"{c}_ms" for c in ROLE_CLASSES]].mean()
+    return {
+        (str(role), cls): means.loc[role, f"{cls}_ms"].astype(np.float64)
+        for role in means.index.get_level_values("role").unique()
+        for cls in ROLE_CLASSES
+    }
 
 
 def bootstrap_reduction(
@@ -369,6 +432,7 @@ def compare_json(c: Comparison) -> dict[str, Any]:
         "by_class": {k: plain(v) for k, v in c.by_class.items()},
         "bubble_reduction_ci": [plain(v) for v in c.bubble_reduction_ci],
         "by_class_ci": {k: [plain(v) for v in ci] for k, ci in c.by_class_ci.items()},
+        "by_role": [{k: plain(v) for k, v in row.items()} for row in c.by_role.to_dict("records")],
         "confidence": c.confidence,
         "step_time_ratio": plain(c.step_time_ratio),
         "per_rank": [

@@ -33,7 +33,8 @@ def length(iv: Intervals) -> float:
     return float((iv[1] - iv[0]).sum())
 
 
-def _covered(iv: Intervals, points: np.ndarray) -> np.ndarray:
+def covered(iv: Intervals, points: np.ndarray) -> np.ndarray:
+    """Whether each point lies in the canonical set ``iv``."""
     return np.searchsorted(iv[0], points, "right") > np.searchsorted(iv[1], points, "right")
 
 
@@ -45,7 +46,7 @@ def _combine(a: Intervals, b: Intervals, keep: str) -> Intervals:
     # No boundary lies inside [lo, hi) and the intervals are half-open, so membership at lo is
     # membership of the whole piece. (Probing at a float midpoint instead is wrong for absolute
     # ns times: at ~1.8e18 a float64 is exact to 256 ns only.)
-    in_a, in_b = _covered(a, lo), _covered(b, lo)
+    in_a, in_b = covered(a, lo), covered(b, lo)
     mask = {"and": in_a & in_b, "minus": in_a & ~in_b, "or": in_a | in_b}[keep]
     return union(lo[mask], hi[mask])
 

@@ -10,16 +10,18 @@ The metadata is taken from the first source that has it:
 4. the kernel name (``ncclKernel_AllReduce_*`` -> all_reduce);
 5. for gloo, the ``gloo:<collective>`` annotation itself, sizes from ``Input Dims``.
 
-gloo annotations do not name their process group. Each gloo group runs its collectives on
-worker threads of its own, though, and the optimizer marks the enqueue of every collective it
-issues on a group of its own with ``## fsobs:pg:<name> ##`` (:mod:`optim.markers`). So each
-gloo collective votes for its worker thread with the group of the latest enqueue (``c10d::*``
-op) of the same collective before it, and every collective of a thread gets its thread's
-majority group (unmarked enqueues vote for the default group)::
+The ``role`` of a collective (embedding, dense, other) and, on gloo, its process group come from
+the range ``## fsobs:comm:<role>:<pg_name> ##`` that FreeScale records around the issue of every
+collective it sees (:mod:`optim.markers`): for a GPU kernel, the range around its launch. gloo
+annotations run on the group's worker threads, away from the issue; each gloo collective takes
+the role of the range around the latest enqueue (``c10d::*`` op) of the same collective before
+it, and votes with that range's group for its worker thread. A gloo group runs its collectives
+on worker threads of its own, so every collective of a thread gets the thread's majority group
+(unmarked enqueues vote for the default group)::
 
-    main   |pg:1 |c10d::allreduce_|      |c10d::alltoall_base_|      (unmarked: default)
-    gloo t7         |gloo:all_reduce----|                               t7 -> group "1"
-    gloo t5                                   |gloo:all_to_all--|      t5 -> default
+    main   |comm:dense:2 |c10d::allreduce_|      |c10d::alltoall_base_|   (unmarked)
+    gloo t7                |gloo:all_reduce----|                           t7 -> group "2"
+    gloo t5                                          |gloo:all_to_all--|   t5 -> default
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from fsobs.trace.classify import (
     normalize_collective,
 )
 from fsobs.trace.schema import COLLECTIVE_COLUMNS
-from optim.markers import pg_of_marker
+from optim.markers import parse_comm_marker
 
 _INT_COLUMNS = {"row": np.int64, "group_size": np.int32, "seq": np.int64}
 _INT_COLUMNS |= {"in_nelems": np.int64, "out_nelems": np.int64, "msg_bytes": np.int64}
@@ -124,42 +126,53 @@ def build_collectives(events: pd.DataFrame, structs: dict[int, Event]) -> pd.Dat
             record = {"coll": collective_from_kernel(name), "source": "kernel_name"}
         record["row"] = int(row)
         records.append(record)
-    _gloo_groups(events, records, on_cpu)
+    _comm_markers(events, records, on_cpu, launches)
     return _frame(records)
 
 
-def _gloo_groups(events: pd.DataFrame, records: list[dict[str, Any]], on_cpu: np.ndarray) -> None:
-    """Set ``pg_name`` of the gloo collectives from the optimizer's markers (module doc)."""
-    groups = {i: pg_of_marker(str(n)) for i, n in enumerate(events["name"].cat.categories)}
-    gloo = [r for r in records if r["source"] == "gloo"]
-    if not gloo or not any(groups.values()):
+def _comm_markers(
+    events: pd.DataFrame,
+    records: list[dict[str, Any]],
+    on_cpu: np.ndarray,
+    launches: dict[int, int],
+) -> None:
+    """Set ``role`` (and the gloo collectives' ``pg_name``) from the optimizer's markers: for a
+    GPU kernel, the marker around its launch; for a gloo collective, the marker around its
+    enqueue, with the group voted per worker thread (see the module docstring)."""
+    parsed = [parse_comm_marker(str(n)) for n in events["name"].cat.categories]
+    if not any(parsed):
         return
     ts = events["ts_ns"].to_numpy()
     tid = events["tid"].cat.codes.to_numpy()
     codes = events["name"].cat.codes.to_numpy()
-    markers = _Enclosing(
-        ts,
-        ts + events["dur_ns"].to_numpy(),
-        tid,
-        on_cpu & _name_mask(events, lambda n: pg_of_marker(n) is not None),
-    )
+    is_marker = np.array([p is not None for p in parsed], dtype=bool)[codes] & on_cpu
+    markers = _Enclosing(ts, ts + events["dur_ns"].to_numpy(), tid, is_marker)
+
+    def marker_at(row: int) -> tuple[str, str] | None:
+        found = markers.find(int(tid[row]), int(ts[row]))
+        return parsed[int(codes[found])] if found >= 0 else None
+
     colls = np.array([collective_from_c10d(str(n)) or "" for n in events["name"].cat.categories])
     enqueue = np.flatnonzero(on_cpu & (colls[codes] != ""))
     enqueue = enqueue[np.argsort(ts[enqueue], kind="stable")]
-    by_coll = {c: enqueue[colls[codes[enqueue]] == c] for c in {r["coll"] for r in gloo}}
+    by_coll = {c: enqueue[colls[codes[enqueue]] == c] for c in {r["coll"] for r in records}}
     votes: dict[int, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
-    for record in gloo:
+    for record in records:
         row = record["row"]
-        mine = by_coll[record["coll"]]
-        pos = int(np.searchsorted(ts[mine], ts[row], side="right")) - 1
-        group = None
-        if pos >= 0:
-            marker = markers.find(int(tid[mine[pos]]), int(ts[mine[pos]]))
-            group = groups[int(codes[marker])] if marker >= 0 else None
-        votes[int(tid[row])][group] += 1
-    for record in gloo:
-        tally = votes[int(tid[record["row"]])]
-        record["pg_name"] = max(tally, key=lambda g: (tally[g], g is None))
+        if record["source"] == "gloo":
+            mine = by_coll[record["coll"]]
+            pos = int(np.searchsorted(ts[mine], ts[row], side="right")) - 1
+            found = marker_at(int(mine[pos])) if pos >= 0 else None
+            votes[int(tid[row])][found[1] if found else None] += 1
+        else:
+            launch = launches.get(int(events.at[row, "correlation"]))
+            found = marker_at(launch) if launch is not None else None
+        if found:
+            record["role"] = found[0]
+    for record in records:
+        if record["source"] == "gloo":
+            tally = votes[int(tid[record["row"]])]
+            record["pg_name"] = max(tally, key=lambda g: (tally[g], g is None))
 
 
 def _launches(events: pd.DataFrame, on_cpu: np.ndarray) -> dict[int, int]:

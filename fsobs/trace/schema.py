@@ -45,6 +45,8 @@ out_split     category  output split sizes, as written
 comms_id      uint64    NCCL ``Comms Id`` (can exceed int64), 0 when absent
 source        category  where the metadata came from: ``args``, ``record_param_comms``,
                         ``annotation`` (enclosing ``nccl:*``), ``kernel_name``, ``gloo``
+role          category  ``embedding``, ``dense`` or ``other`` from FreeScale's marker around the
+                        issue (``optim.markers``); NaN when the trace does not say
 ============  ========  ===================================================================
 """
 
@@ -92,6 +94,7 @@ COLLECTIVE_COLUMNS = (
     "out_split",
     "comms_id",
     "source",
+    "role",
 )
 
 

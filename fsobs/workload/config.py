@@ -35,6 +35,10 @@ class ModelConfig:
     """Rows of the user table (pooled ``user_id``)."""
     num_contexts: int
     """Rows of the context table (pooled ``ctx``)."""
+    wide_dim: int = 0
+    """Hidden width of an extra residual MLP block in the head (``5·D -> wide_dim -> 5·D``):
+    dense parameters whose gradients DDP all-reduces every step; 0: no such block. The
+    priority-overlap benchmark uses it to make the dense all-reduce compete (``--dense-mb``)."""
     loss_reduction: Literal["mean", "sum"] = "mean"
     """BCE over the rank's samples: ``mean``, or ``sum`` (for unequal per-rank batches, where
     the loop scales the sum by world_size / global_batch_size)."""
@@ -46,12 +50,23 @@ class ModelConfig:
         for name in ("num_items", "num_categories", "num_users", "num_contexts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.wide_dim < 0:
+            raise ValueError(f"wide_dim: must be >= 0, got {self.wide_dim}")
         if any(d < 1 for d in self.mlp_dims):
             raise ValueError(f"mlp_dims: every width must be >= 1, got {self.mlp_dims}")
         if self.emb_dim % 4:
             raise ValueError(f"emb_dim: must be a multiple of 4 (fbgemm), got {self.emb_dim}")
         if self.loss_reduction not in ("mean", "sum"):
             raise ValueError(f"loss_reduction: 'mean' or 'sum', got {self.loss_reduction!r}")
+
+    @property
+    def head_input(self) -> int:
+        """Width of the head's input: [h, user, ctx, target, h·target]."""
+        return 5 * self.emb_dim
+
+    def wide_dim_for(self, dense_mb: float) -> int:
+        """The ``wide_dim`` whose block holds about ``dense_mb`` MiB of float32 parameters."""
+        return round(dense_mb * 2**20 / 4 / (2 * self.head_input + 1)) if dense_mb > 0 else 0
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:

@@ -1,19 +1,16 @@
-"""What each rank trains on at each step: the random split (baseline) or a balanced plan.
+"""What each rank trains on at each step, through the optimizer API (``optim.FreeScale``).
 
 :class:`StepInputs` turns the run's global batches into this rank's batches, one per step, and
-records a :class:`StepInput` for each (what the step sidecar logs). With ``balance`` off it is
-exactly the baseline: ``random_split`` of each global batch, no communication, loss unscaled.
-With it on (``optim.plan`` / ``optim.shuffle``):
-
-- ``plan`` mode: every rank knows the lengths of all samples (``SyntheticHistories.lengths``),
-  plans the whole global batch itself and materializes only its own part; the plan digest is
-  all-gathered every ``check_every`` steps;
-- ``shuffle`` mode: the rank materializes only its random-split share, as a loader that learns
-  lengths only after loading would; the costs are all-gathered, planned and the samples
-  exchanged (packed with ``pack_sample``).
+records a :class:`StepInput` for each (what the step sidecar logs). Every rank knows the lengths
+of all samples (``SyntheticHistories.lengths``), so plan mode asks ``FreeScale.split`` for this
+rank's positions and materializes only those samples; with ``balance`` off that is the random
+split (contiguous chunks), no communication, loss unscaled. Shuffle mode materializes this
+rank's random-split share, as a loader that learns lengths only after loading would, and lets
+``FreeScale.exchange`` balance it (samples packed with ``pack_sample``).
 
 Either way the rank's samples are in global-batch position order, so both modes train on the
-same batches, and with ``lpt`` (unequal counts) each batch carries ``optim.plan.loss_scale``.
+same batches, and with ``lpt`` (unequal counts) each batch carries its loss scale. Each step's
+input is prepared under ``## fsobs:data ##``: a data-loader range for the CPU bubble classes.
 """
 
 from __future__ import annotations
@@ -22,21 +19,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch.distributed as dist
 from torch.autograd.profiler import record_function
 
 from fsobs.workload.batch import Batch, collate
-from fsobs.workload.data import (
-    Sample,
-    SyntheticHistories,
-    pack_sample,
-    random_split,
-    unpack_sample,
-)
-from optim.balance import CostModel
-from optim.markers import BALANCE_MARKER, DATA_MARKER
-from optim.plan import BalanceConfig, StepPlan, batch_digest, loss_scale
-from optim.shuffle import ShuffleBalancer, check_plan
+from fsobs.workload.data import Sample, SyntheticHistories, pack_sample, unpack_sample
+from optim.freescale import FreeScale, StepShare
+from optim.markers import DATA_MARKER
+from optim.plan import batch_digest
 
 
 @dataclass(frozen=True)
@@ -56,67 +45,48 @@ class StepInput:
 
 class StepInputs:
     """This rank's ``(Batch, StepInput)`` per step; iterate once, in step order, on every rank
-    at the same point (shuffle mode and the digest check communicate over ``group``)."""
+    at the same point (shuffle mode and the plan check communicate)."""
 
     def __init__(
-        self,
-        data: SyntheticHistories,
-        batches: Sequence[np.ndarray],
-        cost_model: CostModel,
-        balance: BalanceConfig,
-        group: dist.ProcessGroup | None = None,
+        self, data: SyntheticHistories, batches: Sequence[np.ndarray], freescale: FreeScale
     ) -> None:
-        self.data, self.batches, self.cost_model = data, batches, cost_model
-        self.balance = balance
-        self.group = group
-        self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
-        shuffle = balance.enabled and balance.mode == "shuffle"
-        self._shuffle = ShuffleBalancer(balance, group) if shuffle else None
+        self.data, self.batches, self.fs = data, batches, freescale
+        self._shuffle = freescale.config.balance.enabled and freescale.config.balance.mode == (
+            "shuffle"
+        )
 
     def __iter__(self) -> Iterator[tuple[Batch, StepInput]]:
-        """Each step's input is prepared under ``## fsobs:data ##`` (a data-loader range for
-        the CPU bubble classes), the balance work under ``## fsobs:balance ##`` inside it."""
         for step, global_batch in enumerate(self.batches):
             with record_function(DATA_MARKER):
-                with record_function(BALANCE_MARKER):
-                    if self._shuffle is not None:
-                        samples, plan = self._exchange(self._shuffle, step, global_batch)
-                    else:
-                        samples, plan = self._planned(step, global_batch)
-                item = self._emit(step, global_batch, samples, plan)
+                samples, share = self._share(step, global_batch)
+                item = self._emit(step, global_batch, samples, share)
             yield item
 
-    def _planned(self, step: int, global_batch: np.ndarray) -> tuple[list[Sample], StepPlan]:
-        costs = self.cost_model(self.data.lengths[global_batch])
-        plan = StepPlan.make(costs, self.world_size, self.balance)
-        if self.balance.enabled and self.balance.checks_at(step):
-            check_plan(plan.digest, step, self.group)
-        mine = global_batch[plan.parts[self.rank]]
-        return [self.data.sample(int(i)) for i in mine], plan
-
-    def _exchange(
-        self, balancer: ShuffleBalancer, step: int, global_batch: np.ndarray
-    ) -> tuple[list[Sample], StepPlan]:
-        share = [
-            self.data.sample(int(i)) for i in random_split(global_batch, self.world_size, self.rank)
-        ]
-        costs = self.cost_model(np.array([s.length for s in share], dtype=np.int64))
-        rows, plan = balancer(step, [pack_sample(s) for s in share], costs)
-        return [unpack_sample(r) for r in rows], plan
+    def _share(self, step: int, global_batch: np.ndarray) -> tuple[list[Sample], StepShare]:
+        if not self._shuffle:
+            share = self.fs.split(step, self.data.lengths[global_batch])
+            return [self.data.sample(int(i)) for i in global_batch[share.positions]], share
+        world, rank = self.fs.world_size, self.fs.rank
+        mine = np.array_split(global_batch, world)[rank]
+        samples = [self.data.sample(int(i)) for i in mine]
+        lengths = np.array([s.length for s in samples], dtype=np.int64)
+        rows, share = self.fs.exchange(step, [pack_sample(s) for s in samples], lengths)
+        return [unpack_sample(r) for r in rows], share
 
     def _emit(
-        self, step: int, global_batch: np.ndarray, samples: list[Sample], plan: StepPlan
+        self, step: int, global_batch: np.ndarray, samples: list[Sample], share: StepShare
     ) -> tuple[Batch, StepInput]:
         lengths = np.array([s.length for s in samples], dtype=np.int64)
-        scale = loss_scale(len(samples), len(global_batch), self.world_size)
+        plan = share.plan
+        assert plan is not None  # the job plans every step (plan mode, or shuffle with balance)
         info = StepInput(
             step=step,
             sample_ids=np.array([s.index for s in samples], dtype=np.int64),
             lengths=lengths,
-            est_cost=float(self.cost_model(lengths).sum()),
+            est_cost=float(self.fs.costs(lengths).sum()),
             imbalance_before=plan.imbalance_before,
             imbalance_after=plan.imbalance_after,
             batch_digest=batch_digest(global_batch),
-            loss_scale=scale,
+            loss_scale=share.loss_scale,
         )
-        return collate(samples, loss_scale=scale), info
+        return collate(samples, loss_scale=share.loss_scale), info

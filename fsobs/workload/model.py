@@ -99,7 +99,16 @@ class SequenceTower(nn.Module):
             HSTUBlock(d, cfg.num_heads, cfg.head_dim) for _ in range(cfg.num_blocks)
         )
         self.norm_out = nn.LayerNorm(d)
-        widths = (5 * d, *cfg.mlp_dims)
+        self.wide = (
+            nn.Sequential(
+                nn.Linear(cfg.head_input, cfg.wide_dim),
+                nn.ReLU(),
+                nn.Linear(cfg.wide_dim, cfg.head_input),
+            )
+            if cfg.wide_dim
+            else None
+        )
+        widths = (cfg.head_input, *cfg.mlp_dims)
         layers: list[nn.Module] = []
         for width_in, width_out in zip(widths[:-1], widths[1:], strict=True):
             layers += [nn.Linear(width_in, width_out), nn.ReLU()]
@@ -118,6 +127,8 @@ class SequenceTower(nn.Module):
         h = torch.segment_reduce(self.norm_out(x), "mean", lengths=items.lengths())
         target = seq["target_item"].values()
         features = torch.cat([h, pooled.values(), target, h * target], dim=-1)
+        if self.wide is not None:
+            features = features + self.wide(features)
         logits = self.head(features).squeeze(-1)
         loss = F.binary_cross_entropy_with_logits(logits, labels, reduction=self.loss_reduction)
         return loss, logits.detach()

@@ -17,6 +17,8 @@ analyze`` on a balanced run).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torchrec.distributed.embedding import EmbeddingCollectionSharder
@@ -85,31 +87,31 @@ def plan_sharding(
 
 def wrap_model(
     model: SeqRecModel,
-    pg: dist.ProcessGroup,
     device: torch.device,
     *,
+    dmp_kwargs: dict[str, Any] | None = None,
     ebc_sharding: str = "table_wise",
     ec_sharding: str = "row_wise",
     embedding_lr: float = EMBEDDING_LR,
     optimizer: str = "adagrad",
 ) -> DistributedModelParallel:
-    """DMP around a model built with ``device="meta"`` (see ``SeqRecModel``); ``optimizer``
-    (one of ``OPTIMIZERS``) picks the fused optimizer of the tables."""
+    """DMP around a model built with ``device="meta"`` (see ``SeqRecModel``); ``dmp_kwargs``
+    (``optim.FreeScale.dmp_kwargs()``: the embedding group's ``env``, the dense DDP wrapper)
+    go to DMP as they are, and the plan is agreed on that ``env``'s group (else WORLD);
+    ``optimizer`` (one of ``OPTIMIZERS``) picks the fused optimizer of the tables."""
+    dmp_kwargs = dict(dmp_kwargs or {})
+    env = dmp_kwargs.pop("env", None) or ShardingEnv.from_process_group(dist.GroupMember.WORLD)
     module_sharders = sharders(embedding_lr, optimizer)
     plan = plan_sharding(
         model,
         module_sharders,
-        pg,
+        env.process_group,
         ebc_sharding=ebc_sharding,
         ec_sharding=ec_sharding,
         compute_device=device.type,
     )
     return DistributedModelParallel(
-        model,
-        env=ShardingEnv.from_process_group(pg),
-        device=device,
-        plan=plan,
-        sharders=module_sharders,
+        model, env=env, device=device, plan=plan, sharders=module_sharders, **dmp_kwargs
     )
 
 

@@ -41,9 +41,10 @@ from fsobs.workload.lengths import PRESETS
 from fsobs.workload.model import SeqRecModel
 from fsobs.workload.sharding import OPTIMIZERS, build_optimizer, wrap_model
 from optim.balance import METHODS, CostModel
+from optim.config import DENSE_ORDERS, FreeScaleConfig, PriorityConfig, SMFreeConfig
+from optim.freescale import FreeScale
 from optim.plan import MODES, BalanceConfig
 
-TOGGLES = ("balance", "priority_overlap", "sm_free")
 FAIL_ENV = "FSOBS_FAIL_AT_STEP"  # fault injection for tests: "RANK:STEP" exits that rank there
 
 
@@ -75,6 +76,15 @@ class JobConfig:
     """Write each rank's final parameters to ``params.rank<R>.pt`` (for equivalence tests)."""
     optimizer: str = "adagrad"
     """``adagrad`` or ``sgd`` (for equivalence tests: ``fsobs.workload.sharding.OPTIMIZERS``)."""
+    priority_overlap: bool = False
+    """The ``priority_overlap`` toggle: embedding and dense collectives on groups of their own."""
+    dense_order: str = "concurrent"
+    """``optim.PriorityConfig.dense_order``."""
+    sm_free: bool = False
+    """The ``sm_free`` toggle: the embedding all-to-all on the copy engines (GPU, NCCL >= 2.28)."""
+    dense_mb: float = 0.0
+    """An extra dense block of about this many MiB in the head (``ModelConfig.wide_dim``), so
+    that the dense all-reduce is large; 0: none."""
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -87,13 +97,25 @@ class JobConfig:
             raise ValueError("batch_size must be >= 1")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {self.optimizer!r}")
-        _ = self.balance_config  # raises ValueError on an unknown method or mode
+        if self.dense_mb < 0:
+            raise ValueError(f"dense_mb must be >= 0, got {self.dense_mb}")
+        _ = self.freescale_config  # raises ValueError on an unknown method, mode or order
 
     @property
-    def balance_config(self) -> BalanceConfig:
-        return BalanceConfig(
-            enabled=self.balance, method=self.balance_method, mode=self.balance_mode
+    def freescale_config(self) -> FreeScaleConfig:
+        return FreeScaleConfig(
+            balance=BalanceConfig(
+                enabled=self.balance, method=self.balance_method, mode=self.balance_mode
+            ),
+            priority_overlap=PriorityConfig(
+                enabled=self.priority_overlap, dense_order=self.dense_order
+            ),
+            sm_free=SMFreeConfig(enabled=self.sm_free),
         )
+
+    def model_config(self) -> ModelConfig:
+        base = ModelConfig.preset(self.model_size)
+        return ModelConfig.preset(self.model_size, wide_dim=base.wide_dim_for(self.dense_mb))
 
     def load_cost_model(self, model_cfg: ModelConfig) -> CostModel:
         if self.cost_model is not None:
@@ -128,31 +150,30 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def train(job: JobConfig, device: torch.device) -> None:
-    """Run the job on this rank (the process group is initialized)."""
+    """Run the job on this rank (the process group is initialized). Every FreeScale toggle goes
+    through the optimizer API (``optim.FreeScale``), as in any user's loop."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(job.seed)
-    model_cfg = ModelConfig.preset(job.model_size)
+    model_cfg = job.model_config()
     data = SyntheticHistories(
         data_config_for(model_cfg, preset=job.preset, num_samples=job.num_samples, seed=job.seed)
     )
+    fs = FreeScale(job.freescale_config, cost_model=job.load_cost_model(model_cfg))
     if rank == 0:
-        write_run_json(job.out, _meta(job, world_size, device, [], "incomplete", "running"))
-    # Balancing exchanges CPU tensors: its own gloo group (also off the embedding all-to-all).
-    group = dist.new_group(backend="gloo") if job.balance else None
+        write_run_json(job.out, _meta(job, world_size, device, [], "incomplete", "running", fs))
+    fs.setup()
     inputs = StepInputs(
-        data,
-        global_batches(len(data), job.batch_size * world_size, job.steps, job.seed),
-        job.load_cost_model(model_cfg),
-        job.balance_config,
-        group,
+        data, global_batches(len(data), job.batch_size * world_size, job.steps, job.seed), fs
     )
     model = SeqRecModel(model_cfg, device="meta")
-    dmp = wrap_model(model, dist.GroupMember.WORLD, device, optimizer=job.optimizer)
-    pipeline = TrainPipelineSparseDist(dmp, build_optimizer(dmp, optimizer=job.optimizer), device)
+    dmp = wrap_model(model, device, dmp_kwargs=fs.dmp_kwargs(), optimizer=job.optimizer)
+    optimizer = build_optimizer(dmp, optimizer=job.optimizer)
+    pipeline = fs.attach(TrainPipelineSparseDist(dmp, optimizer, device))
     made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
     batches = _recorded(iter(inputs), made)
     fail = _fail_step(rank)
     with (
+        fs,
         StepProfiler(job.out, rank, job.profiler, enabled=job.profile) as profiler,
         SidecarWriter(job.out, rank) as sidecar,
     ):
@@ -182,7 +203,7 @@ def train(job: JobConfig, device: torch.device) -> None:
     dist.all_gather_object(hosts, socket.gethostname())
     dist.barrier()  # every rank has closed its trace and sidecar
     if rank == 0:
-        meta = _meta(job, world_size, device, sorted(set(hosts)), "complete", None)
+        meta = _meta(job, world_size, device, sorted(set(hosts)), "complete", None, fs)
         write_run_json(job.out, meta)
 
 
@@ -215,25 +236,26 @@ def _meta(
     hosts: list[str],
     status: str,
     reason: str | None,
+    fs: FreeScale,
 ) -> dict[str, object]:
     workload = {k: v for k, v in asdict(job).items() if k != "out"}
     workload["cost_model"] = str(job.cost_model) if job.cost_model else "analytic"
     ranks = list(range(world_size)) if status == "complete" else []
-    return build_run_meta(
+    meta = build_run_meta(
         name=job.out.name,
         world_size=world_size,
         backend="nccl" if device.type == "cuda" else "gloo",
         device=device.type,
         hosts=hosts,
         workload=workload,
-        toggles={
-            name: {"requested": on, "applied": on, "reason": None}
-            for name, on in zip(TOGGLES, (job.balance, False, False), strict=True)
-        },
+        toggles=fs.status(),
         ranks_present=ranks,
         status=status,
         reason=reason,
     )
+    if status == "complete":
+        meta["process_groups"] = fs.layout()
+    return meta
 
 
 def _fail_step(rank: int) -> int:
@@ -263,6 +285,10 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
     p.add_argument("--cost-model", type=Path, default=None)
     p.add_argument("--save-params", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--optimizer", default="adagrad", choices=OPTIMIZERS, help=argparse.SUPPRESS)
+    p.add_argument("--priority-overlap", action="store_true")
+    p.add_argument("--dense-order", default="concurrent", choices=list(DENSE_ORDERS))
+    p.add_argument("--sm-free", action="store_true")
+    p.add_argument("--dense-mb", type=float, default=0.0)
     args = p.parse_args(argv)
     return JobConfig(**vars(args))
 

@@ -1,0 +1,226 @@
+"""A small DLRM-style model on torchrec, trained by a plain loop that embeds FreeScale.
+
+    torchrun --standalone --nproc-per-node=2 examples/dlrm_freescale.py --steps 20
+    torchrun --standalone --nproc-per-node=2 examples/dlrm_freescale.py --balance \\
+        --priority-overlap --sm-free --profile-dir out/dlrm
+
+The model is torchrec's own ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor`` (a
+variable-length ``history`` of item ids and one ``category`` id per sample, sum-pooled), a
+bottom MLP over dense features, and a top MLP over both: nothing from fsobs. Every rank sees
+the same global batch of sample ids each step; which of them a rank trains is the only data
+question, and FreeScale answers it.
+
+The lines marked ``# FreeScale`` are all that switching FreeScale on takes (``--plain`` runs
+the same loop without them: plain torchrec, each rank its contiguous share). With every toggle
+off the losses equal ``--plain``'s bit for bit (``tests/optim/test_example.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.model_parallel import DistributedModelParallel
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
+from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+
+from optim import (  # FreeScale
+    BalanceConfig,
+    CostModel,
+    FreeScale,
+    FreeScaleConfig,
+    PriorityConfig,
+    SMFreeConfig,
+)
+
+NUM_ITEMS, NUM_CATEGORIES, EMB_DIM, DENSE_IN = 5000, 50, 16, 8
+
+
+class DLRM(nn.Module):
+    """Bottom MLP on dense features + pooled embeddings -> top MLP -> one logit."""
+
+    def __init__(self, device: torch.device, top_width: int) -> None:
+        super().__init__()
+        tables = [("t_history", "history", NUM_ITEMS), ("t_category", "category", NUM_CATEGORIES)]
+        self.ebc = EmbeddingBagCollection(
+            tables=[
+                EmbeddingBagConfig(
+                    name=t, embedding_dim=EMB_DIM, num_embeddings=n, feature_names=[f]
+                )
+                for t, f, n in tables
+            ],
+            device=device,
+        )
+        self.bottom = nn.Sequential(nn.Linear(DENSE_IN, EMB_DIM), nn.ReLU())
+        width = 3 * EMB_DIM
+        self.top = nn.Sequential(nn.Linear(width, top_width), nn.ReLU(), nn.Linear(top_width, 1))
+
+    def forward(
+        self, dense: torch.Tensor, sparse: KeyedJaggedTensor, freeze: bool = False
+    ) -> torch.Tensor:
+        pooled = self.ebc(sparse).values()
+        if freeze:  # no gradient reaches the tables: no backward embedding all-to-all
+            pooled = pooled.detach()
+        return self.top(torch.cat([self.bottom(dense), pooled], dim=1)).squeeze(1)
+
+
+def dataset(num_samples: int, seed: int) -> dict[str, np.ndarray]:
+    """Heavy-tailed history lengths; the label follows the category, the dense features noise."""
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.lognormal(3.0, 1.0, num_samples).astype(np.int64), 1, 2000)
+    return {
+        "lengths": lengths,
+        "category": rng.integers(NUM_CATEGORIES, size=num_samples),
+        "dense": rng.standard_normal((num_samples, DENSE_IN)).astype(np.float32),
+        "seed": np.array([seed]),
+    }
+
+
+def make_batch(data: dict[str, np.ndarray], ids: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """(dense, sparse KJT, labels) of the samples ``ids``; item ids are drawn per sample."""
+    lengths = data["lengths"][ids]
+    items = np.concatenate(
+        [
+            np.random.default_rng((int(data["seed"][0]), int(i))).integers(NUM_ITEMS, size=n)
+            for i, n in zip(ids, lengths, strict=True)
+        ]
+    )
+    sparse = KeyedJaggedTensor.from_lengths_sync(
+        keys=["history", "category"],
+        values=torch.from_numpy(np.concatenate([items, data["category"][ids]])),
+        lengths=torch.from_numpy(np.concatenate([lengths, np.ones(len(ids), np.int64)])),
+    )
+    labels = torch.from_numpy((data["category"][ids] % 2).astype(np.float32))
+    return torch.from_numpy(data["dense"][ids]), sparse, labels
+
+
+def build(model: DLRM, dmp_kwargs: dict) -> tuple[DistributedModelParallel, CombinedOptimizer]:
+    """Table-wise sharded tables with a fused SGD, SGD on the dense part."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    sharders = [
+        EmbeddingBagCollectionSharder(
+            fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.1}
+        )
+    ]
+    world = dist.get_world_size()
+    planner = EmbeddingShardingPlanner(
+        topology=TopologyFactory.create_topology(
+            trainer_config=TrainerConfig(world_size=world, local_world_size=world),
+            kernel_config=KernelConfig(compute_device="cpu"),
+        ),
+        constraints={
+            t: ParameterConstraints(sharding_types=["table_wise"])
+            for t in ("t_history", "t_category")
+        },
+    )
+    env = dmp_kwargs.get("env")
+    plan = planner.collective_plan(model, sharders, env.process_group if env else None)
+    dmp = DistributedModelParallel(
+        model, device=torch.device("cpu"), plan=plan, sharders=sharders, **dmp_kwargs
+    )
+    fused = set(dmp.fused_optimizer.params)
+    dense = {k: v for k, v in dmp.named_parameters() if k not in fused}
+    optimizer = CombinedOptimizer(
+        [
+            dmp.fused_optimizer,
+            KeyedOptimizerWrapper(dense, lambda ps: torch.optim.SGD(ps, lr=0.1)),
+        ]
+    )
+    return dmp, optimizer
+
+
+def main() -> None:
+    args = parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    data = dataset(100_000, seed=0)
+    fs = FreeScale(toggles(args), cost_model=CostModel(c0=20.0, a=1.0, b=0.0))  # FreeScale
+    fs.setup()  # FreeScale
+    model = DLRM(torch.device("meta"), args.top_width)
+    dmp, optimizer = build(model, {} if args.plain else fs.dmp_kwargs())  # FreeScale
+    if not args.plain:  # FreeScale
+        fs.attach(dmp)  # FreeScale
+    profiler = profile(args.profile_dir, rank)
+    losses = []
+    order = np.random.default_rng(1).permutation(len(data["lengths"]))
+    for step in range(args.steps):
+        ids = order[step * args.batch_size * world : (step + 1) * args.batch_size * world]
+        if args.plain:
+            mine, scale = ids[rank * args.batch_size : (rank + 1) * args.batch_size], 1.0
+        else:
+            share = fs.split(step, data["lengths"][ids])  # FreeScale
+            mine, scale = ids[share.positions], share.loss_scale  # FreeScale
+        dense, sparse, labels = make_batch(data, mine)
+        logits = dmp(dense, sparse, freeze=step == args.freeze_embeddings_at)
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)
+        optimizer.zero_grad()
+        (loss * scale).backward()
+        optimizer.step()
+        total = torch.tensor([float(loss) * len(mine)], dtype=torch.float64)
+        dist.all_reduce(total)
+        losses.append(float(total) / len(ids))
+        if profiler is not None:
+            profiler.step()
+    if profiler is not None:
+        profiler.stop()
+    if rank == 0 and args.losses_out:
+        status = {} if args.plain else fs.status()  # FreeScale
+        Path(args.losses_out).write_text(json.dumps({"losses": losses, "toggles": status}))
+    fs.close()  # FreeScale
+    dist.destroy_process_group()
+
+
+def toggles(args: argparse.Namespace) -> FreeScaleConfig:
+    """The three toggles from the command line."""
+    return FreeScaleConfig(
+        balance=BalanceConfig(enabled=args.balance),
+        priority_overlap=PriorityConfig(
+            enabled=args.priority_overlap, dense_order=args.dense_order
+        ),
+        sm_free=SMFreeConfig(enabled=args.sm_free),
+    )
+
+
+def profile(trace_dir: str | None, rank: int) -> torch.profiler.profile | None:
+    """A Kineto trace of every step after the first (``fsobs analyze TRACE_DIR``)."""
+    if trace_dir is None:
+        return None
+    Path(trace_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(trace_dir) / f"rank{rank}.trace.json.gz"
+    prof = torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=torch.profiler.schedule(wait=1, warmup=0, active=10**6),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+    )
+    prof.start()
+    return prof
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
+    p.add_argument("--top-width", type=int, default=64)
+    p.add_argument("--balance", action="store_true")
+    p.add_argument("--priority-overlap", action="store_true")
+    p.add_argument("--dense-order", default="concurrent", choices=["concurrent", "after_embedding"])
+    p.add_argument("--sm-free", action="store_true")
+    p.add_argument("--plain", action="store_true", help="plain torchrec: FreeScale not attached")
+    p.add_argument("--freeze-embeddings-at", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--losses-out", help="rank 0 writes the global mean loss per step here")
+    p.add_argument("--profile-dir", help="write a Kineto trace per rank here")
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    main()

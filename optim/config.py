@@ -1,0 +1,100 @@
+"""FreeScale's configuration: one object with the three toggles (no torch here).
+
+::
+
+    FreeScaleConfig(
+        balance=BalanceConfig(enabled=True, method="kk", mode="plan"),      # optim.plan
+        priority_overlap=PriorityConfig(enabled=True),
+        sm_free=SMFreeConfig(enabled=True),
+    )
+
+Every toggle is off by default, and a toggle that is off changes nothing the job computes
+(:class:`optim.freescale.FreeScale` keeps torchrec's defaults for it). What each toggle did is a
+:class:`ToggleStatus`: requested, applied, and why not when it was not; the job records
+``FreeScale.status()`` in ``run.json`` as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from optim.plan import BalanceConfig
+
+__all__ = ["FreeScaleConfig", "PriorityConfig", "SMFreeConfig", "ToggleStatus", "TOGGLES"]
+
+TOGGLES = ("balance", "priority_overlap", "sm_free")
+DENSE_ORDERS = ("concurrent", "after_embedding")
+
+
+@dataclass(kw_only=True, frozen=True)
+class PriorityConfig:
+    """The ``priority_overlap`` toggle: embedding collectives on a process group of their own
+    (high-priority streams on NCCL), the dense all-reduce on another."""
+
+    enabled: bool = False
+    dense_order: str = "concurrent"
+    """``concurrent``: the two groups run side by side (the measured default, BENCHMARKS.md
+    "Priority overlap"); ``after_embedding``: each step's dense buckets are held back until the
+    step's backward embedding all-to-all has been issued (released at the end of the backward
+    when a step has none, so no step can hang)."""
+    bucket_cap_mb: float | None = None
+    """DDP bucket size for the dense all-reduce; None keeps torchrec's default (25 MB)."""
+
+    def __post_init__(self) -> None:
+        if self.dense_order not in DENSE_ORDERS:
+            raise ValueError(
+                f"dense_order: unknown {self.dense_order!r}, expected one of {list(DENSE_ORDERS)}"
+            )
+        if self.bucket_cap_mb is not None and not self.bucket_cap_mb > 0:
+            raise ValueError(f"bucket_cap_mb: must be > 0, got {self.bucket_cap_mb}")
+
+
+@dataclass(kw_only=True, frozen=True)
+class SMFreeConfig:
+    """The ``sm_free`` toggle: the embedding all-to-all on the GPU's copy engines (see
+    :mod:`optim.sm_free`)."""
+
+    enabled: bool = False
+    fallback: str = "none"
+    """Where the copy-engine path cannot apply: ``none`` (record why, change nothing) or
+    ``efficiency`` (NCCL's ``NCCL_CTA_POLICY_EFFICIENCY`` on the embedding group: fewer SMs,
+    not zero; recorded as such)."""
+    capacity: int | None = None
+    """Elements per peer chunk of the padded all-to-all; None: from the balancer's bound, else
+    the largest chunk seen so far, grown when exceeded."""
+
+    def __post_init__(self) -> None:
+        if self.fallback not in ("none", "efficiency"):
+            raise ValueError(f"fallback: 'none' or 'efficiency', got {self.fallback!r}")
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError(f"capacity: must be >= 1, got {self.capacity}")
+
+
+@dataclass(kw_only=True, frozen=True)
+class FreeScaleConfig:
+    """The three toggles (each with its parameters)."""
+
+    balance: BalanceConfig = field(default_factory=BalanceConfig)
+    priority_overlap: PriorityConfig = field(default_factory=PriorityConfig)
+    sm_free: SMFreeConfig = field(default_factory=SMFreeConfig)
+
+    def requested(self) -> dict[str, bool]:
+        return {name: getattr(self, name).enabled for name in TOGGLES}
+
+
+@dataclass(frozen=True)
+class ToggleStatus:
+    """What a toggle did: the ``run.json`` entry ``{"requested", "applied", "reason"}``."""
+
+    requested: bool
+    applied: bool
+    reason: str | None = None
+    """Why a requested toggle is not (fully) applied; None otherwise."""
+
+    def __post_init__(self) -> None:
+        if self.applied and not self.requested:
+            raise ValueError("applied: a toggle that was not requested cannot be applied")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

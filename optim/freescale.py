@@ -1,0 +1,214 @@
+"""``FreeScale``: the three toggles, embedded in any torchrec training loop.
+
+::
+
+    fs = FreeScale(FreeScaleConfig(balance=..., priority_overlap=..., sm_free=...),
+                   cost_model=CostModel(...))
+    fs.setup()                                     # collective: the toggles' process groups
+    dmp = DistributedModelParallel(model, device=device, plan=plan, sharders=sharders,
+                                   **fs.dmp_kwargs())         # env + the dense DDP wrapper
+    pipeline = fs.attach(TrainPipelineSparseDist(dmp, optimizer, device))  # or a plain loop
+    for step, global_batch in enumerate(batches):  # every rank sees the same global batch ids
+        share = fs.split(step, lengths[global_batch])          # plan mode: this rank's part
+        batch = build(global_batch[share.positions], loss_scale=share.loss_scale)
+        ...
+    run_json["toggles"] = fs.status()              # requested / applied / reason, per toggle
+    fs.close()
+
+Shuffle mode (lengths known only after loading): ``rows, share = fs.exchange(step, rows,
+lengths)`` with this rank's random-split share as int64 rows.
+
+Every toggle that is off is an exact no-op: ``dmp_kwargs`` keeps DMP on WORLD with torchrec's
+DDP settings, ``split`` returns torchrec's usual contiguous share with no communication and a
+loss scale of exactly 1.0. What FreeScale always adds is observability that does not change a
+number: ranges naming each collective's role and group for the analyzer (:mod:`optim.markers`),
+and DDP's all-reduce through one comm hook that computes what DDP computes (:mod:`optim.ddp`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import torch.distributed as dist
+from torch.autograd.profiler import record_function
+
+from optim.balance import CostModel
+from optim.comm import CommRouter, install
+from optim.config import FreeScaleConfig, ToggleStatus
+from optim.ddp import DenseGate
+from optim.groups import Groups, make_groups
+from optim.markers import BALANCE_MARKER
+from optim.plan import StepPlan, loss_scale
+from optim.shuffle import ShuffleBalancer, check_plan
+from optim.sm_free import SMFreePath, setup_sm_free
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StepShare:
+    """This rank's part of one global batch."""
+
+    step: int
+    positions: np.ndarray
+    """Ascending positions into the global batch (int64)."""
+    loss_scale: float
+    """Factor on this rank's mean loss (exactly 1.0 with equal counts; :func:`loss_scale`)."""
+    plan: StepPlan | None
+    """The step's plan; None in shuffle mode with the toggle off (no rank knows all costs)."""
+
+
+class FreeScale:
+    """The facade a training loop embeds (module docstring)."""
+
+    def __init__(
+        self, config: FreeScaleConfig | None = None, *, cost_model: CostModel | None = None
+    ) -> None:
+        self.config = config or FreeScaleConfig()
+        if self.config.balance.enabled and cost_model is None:
+            raise ValueError("cost_model: the balance toggle needs one (optim.balance.CostModel)")
+        self.cost_model = cost_model
+        self._groups: Groups | None = None
+        self._statuses: dict[str, ToggleStatus] = {}
+        self._sm_free: SMFreePath | None = None
+        self._gate = DenseGate() if self._gated else None
+        self._shuffle: ShuffleBalancer | None = None
+        self._uninstall: Callable[[], None] | None = None
+
+    @property
+    def _gated(self) -> bool:
+        priority = self.config.priority_overlap
+        return priority.enabled and priority.dense_order == "after_embedding"
+
+    # ------------------------------------------------------------------ set-up (collective)
+
+    def setup(self) -> None:
+        """Create the toggles' process groups and probe what this machine can do. Collective:
+        call it on every rank, after ``init_process_group`` and before building DMP."""
+        if self._groups is not None:
+            raise RuntimeError("FreeScale.setup() was already called")
+        sm_free, nccl_options = setup_sm_free(self.config.sm_free, self.config.priority_overlap)
+        self._groups, priority = make_groups(self.config, nccl_options)
+        self._sm_free = sm_free.path(self._groups.embedding) if sm_free.applied else None
+        self._statuses = {
+            "balance": ToggleStatus(self.config.balance.enabled, self.config.balance.enabled),
+            "priority_overlap": priority,
+            "sm_free": sm_free.status,
+        }
+        if self.config.balance.enabled and self.config.balance.mode == "shuffle":
+            self._shuffle = ShuffleBalancer(self.config.balance, self._groups.balance)
+
+    @property
+    def groups(self) -> Groups:
+        if self._groups is None:
+            raise RuntimeError("call FreeScale.setup() first")
+        return self._groups
+
+    def dmp_kwargs(self, **ddp_wrapper_kwargs: Any) -> dict[str, Any]:
+        """Keyword arguments for ``DistributedModelParallel``: the embedding group's ``env`` and
+        the DDP wrapper on the dense group (``ddp_wrapper_kwargs``: torchrec's
+        ``DefaultDataParallelWrapper`` options, e.g. ``allreduce_comm_precision``)."""
+        from torchrec.distributed.types import ShardingEnv
+
+        from optim.dmp import DenseDataParallel
+
+        groups = self.groups
+        bucket = self.config.priority_overlap.bucket_cap_mb
+        if bucket is not None:
+            ddp_wrapper_kwargs.setdefault("bucket_cap_mb", bucket)
+        wrapper = DenseDataParallel(groups.dense, gate=self._gate, **ddp_wrapper_kwargs)
+        kwargs: dict[str, Any] = {"data_parallel_wrapper": wrapper}
+        if groups.embedding is not dist.group.WORLD:
+            kwargs["env"] = ShardingEnv.from_process_group(groups.embedding)
+        return kwargs
+
+    def attach(self, pipeline: T) -> T:
+        """Route torchrec's embedding collectives through FreeScale (:mod:`optim.comm`); returns
+        ``pipeline`` (a ``TrainPipelineSparseDist``, or the DMP of a plain loop) unchanged."""
+        if self._uninstall is not None:
+            raise RuntimeError("FreeScale.attach() was already called")
+        router = CommRouter(
+            on_backward_issue=self._gate.release if self._gate is not None else None,
+            embedding_group=self.groups.embedding,
+            all_to_all_single=self._sm_free.all_to_all_single if self._sm_free else None,
+        )
+        self._uninstall = install(router)
+        return pipeline
+
+    def close(self) -> None:
+        """Put torchrec's comm modules back as they were."""
+        if self._uninstall is not None:
+            self._uninstall()
+            self._uninstall = None
+
+    def __enter__(self) -> FreeScale:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ this rank's share (balance)
+
+    def split(self, step: int, lengths: np.ndarray) -> StepShare:
+        """Plan mode: this rank's part of a global batch whose samples have ``lengths`` (the
+        same array on every rank). Toggle off: the contiguous random-split share."""
+        groups = self.groups
+        world, rank = self.world_size, self.rank
+        with record_function(BALANCE_MARKER):
+            costs = self.costs(np.asarray(lengths))
+            plan = StepPlan.make(costs, world, self.config.balance)
+            if self.config.balance.enabled and self.config.balance.checks_at(step):
+                check_plan(plan.digest, step, groups.balance)
+        mine = plan.parts[rank]
+        return StepShare(step, mine, loss_scale(len(mine), len(lengths), world), plan)
+
+    def exchange(
+        self, step: int, rows: Sequence[np.ndarray], lengths: np.ndarray
+    ) -> tuple[list[np.ndarray], StepShare]:
+        """Shuffle mode: given this rank's random-split share as int64 ``rows`` with their
+        ``lengths``, the rows this rank trains on (in global-batch order) and its share.
+        Toggle off (or plan mode): the rows as they are."""
+        world, rank = self.world_size, self.rank
+        if self._shuffle is None:
+            start = rank * len(rows)
+            positions = np.arange(start, start + len(rows), dtype=np.int64)
+            return list(rows), StepShare(step, positions, 1.0, None)
+        with record_function(BALANCE_MARKER):
+            received, plan = self._shuffle(step, rows, self.costs(np.asarray(lengths)))
+        mine = plan.parts[rank]
+        total = sum(len(p) for p in plan.parts)
+        return received, StepShare(step, mine, loss_scale(len(mine), total, world), plan)
+
+    def costs(self, lengths: np.ndarray) -> np.ndarray:
+        """The cost model's estimate per sample (the lengths themselves without a model)."""
+        if self.cost_model is None:
+            return np.asarray(lengths, dtype=np.float64)
+        return self.cost_model(lengths)
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size()
+
+    # ----------------------------------------------------------------------------- report
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per toggle, ``{"requested", "applied", "reason"}`` (what ``run.json`` records)."""
+        if not self._statuses:
+            return {
+                name: ToggleStatus(on, False, "FreeScale.setup() was not called").to_json()
+                if on
+                else ToggleStatus(False, False).to_json()
+                for name, on in self.config.requested().items()
+            }
+        return {name: s.to_json() for name, s in self._statuses.items()}
+
+    def layout(self) -> dict[str, Any]:
+        """The process groups by role (``run.json``'s ``process_groups``)."""
+        return self.groups.layout()

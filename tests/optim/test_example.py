@@ -1,0 +1,76 @@
+"""examples/dlrm_freescale.py on 2 gloo ranks (torchrun), with each toggle on and off.
+
+The example's loop is plain torchrec with ``--plain``; every other run goes through
+``optim.FreeScale``. Every run trains the same global batches (same seeds), and rank 0 writes
+the global mean loss of each step and ``FreeScale.status()``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dlrm_freescale.py"
+STEPS = 6
+
+
+def _run(tmp_path: Path, name: str, *flags: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(EXAMPLE),
+        f"--steps={STEPS}",
+        f"--losses-out={out}",
+        *flags,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> list[float]:
+    """The global mean loss per step of plain torchrec (FreeScale not attached)."""
+    losses = _run(tmp_path_factory.mktemp("plain"), "plain", "--plain")["losses"]
+    assert len(losses) == STEPS and len(set(losses)) > 1  # it trains
+    return losses
+
+
+def test_every_toggle_off_equals_plain_torchrec_and_priority_changes_no_number(tmp_path, plain):
+    off = _run(tmp_path, "off")
+    assert off["losses"] == plain  # bit for bit
+    assert all(not t["requested"] and not t["applied"] for t in off["toggles"].values())
+    # separate groups, the dense buckets gated behind the embedding all-to-all, and a last step
+    # without any embedding gradient (the gate must not hang it); the loss of the last step is
+    # computed before its update, so every loss equals plain torchrec's, bit for bit
+    gated = _run(
+        tmp_path,
+        "gated",
+        "--priority-overlap",
+        "--dense-order=after_embedding",
+        f"--freeze-embeddings-at={STEPS - 1}",
+    )
+    assert gated["losses"] == plain
+    priority = gated["toggles"]["priority_overlap"]
+    assert priority["requested"] and priority["applied"]
+    assert priority["reason"].startswith("gloo: embedding and dense collectives on groups")
+
+
+def test_balance_trains_the_same_global_batches_and_sm_free_says_why_not(tmp_path, plain):
+    both = _run(tmp_path, "balanced", "--balance", "--sm-free")
+    # kk moves samples between ranks but keeps equal counts: the same global mean loss up to
+    # float reordering of the parameter updates
+    assert both["losses"] == pytest.approx(plain, abs=1e-6)
+    assert both["toggles"]["balance"] == {"requested": True, "applied": True, "reason": None}
+    sm_free = both["toggles"]["sm_free"]
+    assert sm_free["requested"] and not sm_free["applied"]
+    assert sm_free["reason"].startswith("backend gloo: collectives run on CPU worker threads")
