@@ -42,18 +42,22 @@ $(BROWSER_STAMP): $(STAMP)
 test: install browser
 	$(BIN)/python -m pytest -q
 
-# The main job, an A/B: the reference model on 2 gloo ranks, first the baseline (random split of
-# each global batch), then with the balance toggle on the same global batches; each run is
-# analyzed, the cost model refit from the baseline, and the two runs compared.
+# The main job, an A/B/C: the reference model on 2 gloo ranks, first the baseline (random split
+# of each global batch), then with the balance toggle, then with every toggle (balance,
+# priority_overlap; sm_free is requested and recorded as not applied: no GPU here), all on the
+# same global batches; each run is analyzed, the cost model refit from the baseline, and both
+# runs compared with the baseline.
 DEMO := out/demo
 demo: install
 	rm -rf $(DEMO) $(DEMO)-export
 	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/baseline
 	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/balanced --balance
+	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/freescale --balance \
+	    --priority-overlap --sm-free
 	$(BIN)/fsobs analyze $(DEMO)/baseline
 	$(BIN)/fsobs fit-cost $(DEMO)/baseline
 	$(BIN)/fsobs export $(DEMO)/baseline $(DEMO)-export
-	$(BIN)/fsobs compare $(DEMO)/baseline $(DEMO)/balanced
+	$(BIN)/fsobs compare $(DEMO)/baseline $(DEMO)/balanced $(DEMO)/freescale
 	@echo
 	@echo "Explore both runs in the dashboard: $(BIN)/fsobs dashboard --store $(DEMO)"
 

@@ -213,7 +213,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--top-width", type=int, default=64)
     p.add_argument("--balance", action="store_true")
     p.add_argument("--priority-overlap", action="store_true")
-    p.add_argument("--dense-order", default="concurrent", choices=["concurrent", "after_embedding"])
+    p.add_argument(
+        "--dense-order", default="after_embedding", choices=["after_embedding", "concurrent"]
+    )
     p.add_argument("--sm-free", action="store_true")
     p.add_argument("--plain", action="store_true", help="plain torchrec: FreeScale not attached")
     p.add_argument("--freeze-embeddings-at", type=int, default=-1, help=argparse.SUPPRESS)

@@ -33,11 +33,11 @@ class PriorityConfig:
     (high-priority streams on NCCL), the dense all-reduce on another."""
 
     enabled: bool = False
-    dense_order: str = "concurrent"
-    """``concurrent``: the two groups run side by side (the measured default, BENCHMARKS.md
-    "Priority overlap"); ``after_embedding``: each step's dense buckets are held back until the
-    step's backward embedding all-to-all has been issued (released at the end of the backward
-    when a step has none, so no step can hang)."""
+    dense_order: str = "after_embedding"
+    """``after_embedding`` (default, chosen by measurement: BENCHMARKS.md "Priority overlap"):
+    each step's dense buckets are held back until the step's backward embedding all-to-all has
+    been issued (released at the end of the backward when a step has none, so no step can
+    hang); ``concurrent``: the two groups run side by side."""
     bucket_cap_mb: float | None = None
     """DDP bucket size for the dense all-reduce; None keeps torchrec's default (25 MB)."""
 

@@ -18,10 +18,13 @@ capacity ``C`` (rows), exchanges ``W x C`` rows per rank with an equal split, an
     padded send    |a a a|b . .|c c .|    W x C rows, '.' = padding
     equal-split all_to_all_single ->  recv |x x .|y y y|z . .|  -> output |x x|y y y|z|
 
-The ranks must agree on ``C`` (an equal split is the same size everywhere): it is the
-configured capacity, or the largest chunk of any rank in this call (an all-reduce MAX of one
-number), kept and reused while it suffices. :func:`padding_overhead` says what padding costs in
-bytes; :attr:`SMFreePath.stats` keeps the running total.
+The ranks must agree on ``C`` (an equal split is the same size everywhere): it is the largest
+chunk of any rank in this call (an all-reduce MAX of one number per call), never below the
+configured capacity or the largest seen so far, so the symmetric buffers are reused.
+:func:`padding_overhead` says what padding costs in bytes; :attr:`SMFreePath.stats` keeps the
+running total. (A bound known to every rank without communication, such as one derived from
+the balancer's plan, would save that one number, but it needs the row layout of each torchrec
+call; not done.)
 
 Where the copy-engine path cannot apply (gloo, no CUDA, NCCL < 2.28, a torch without
 ``NCCL_CTA_POLICY_ZERO`` or symmetric memory, more than one node) the toggle is recorded as
@@ -292,8 +295,9 @@ class SMFreePath:
         return None
 
     def _agree_capacity(self, local_max: int) -> int:
-        if self.capacity is not None and local_max <= self.capacity:
-            return self.capacity
+        """The capacity every rank uses for this call: the largest chunk of any rank (an
+        all-reduce MAX of one number, on every call: a rank that skipped it while another
+        needed more would hang both), never below the capacity kept so far."""
         needed = torch.tensor([local_max], device=_device(self.group))
         dist.all_reduce(needed, op=dist.ReduceOp.MAX, group=self.group)
         self.capacity = max(int(needed.item()), self.capacity or 0)

@@ -624,3 +624,69 @@ def test_an_async_collective_issued_before_the_data_range_does_not_block_it(tmp_
     table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
     _row(table, 0, 1, window=100, busy=51, straggler_wait=11, exposed_comm=10, host_idle=28)
     _row(table, 1, 1, window=100, busy=90, exposed_comm=10)
+
+
+# ----------------------------------------------------------- 12. contention and copy engines
+
+
+def test_contention_compares_like_kernels_and_ignores_copy_engine_transfers(tmp_path):
+    """One GPU rank. ``gemm`` runs at two launch shapes (grid 1 and grid 2); NCCL kernels
+    take SMs, the copy-engine memcpy (launched inside FreeScale's comm range) does not.
+
+    ::
+
+        t (µs)  0   10 18 20  35 40  60 70 80  106 110 135 140 146 170 172  200 206
+        g1      |===|   |=====|      |==|                                        10, 15, 10
+        g2                                 |===|  |=======|  |===|    |=======|   30, 40, 30, 34
+        nccl           |=======|                                   |========|
+        CE copy                                |mmmmmm|  (Memcpy DtoD, in the comm range)
+
+    grid 1: alone 10, 10 -> median 10; during NCCL 15: +5.
+    grid 2: alone 30, 40, 30 (the 40 overlaps only the copy: that is not contention, the copy
+    engines take no SMs) -> median 30; during NCCL 34: +4. Total 9 µs. (By name alone the
+    median of 10, 10, 30, 40, 30 would be 30, giving 0 + 4 = 4.)
+    """
+    from tests.kineto import kernel, launch
+
+    def gemm(ts, dur, corr, grid):
+        return kernel("gemm", ts, dur, corr=corr, grid=[grid, 1, 1], block=[128, 1, 1])
+
+    def nccl(ts, dur, corr, seq):
+        return kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            ts,
+            dur,
+            stream=20,
+            corr=corr,
+            Collective_name="allreduce",
+            Process_Group_Name="0",
+            Process_Group_Ranks="[0]",
+            Seq=seq,
+        )
+
+    copy = x(
+        "Memcpy DtoD (Device -> Device)",
+        "gpu_memcpy",
+        105,
+        30,
+        pid=0,
+        tid=24,
+        stream=24,
+        correlation=9,
+    )
+    gpu = [
+        gemm(0, 10, 1, 1), gemm(20, 15, 2, 1), gemm(60, 10, 3, 1),
+        gemm(80, 30, 4, 2), gemm(106, 40, 5, 2), gemm(140, 30, 6, 2), gemm(172, 34, 7, 2),
+        nccl(18, 22, 8, 0), nccl(170, 30, 10, 1), copy,
+    ]  # fmt: skip
+    cpu = [step(1, -50, 400)] + [launch(-40 + corr, corr, dur=0.5) for corr in range(1, 11)]
+    cpu.append(x("## fsobs:comm:embedding:2 ##", "user_annotation", -32, 2))  # around corr 9
+    run = _load(tmp_path, [trace(cpu + gpu, rank=0, world_size=1)])
+    events = run[0].events
+    assert events.loc[events["name"] == "Memcpy DtoD (Device -> Device)", "kind"].tolist() == [
+        "comm"
+    ]
+    colls = run[0].collectives
+    assert colls.loc[colls["source"] == "launch_context", "coll"].tolist() == ["transfer"]
+    table = _table(run)
+    assert table.loc[(0, 1), "contention_ms"] == pytest.approx(0.009, abs=1e-9)

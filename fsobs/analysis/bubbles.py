@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import intervals as iv
-from fsobs.analysis.collectives import Collectives
+from fsobs.analysis.collectives import SYNC_COLLECTIVES, Collectives
 from fsobs.analysis.optree import op_tree
 from fsobs.trace.schema import RankTrace
 from optim.markers import DATA_MARKER, ROLES
@@ -112,6 +112,9 @@ class StepParts:
     comm: iv.Intervals
     comm_rows: np.ndarray
     """Event rows of the communication events in the window (to look up their waits)."""
+    transfer: iv.Intervals = _EMPTY
+    """Communication that synchronizes nothing (point-to-point, copy-engine transfers): never
+    a wait, exposed when it blocks."""
     everything: iv.Intervals = _EMPTY
     """GPU: any GPU work."""
     loading: iv.Intervals = _EMPTY
@@ -193,7 +196,7 @@ def classify(parts: StepParts, waits: RankWaits) -> StepBubbles:
     lo, hi = parts.window
     sel = waits.select(parts.comm_rows)
     wait_set = iv.clip(iv.union(waits.start[sel], waits.wait_end[sel]), lo, hi)
-    matched = iv.clip(iv.union(waits.start[sel], waits.end[sel]), lo, hi)
+    matched = iv.merge(iv.clip(iv.union(waits.start[sel], waits.end[sel]), lo, hi), parts.transfer)
     full = (np.array([lo]), np.array([hi]))
     if parts.device == "gpu":
         blocked = iv.subtract(parts.comm, parts.compute)
@@ -361,11 +364,13 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     start = gpu["ts_ns"].to_numpy()
     end = start + gpu["dur_ns"].to_numpy()
     is_compute, is_comm = kind == "compute", kind == "comm"
+    is_transfer = is_comm & np.isin(gpu.index.to_numpy(), _transfer_rows(trace))
+    sm_comm = is_comm & (gpu["cat"] == "kernel").to_numpy()  # copy engines take no SMs
     contention = _contention(
         end[is_compute] - start[is_compute],
-        gpu.loc[is_compute, "name"].cat.codes.to_numpy(),
+        _like(gpu[is_compute]),
         (start[is_compute], end[is_compute]),
-        iv.union(start[is_comm], end[is_comm]),
+        iv.union(start[sm_comm], end[sm_comm]),
     )
     launched_in = gpu.loc[is_compute, "step"].to_numpy()
     out = []
@@ -381,6 +386,9 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
                 compute=iv.clip(iv.union(start[sel & is_compute], end[sel & is_compute]), lo, hi),
                 comm=iv.clip(iv.union(start[comm], end[comm]), lo, hi),
                 comm_rows=gpu.index.to_numpy()[comm],
+                transfer=iv.clip(
+                    iv.union(start[comm & is_transfer], end[comm & is_transfer]), lo, hi
+                ),
                 everything=iv.clip(iv.union(start[sel], end[sel]), lo, hi),
                 contention_ns=int(contention[launched_in == step].sum()),
             )
@@ -424,8 +432,9 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     chosen = is_compute_name[codes] if len(codes) else np.zeros(0, bool)
     compute = tree.innermost(chosen)
     op_start = tree.start[chosen]
+    like = _like(ops.iloc[tree.rows[chosen]])
     contention = _contention(
-        tree.self_ns()[chosen], codes[chosen], (op_start, tree.end[chosen]), _spans(comm_all)
+        tree.self_ns()[chosen], like, (op_start, tree.end[chosen]), _spans(comm_all)
     )
     markers = [
         n for n in main["name"].cat.categories if str(n).startswith(config.data_loader_markers)
@@ -455,12 +464,29 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     return out
 
 
+def _transfer_rows(trace: RankTrace) -> np.ndarray:
+    """Rows of the communication events that are no synchronizing collective."""
+    colls = trace.collectives
+    return colls.loc[~colls["coll"].isin(SYNC_COLLECTIVES), "row"].to_numpy()
+
+
+def _like(events: pd.DataFrame) -> np.ndarray:
+    """One code per kind of op or kernel: its name and, where recorded, its shapes."""
+    pairs = np.stack([events["name"].cat.codes.to_numpy(), events["shape_key"].to_numpy()], 1)
+    return (
+        np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1) if len(pairs) else pairs[:, 0]
+    )
+
+
 def _contention(
     dur: np.ndarray, names: np.ndarray, spans: iv.Intervals, comm: iv.Intervals
 ) -> np.ndarray:
     """Extra duration (ns) of each op or kernel whose span overlaps communication, against the
-    median duration of the same name when nothing overlaps it; names never seen alone count 0.
-    On CPU ``dur`` is the op's self time (the same compute set as busy)::
+    median duration of the same op (``names``: one code per name and shapes, :func:`_like`)
+    when nothing overlaps it; ops never seen alone count 0. On a GPU the communication is that
+    of SM-based kernels (NCCL's; copy-engine transfers take no SMs, which is what the sm_free
+    toggle buys); on a CPU, the gloo collectives (core contention, not SMs), and ``dur`` is
+    the op's self time (the same compute set as busy)::
 
         comm        |=========|
         op  alone |==|        |==|      median 3

@@ -80,6 +80,9 @@ class Comparison:
     """Long format: ``run`` (``control`` / ``test``), ``step``, ``step_time_ms``."""
     same_batches: bool | None
     """Whether both runs trained on the same global batches; None when it cannot be told."""
+    control_toggles: dict[str, Any] = field(default_factory=dict)
+    """The control's ``run.json`` toggles (requested / applied / reason); {} without one."""
+    test_toggles: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -138,6 +141,8 @@ def compare(
             ignore_index=True,
         ),
         same_batches=same,
+        control_toggles=dict((control.run.meta or {}).get("toggles") or {}),
+        test_toggles=dict((test.run.meta or {}).get("toggles") or {}),
         warnings=_run_warnings(control, test) + batch_warnings,
     )
 
@@ -439,5 +444,6 @@ def compare_json(c: Comparison) -> dict[str, Any]:
             {k: plain(v) for k, v in row.items()} for row in c.per_rank.to_dict("records")
         ],
         "same_batches": c.same_batches,
+        "toggles": {"control": c.control_toggles, "test": c.test_toggles},
         "warnings": list(c.warnings),
     }

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.errors import FsobsError, TraceFormatError
-from fsobs.trace._collectives import build_collectives
+from fsobs.trace._collectives import build_collectives, communication_launches
 from fsobs.trace._columns import _MAX_ABS_NS, ColumnBuilder
 from fsobs.trace._decode import (
     TraceFile,
@@ -87,6 +87,9 @@ def _finish(
     _add_kind_and_device(events)
     if step_marker:
         _use_step_marker(events, step_marker)
+    launched = communication_launches(events)
+    if len(launched):
+        events.loc[events.index[launched], "kind"] = "comm"
     if builder.hta_round:
         events["hta_ts"] = np.ceil(ts_raw)
         events["hta_end"] = np.floor(ts_raw + dur_raw)

@@ -76,6 +76,38 @@ def _name_mask(events: pd.DataFrame, test: Callable[[str], bool]) -> np.ndarray:
     return per_name[events["name"].cat.codes.to_numpy()]
 
 
+def communication_launches(events: pd.DataFrame) -> np.ndarray:
+    """Rows of the GPU kernels and copies launched inside a collective's call on the CPU (a
+    ``record_param_comms`` op, an ``nccl:*`` range or FreeScale's ``## fsobs:comm:... ##``):
+    communication whatever their names, e.g. the copy-engine memcpys of an NCCL zero-CTA
+    all-to-all, or a copy kernel that moves a collective's data."""
+    on_cpu = (events["device"] == "cpu").to_numpy()
+    kind = events["kind"].to_numpy()
+    candidates = np.flatnonzero(~on_cpu & np.isin(kind, ("memcpy", "compute")))
+    if not len(candidates):
+        return candidates
+    context = on_cpu & _name_mask(
+        events,
+        lambda n: n == "record_param_comms"
+        or n.startswith("nccl:")
+        or parse_comm_marker(n) is not None,
+    )
+    if not context.any():
+        return candidates[:0]
+    ts = events["ts_ns"].to_numpy()
+    tid = events["tid"].cat.codes.to_numpy()
+    enclosing = _Enclosing(ts, ts + events["dur_ns"].to_numpy(), tid, context)
+    launches = _launches(events, on_cpu)
+    corr = events["correlation"].to_numpy()
+    hits = [
+        row
+        for row in candidates
+        if (launch := launches.get(int(corr[row]))) is not None
+        and enclosing.find(int(tid[launch]), int(ts[launch])) >= 0
+    ]
+    return np.asarray(hits, dtype=np.int64)
+
+
 def build_collectives(events: pd.DataFrame, structs: dict[int, Event]) -> pd.DataFrame:
     """One row per ``kind == "comm"`` event; columns documented in :mod:`fsobs.trace.schema`.
 
@@ -101,7 +133,10 @@ def build_collectives(events: pd.DataFrame, structs: dict[int, Event]) -> pd.Dat
     records: list[dict[str, Any]] = []
     for row in comm_rows:
         name = str(names[name_codes[row]])
-        event = structs[int(row)]
+        event = structs.get(int(row))
+        if event is None:  # a copy or kernel that is communication by where it was launched
+            records.append({"coll": "transfer", "source": "launch_context", "row": int(row)})
+            continue
         record = _from_args(event.args)
         if record is None and on_cpu[row]:
             record = _from_gloo(name, event.args)

@@ -7,6 +7,7 @@ dictionaries shared across batches; the few events the collective metadata needs
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,7 @@ class ColumnBuilder:
                 "args.correlation",
                 where,
             ),
+            "shape_key": np.array([_shape_key(a) for a in args], dtype=np.int64),
         }
         for key, values in columns.items():
             self._chunks.setdefault(key, []).append(values)
@@ -92,7 +94,7 @@ class ColumnBuilder:
         if not self._chunks:
             for key in ("ts_raw", "dur_raw"):
                 data[key] = np.zeros(0)
-            for key in ("event_index", "stream", "correlation"):
+            for key in ("event_index", "stream", "correlation", "shape_key"):
                 data[key] = np.zeros(0, np.int64)
             for key in self._tables:
                 data[key] = pd.Categorical([])
@@ -191,6 +193,15 @@ def _detached(event: Event) -> Event:
         if isinstance(value := getattr(event.args, name), msgspec.Raw) and value
     }
     return msgspec.structs.replace(event, args=msgspec.structs.replace(event.args, **raws))
+
+
+def _shape_key(args: Any) -> int:
+    """A hash of what makes two events of one name alike: a CPU op's ``Input Dims`` (with
+    ``record_shapes``), a kernel's ``grid`` and ``block``; 0 when the trace has neither."""
+    if args is None:
+        return 0
+    parts = (bytes(args.input_dims), bytes(args.grid), bytes(args.block))
+    return zlib.crc32(b"|".join(parts)) + 1 if any(parts) else 0
 
 
 def _int_or_minus_one(value: int | str) -> int:

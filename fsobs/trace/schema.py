@@ -21,6 +21,8 @@ step           int32         step the event belongs to, -1 outside any step; GPU
                              inherit the step of their launch (via correlation); 0 for every
                              event of a trace without steps (one whole-trace window)
 event_index    int32         position of the event in the file's ``traceEvents``
+shape_key      int64         hash of a CPU op's ``Input Dims`` or a kernel's ``grid`` and
+                             ``block``, 0 when absent (contention compares like with like)
 hta_ts         float64       start in the trace's own microseconds with HTA's ns rounding
 hta_end        float64       end likewise (only :mod:`fsobs.analysis.hta` uses these two)
 =============  ============  ================================================================
@@ -30,7 +32,8 @@ hta_end        float64       end likewise (only :mod:`fsobs.analysis.hta` uses t
 ============  ========  ===================================================================
 row           int64     row number of the event in ``events``
 coll          category  collective: all_reduce, all_to_all, all_gather, reduce_scatter,
-                        broadcast, reduce, barrier, send, recv, sendrecv, p2p_copy, ...
+                        broadcast, reduce, barrier, send, recv, sendrecv, p2p_copy,
+                        transfer, ...
 pg_name       category  process group name (``"0"`` or a hash), NaN when unknown (gloo)
 pg_desc       category  process group description (``default_pg``, ...)
 pg_ranks      category  the group's ranks, as the trace writes them (``"[0, 1]"``)
@@ -44,7 +47,9 @@ in_split      category  input split sizes (all_to_allv), as written
 out_split     category  output split sizes, as written
 comms_id      uint64    NCCL ``Comms Id`` (can exceed int64), 0 when absent
 source        category  where the metadata came from: ``args``, ``record_param_comms``,
-                        ``annotation`` (enclosing ``nccl:*``), ``kernel_name``, ``gloo``
+                        ``annotation`` (enclosing ``nccl:*``), ``kernel_name``, ``gloo``,
+                        ``launch_context`` (a copy or kernel launched inside a collective's
+                        call: coll ``transfer``)
 role          category  ``embedding``, ``dense`` or ``other`` from FreeScale's marker around the
                         issue (``optim.markers``); NaN when the trace does not say
 ============  ========  ===================================================================
@@ -74,6 +79,7 @@ EVENT_COLUMNS = (
     "correlation",
     "step",
     "event_index",
+    "shape_key",
     "hta_ts",
     "hta_end",
 )

@@ -78,7 +78,7 @@ class JobConfig:
     """``adagrad`` or ``sgd`` (for equivalence tests: ``fsobs.workload.sharding.OPTIMIZERS``)."""
     priority_overlap: bool = False
     """The ``priority_overlap`` toggle: embedding and dense collectives on groups of their own."""
-    dense_order: str = "concurrent"
+    dense_order: str = "after_embedding"
     """``optim.PriorityConfig.dense_order``."""
     sm_free: bool = False
     """The ``sm_free`` toggle: the embedding all-to-all on the copy engines (GPU, NCCL >= 2.28)."""
@@ -286,7 +286,7 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
     p.add_argument("--save-params", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--optimizer", default="adagrad", choices=OPTIMIZERS, help=argparse.SUPPRESS)
     p.add_argument("--priority-overlap", action="store_true")
-    p.add_argument("--dense-order", default="concurrent", choices=list(DENSE_ORDERS))
+    p.add_argument("--dense-order", default="after_embedding", choices=list(DENSE_ORDERS))
     p.add_argument("--sm-free", action="store_true")
     p.add_argument("--dense-mb", type=float, default=0.0)
     args = p.parse_args(argv)

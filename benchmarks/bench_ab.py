@@ -1,0 +1,140 @@
+"""Benchmark: A/B of FreeScale toggles on the reference job, same global batches, N pairs.
+
+Each pair runs every arm once (control first on even pairs, last on odd ones, so that a drift
+of the machine does not favour one arm), with the same seed, so every arm trains the same
+global batches; each run is analyzed with fsobs. Per arm against the control it reports the
+median over pairs and a 95% bootstrap CI over the pooled steps of every pair (steps paired with
+the control's same step of the same pair) of:
+
+- the reduction of embedding exposed communication per step (``by_role``, issue 11's goal);
+- the reduction of straggler wait and of the whole bubble;
+- the step-time change (``1 - mean step time test / control``: positive = faster).
+
+    .venv/bin/python benchmarks/bench_ab.py --world-sizes 2,4 --pairs 3 \\
+        --common "--dense-mb 16" --arm concurrent="--priority-overlap" \\
+        --arm after_embedding="--priority-overlap --dense-order after_embedding"
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fsobs.analysis import Analysis, analyze_path
+from fsobs.analysis.compare import bootstrap_reduction
+
+METRICS = {
+    "embedding exposed comm": lambda a: _role(a, "embedding", "exposed_comm_ms"),
+    "embedding straggler wait": lambda a: _role(a, "embedding", "straggler_wait_ms"),
+    "straggler wait": lambda a: a.steps.groupby("step")["straggler_wait_ms"].mean(),
+    "bubble": lambda a: a.steps.groupby("step")["bubble_ms"].mean(),
+    "step time": lambda a: a.steps.groupby("step")["window_ms"].max(),
+}
+
+
+def _role(analysis: Analysis, role: str, column: str) -> pd.Series:
+    roles = analysis.roles[analysis.roles["role"] == role]
+    return roles.groupby("step")[column].mean()
+
+
+@dataclass
+class Arm:
+    name: str
+    flags: list[str]
+
+
+def run(out: Path, world: int, args: argparse.Namespace, flags: list[str]) -> Analysis:
+    cmd = [
+        sys.executable, "-m", "fsobs.cli", "run", f"--world-size={world}", f"--out={out}",
+        f"--steps={args.steps}", f"--model-size={args.model_size}", f"--seed={args.seed}",
+        f"--batch-size={args.batch_size}", *shlex.split(args.common), *flags,
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        logs = sorted((out / "logs").glob("*.log")) if (out / "logs").is_dir() else []
+        tail = "\n".join(p.read_text(errors="replace")[-2000:] for p in logs[:2])
+        sys.exit(f"run failed: {' '.join(cmd)}\n{done.stderr[-2000:]}\nlogs {out}/logs:\n{tail}")
+    return analyze_path(out)
+
+
+def measure(tmp: Path, world: int, args: argparse.Namespace, arms: list[Arm]) -> list[dict]:
+    pairs = []
+    for index in range(args.pairs):
+        order = arms if index % 2 == 0 else [*arms[1:], arms[0]]
+        result = {arm.name: run(tmp / f"w{world}-{arm.name}-{index}", world, args, arm.flags)
+                  for arm in order}  # fmt: skip
+        line = ", ".join(
+            f"{name} emb exposed {METRICS['embedding exposed comm'](a).mean():.1f} "
+            f"step {METRICS['step time'](a).mean():.0f} ms"
+            for name, a in result.items()
+        )
+        print(f"  world {world} pair {index}: {line}", file=sys.stderr)
+        pairs.append(result)
+    return pairs
+
+
+def summarize(world: int, pairs: list[dict], control: str, arm: str) -> list[str]:
+    rows = []
+    for metric, of in METRICS.items():
+        c = [of(p[control]) for p in pairs]
+        t = [of(p[arm]) for p in pairs]
+        points = [
+            1 - b.mean() / a.mean() if a.mean() > 0 else np.nan for a, b in zip(c, t, strict=True)
+        ]
+        common = [a.index.intersection(b.index) for a, b in zip(c, t, strict=True)]
+        pooled_c = np.concatenate([a[i].to_numpy() for a, i in zip(c, common, strict=True)])
+        pooled_t = np.concatenate([b[i].to_numpy() for b, i in zip(t, common, strict=True)])
+        lo, hi = bootstrap_reduction(pooled_c, pooled_t, paired=True, n_boot=4000)
+        rows.append(
+            f"| {world} | {arm} | {metric} | {statistics.median(a.mean() for a in c):.2f} -> "
+            f"{statistics.median(b.mean() for b in t):.2f} | {statistics.median(points):.1%} "
+            f"| {lo:.1%} – {hi:.1%} | {', '.join(f'{p:.0%}' for p in points)} |"
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--world-sizes", default="2,4")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--model-size", default="small")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--common", default="", help="flags of every arm, e.g. '--dense-mb 16'")
+    parser.add_argument(
+        "--arm", action="append", default=[], metavar="NAME=FLAGS", help="a test arm (repeat)"
+    )
+    args = parser.parse_args(argv)
+    arms = [Arm("control", [])] + [
+        Arm(name, shlex.split(flags)) for name, _, flags in (a.partition("=") for a in args.arm)
+    ]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for world in (int(w) for w in args.world_sizes.split(",")):
+            pairs = measure(Path(tmp), world, args, arms)
+            for arm in arms[1:]:
+                rows += summarize(world, pairs, "control", arm.name)
+    print(
+        f"model {args.model_size}, {args.batch_size} samples/rank/step, {args.steps} steps "
+        f"(traced: all but 2), seed {args.seed}, common flags '{args.common}'; "
+        f"{args.pairs} pairs; arms: " + "; ".join(f"{a.name}: '{' '.join(a.flags)}'" for a in arms)
+    )
+    print("| ranks | arm | metric (ms per step) | control -> arm (median) | reduction (median) "
+          "| 95% CI (pooled steps) | per pair |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
