@@ -8,7 +8,10 @@ the control's same step of the same pair) of:
 
 - the reduction of embedding exposed communication per step (``by_role``, issue 11's goal);
 - the reduction of straggler wait and of the whole bubble;
-- the step-time change (``1 - mean step time test / control``: positive = faster).
+- the step-time change (``1 - mean step time test / control``: positive = faster);
+
+and per arm the causes of the straggler wait (data, GC, preemption, unexplained: medians over
+the pairs of each cause's share).
 
     .venv/bin/python benchmarks/bench_ab.py --world-sizes 2,4 --pairs 3 \\
         --common "--dense-mb 16" --arm concurrent="--priority-overlap" \\
@@ -20,7 +23,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -30,7 +32,11 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import Analysis, analyze_path
+from fsobs.analysis.causes import CAUSES
 from fsobs.analysis.compare import bootstrap_reduction
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _runs import fsobs_run  # noqa: E402
 
 METRICS = {
     "embedding exposed comm": lambda a: _role(a, "embedding", "exposed_comm_ms"),
@@ -53,16 +59,11 @@ class Arm:
 
 
 def run(out: Path, world: int, args: argparse.Namespace, flags: list[str]) -> Analysis:
-    cmd = [
-        sys.executable, "-m", "fsobs.cli", "run", f"--world-size={world}", f"--out={out}",
-        f"--steps={args.steps}", f"--model-size={args.model_size}", f"--seed={args.seed}",
-        f"--batch-size={args.batch_size}", *shlex.split(args.common), *flags,
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        logs = sorted((out / "logs").glob("*.log")) if (out / "logs").is_dir() else []
-        tail = "\n".join(p.read_text(errors="replace")[-2000:] for p in logs[:2])
-        sys.exit(f"run failed: {' '.join(cmd)}\n{done.stderr[-2000:]}\nlogs {out}/logs:\n{tail}")
+    fsobs_run(out, [
+        f"--world-size={world}", f"--steps={args.steps}", f"--model-size={args.model_size}",
+        f"--seed={args.seed}", f"--batch-size={args.batch_size}", *shlex.split(args.common),
+        *flags,
+    ])  # fmt: skip
     return analyze_path(out)
 
 
@@ -102,6 +103,23 @@ def summarize(world: int, pairs: list[dict], control: str, arm: str) -> list[str
     return rows
 
 
+def causes_rows(world: int, pairs: list[dict]) -> list[str]:
+    """Per arm, the medians over pairs of each cause's share of the straggler wait
+    (fsobs.analysis.causes) and of the straggler wait itself."""
+    rows = []
+    for arm in pairs[0]:
+        found = [p[arm].causes for p in pairs if p[arm].causes is not None]
+        wait = statistics.median(METRICS["straggler wait"](p[arm]).mean() for p in pairs)
+        if not found:
+            rows.append(f"| {world} | {arm} | {wait:.1f} | unknown | | | |")
+            continue
+        shares = [statistics.median(c.shares[k] for c in found) for k in CAUSES]
+        rows.append(
+            f"| {world} | {arm} | {wait:.1f} | " + " | ".join(f"{v:.0%}" for v in shares) + " |"
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world-sizes", default="2,4")
@@ -118,12 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     arms = [Arm("control", [])] + [
         Arm(name, shlex.split(flags)) for name, _, flags in (a.partition("=") for a in args.arm)
     ]
-    rows = []
+    rows, causes = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for world in (int(w) for w in args.world_sizes.split(",")):
             pairs = measure(Path(tmp), world, args, arms)
             for arm in arms[1:]:
                 rows += summarize(world, pairs, "control", arm.name)
+            causes += causes_rows(world, pairs)
     print(
         f"model {args.model_size}, {args.batch_size} samples/rank/step, {args.steps} steps "
         f"(traced: all but 2), seed {args.seed}, common flags '{args.common}'; "
@@ -133,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
           "| 95% CI (pooled steps) | per pair |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
+    print()
+    print(
+        "| ranks | arm | straggler wait ms/step (median) | data | gc | preemption | unexplained |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(causes))
     return 0
 
 

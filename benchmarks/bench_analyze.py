@@ -90,8 +90,8 @@ def measure(mode: str, trace_dir: Path) -> dict[str, float]:
     thread.start()
     out, _ = child.communicate()
     thread.join()
-    if child.returncode:
-        raise SystemExit(f"{mode} worker failed with {child.returncode}")
+    if child.returncode:  # its stderr went to ours as it ran: the reason is just above
+        raise SystemExit(f"the {mode} worker on {trace_dir} failed with {child.returncode}")
     result = json.loads(out.strip().splitlines()[-1])
     return result | {"rss_mib": peaks["rss"] / 2**20, "pss_mib": peaks["pss"] / 2**20}
 

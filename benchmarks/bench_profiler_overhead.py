@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _runs import fsobs_run  # noqa: E402
 
 
 def step_ms(run_dir: Path, first_step: int) -> float:
@@ -32,11 +34,8 @@ def step_ms(run_dir: Path, first_step: int) -> float:
 
 
 def run(out: Path, world_size: int, steps: int, profile: bool) -> None:
-    cmd = [
-        sys.executable, "-m", "fsobs.cli", "run", f"--world-size={world_size}",
-        f"--steps={steps}", f"--out={out}", "--model-size=small",
-    ] + ([] if profile else ["--no-profile"])  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True)
+    flags = [f"--world-size={world_size}", f"--steps={steps}", "--model-size=small"]
+    fsobs_run(out, flags + ([] if profile else ["--no-profile"]))
 
 
 def main(argv: list[str] | None = None) -> int:

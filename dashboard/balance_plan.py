@@ -10,12 +10,12 @@ evenly. ``imbalance = max / mean`` per-rank cost (1.0 is perfect).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fsobs.trace.loader import COST_MODEL
+from fsobs.trace.storage import Location, read_text
 from optim.balance import CostModel, imbalance, partition
 
 DEFAULT_MODEL = CostModel(c0=0.0, a=1.0, b=1.0)
@@ -47,15 +47,19 @@ def default_model() -> CostChoice:
     return CostChoice(DEFAULT_MODEL, UNTRAINED)
 
 
-def stored_cost_model(run_dir: Path) -> tuple[CostChoice | None, str | None]:
-    """The run's ``cost_model.json`` if present: (choice, None), or (None, why it is unusable)."""
+def stored_cost_model(run_dir: Location) -> tuple[CostChoice | None, str | None]:
+    """The run's ``cost_model.json`` if present: (choice, None), or (None, why it is unusable).
+    ``run_dir`` may be a URL (a read-only store)."""
     path = run_dir / COST_MODEL
-    if not path.is_file():
+    try:
+        text = read_text(path)
+    except (OSError, UnicodeDecodeError):
         return None, None
     try:
-        return CostChoice(CostModel.from_json(path), f"the run's {COST_MODEL}"), None
+        model = CostModel.from_json_text(text, str(path))
     except ValueError as exc:
         return None, str(exc).replace(f"{run_dir}/", "")
+    return CostChoice(model, f"the run's {COST_MODEL}"), None
 
 
 def balance_plan(lengths: dict[int, np.ndarray], model: CostModel, method: str) -> BalancePlan:

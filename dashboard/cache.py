@@ -19,13 +19,14 @@ import numpy as np
 import streamlit as st
 
 from dashboard import disk_cache
-from dashboard.store import RunEntry, Signature, folder_signature, list_runs
+from dashboard.store import RunEntry, Signature, folder_signature, is_read_only, list_runs
 from dashboard.tables import has_data, run_facts
 from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
 from fsobs.analysis.compare import Comparison, compare
 from fsobs.analysis.costfit import CostFit, fit_cost
 from fsobs.trace.sidecar import read_step_lengths
+from fsobs.trace.storage import Location, as_location
 
 Pair = tuple[Analysis, Analysis]
 
@@ -55,12 +56,12 @@ def load(store: Path, entry: RunEntry) -> Loaded:
     return Loaded(entry, analysis, error)
 
 
-def is_analyzed(store: Path, entry: RunEntry) -> bool:
+def is_analyzed(store: Location, entry: RunEntry) -> bool:
     """Whether this version of the run was analyzed already (by any session, or by an earlier
-    server: its analysis is in the disk cache)."""
-    return (str(store), entry.run_id, entry.signature) in _done() or disk_cache.is_fresh(
-        store, entry.run_id, entry.signature
-    )
+    server: its analysis is in the disk cache, which a read-only URL store has not)."""
+    if (str(store), entry.run_id, entry.signature) in _done():
+        return True
+    return isinstance(store, Path) and disk_cache.is_fresh(store, entry.run_id, entry.signature)
 
 
 def remember_upload(store: Path, run_id: str, analysis: Analysis) -> None:
@@ -102,12 +103,15 @@ def first_with_data(
 
 @st.cache_resource(max_entries=32, show_spinner="Parsing the run's traces...")
 def _analyze(store: str, run_id: str, signature: Signature) -> tuple[Analysis | None, str | None]:
-    path = Path(store) / run_id
+    location = as_location(store)
+    path = location / run_id
+    cached = not is_read_only(location)  # a URL store is read-only: no cache folder in it
     try:
-        analysis = disk_cache.read(Path(store), run_id, signature)
+        analysis = disk_cache.read(Path(store), run_id, signature) if cached else None
         if analysis is None:
             analysis = analyze_path(path)
-            disk_cache.write(Path(store), run_id, signature, analysis)
+            if cached:
+                disk_cache.write(Path(store), run_id, signature, analysis)
     except FsobsError as exc:
         return None, _relative(str(exc), store)
     except Exception as exc:  # a bug must not take the whole app down: report it on the page
@@ -133,7 +137,9 @@ def trace_diff(
     control: tuple[str, int, Signature], test: tuple[str, int, Signature], use_hta: bool
 ) -> OpDiff:
     """The op diff of the first rank of two runs (file path, rank, signature for the cache key)."""
-    return op_diff((Path(control[0]), control[1]), (Path(test[0]), test[1]), use_hta=use_hta)
+    return op_diff(
+        (as_location(control[0]), control[1]), (as_location(test[0]), test[1]), use_hta=use_hta
+    )
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
@@ -158,4 +164,4 @@ def cost_fit(
 @st.cache_data(max_entries=64, show_spinner=False)
 def step_lengths(run_dir: str, signature: Signature, step: int) -> dict[int, np.ndarray]:
     """Per rank, the per-sample lengths the sidecars logged for ``step``."""
-    return read_step_lengths(Path(run_dir), step)
+    return read_step_lengths(run_dir, step)

@@ -19,6 +19,15 @@ it is now; a stale, corrupt or unreadable entry is ignored, and the next analysi
   ``uploads/<sanitized name>`` (no leading dot), archive members are flattened to base names
   and only run files are kept, and the store scan skips hidden folders.
 - **Atomic writes:** a temporary file in the same folder, then ``os.replace``.
+- **Bounded:** after each write, the least recently used entries (by modification time, which
+  every read refreshes) are deleted until the folder holds at most :func:`max_bytes`
+  (``FSOBS_CACHE_MAX_MB``, default :data:`DEFAULT_MAX_MB`; ``0`` turns the disk cache off).
+  The entry just written is always kept.
+- **Several servers, one store:** readers, writers and evictions in other processes only race
+  on whole files: a reader holds an open file (still readable after another process deletes
+  it), a writer renames a complete file over the old one, and an entry deleted, replaced or
+  half-written (a ``.tmp-`` file) by someone else is skipped, never an error. Temporary files a
+  crashed writer left are removed after :data:`STALE_TEMP_S`.
 - **Never in the way:** every failure (read-only store, full disk, a bad entry) is logged and
   swallowed; the page then analyzes the run as if there were no cache.
 """
@@ -34,6 +43,7 @@ import pickle
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import IO
 
@@ -48,6 +58,11 @@ CACHE_DIR = ".fsobs-cache"
 FORMAT = 1
 """Bump when the file layout changes."""
 _MAX_HEADER = 1 << 20
+DEFAULT_MAX_MB = 2048
+"""Default size cap of the cache folder (MiB)."""
+MAX_MB_ENV = "FSOBS_CACHE_MAX_MB"
+STALE_TEMP_S = 3600.0
+"""A temporary file older than this is a crashed writer's leftover."""
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +86,18 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
+def max_bytes() -> int:
+    """The size cap of the cache folder: ``FSOBS_CACHE_MAX_MB`` MiB (default
+    :data:`DEFAULT_MAX_MB`; a bad value is ignored with a warning)."""
+    text = os.environ.get(MAX_MB_ENV, "").strip()
+    if text:
+        try:
+            return max(0, int(float(text) * 2**20))
+        except ValueError:
+            _warn_once(f"ignoring {MAX_MB_ENV}={text!r}: not a number of MiB")
+    return DEFAULT_MAX_MB * 2**20
+
+
 def _header(run_id: str, signature: Signature) -> dict[str, object]:
     return {
         "format": FORMAT,
@@ -89,8 +116,11 @@ def _private(info: os.stat_result, kind: int) -> bool:
     )
 
 
-def _open_entry(store: Path, run_id: str, signature: Signature) -> IO[bytes] | None:
-    """The entry opened after its header, if it is safe to read and matches; else None."""
+def _open_entry(
+    store: Path, run_id: str, signature: Signature, *, touch: bool = False
+) -> IO[bytes] | None:
+    """The entry opened after its header, if it is safe to read and matches; else None.
+    ``touch``: mark it as used now (its modification time, which eviction goes by)."""
     path = entry_path(store, run_id)
     try:
         if not _private(os.lstat(path.parent), stat.S_IFDIR):
@@ -104,11 +134,21 @@ def _open_entry(store: Path, run_id: str, signature: Signature) -> IO[bytes] | N
         if not _private(os.fstat(fd), stat.S_IFREG):
             _warn_once(f"ignoring {path}: not a private file of this user")
         elif json.loads(handle.readline(_MAX_HEADER)) == _header(run_id, signature):
+            if touch:
+                _touch(fd)
             return handle
     except (OSError, ValueError) as exc:
         logger.warning("ignoring %s: unreadable header (%s)", path, exc)
     handle.close()
     return None
+
+
+def _touch(fd: int) -> None:
+    """Mark an entry as used now (the last to be evicted); a read-only store keeps its order."""
+    try:
+        os.utime(fd)
+    except OSError:
+        pass
 
 
 def is_fresh(store: Path, run_id: str, signature: Signature) -> bool:
@@ -124,7 +164,7 @@ def is_fresh(store: Path, run_id: str, signature: Signature) -> bool:
 def read(store: Path, run_id: str, signature: Signature) -> Analysis | None:
     """The cached analysis of this version of the run, its paths pointing into the store as it
     is now (:func:`relocate`); None if there is no usable entry."""
-    handle = _open_entry(store, run_id, signature)
+    handle = _open_entry(store, run_id, signature, touch=True)
     if handle is None:
         return None
     with handle:
@@ -140,9 +180,13 @@ def read(store: Path, run_id: str, signature: Signature) -> Analysis | None:
 
 
 def write(store: Path, run_id: str, signature: Signature, analysis: Analysis) -> bool:
-    """Keep ``analysis`` for this version of the run (replacing any older entry); False, with a
-    warning logged, if it cannot be written."""
+    """Keep ``analysis`` for this version of the run (replacing any older entry), then evict the
+    least recently used entries beyond :func:`max_bytes`; False, with a warning logged, if it
+    cannot be written (or the disk cache is off)."""
     path = entry_path(store, run_id)
+    cap = max_bytes()
+    if cap <= 0:
+        return False
     tmp: str | None = None
     try:
         _make_folder(path.parent)
@@ -151,12 +195,47 @@ def write(store: Path, run_id: str, signature: Signature, analysis: Analysis) ->
             out.write(json.dumps(_header(run_id, signature)).encode() + b"\n")
             pickle.dump(analysis, out, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
-        return True
     except Exception as exc:  # read-only store, full disk, an unpicklable object, ...
         _warn_once(f"cannot cache analyses in {path.parent}: {exc}")
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         return False
+    try:
+        evict(path.parent, cap, keep=path)
+    except OSError as exc:
+        _warn_once(f"cannot evict old analyses in {path.parent}: {exc}")
+    return True
+
+
+def evict(folder: Path, cap: int, *, keep: Path | None = None) -> list[Path]:
+    """Delete the least recently used entries (oldest modification time first) until the
+    entries in ``folder`` take at most ``cap`` bytes, never ``keep``; also temporary files
+    older than :data:`STALE_TEMP_S`. Entries that vanish meanwhile (another server evicted or
+    replaced them) are skipped. Returns the entries deleted."""
+    now, entries = time.time(), []
+    for path in folder.iterdir():
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            continue
+        if path.name.startswith(".tmp-"):
+            if now - info.st_mtime > STALE_TEMP_S:
+                path.unlink(missing_ok=True)
+        elif path.suffix == ".pkl" and stat.S_ISREG(info.st_mode):
+            entries.append((info.st_mtime_ns, path.name, path, info.st_size))
+    total = sum(size for *_, size in entries)
+    deleted = []
+    for _, _, path, size in sorted(entries):
+        if total <= cap:
+            break
+        if path == keep:
+            continue
+        path.unlink(missing_ok=True)
+        total -= size
+        deleted.append(path)
+    if deleted:
+        logger.info("disk cache: evicted %d least recently used entries", len(deleted))
+    return deleted
 
 
 @functools.cache

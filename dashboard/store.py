@@ -7,6 +7,10 @@ that holds a ``run.json`` or Kineto trace files (``*.json``, ``*.json.gz`` other
 and ``cost_model.json``). Its **id** is its path relative to the store with ``/`` separators.
 Hidden directories (``.name``, e.g. an upload being validated) and symbolic links are skipped, so
 the app only ever opens what lies inside the store.
+
+The store can also be an fsspec URL (``s3://bucket/runs``, ``gs://...``, ``http(s)://...``; see
+:mod:`fsobs.trace.storage`): its runs are listed and analyzed where they are, never copied. Such
+a store is read-only (:func:`is_read_only`): the app offers no upload into it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from fsobs.trace.loader import RUN_META, is_trace_name
+from fsobs.trace.storage import (
+    Entry,
+    Location,
+    RemotePath,
+    as_location,
+    is_url,
+    list_dir,
+    read_text,
+)
 
 STORE_ENV = "FSOBS_STORE"
 DEFAULT_STORE = "traces"
@@ -34,7 +47,8 @@ class RunEntry:
     """One run of the store, as found on disk (nothing parsed but ``run.json``)."""
 
     run_id: str
-    path: Path
+    path: Location
+    """A local folder, or a :class:`~fsobs.trace.storage.RemotePath` in a URL store."""
     trace_files: tuple[str, ...]
     signature: Signature
     meta: dict[str, Any] | None = field(default=None, compare=False, hash=False)
@@ -43,9 +57,9 @@ class RunEntry:
 
     @property
     def trace_bytes(self) -> int:
-        """Size on disk of the trace files."""
+        """Size on disk of the trace files (sizes a URL store does not tell count as 0)."""
         sizes = {name: size for name, _, size in self.signature}
-        return sum(sizes.get(name, 0) for name in self.trace_files)
+        return sum(max(sizes.get(name, 0), 0) for name in self.trace_files)
 
 
 def store_from_argv(argv: Sequence[str]) -> str | None:
@@ -56,18 +70,36 @@ def store_from_argv(argv: Sequence[str]) -> str | None:
     return known.store
 
 
-def resolve_store(argv: Sequence[str], environ: dict[str, str] | os._Environ[str]) -> Path:
-    """The store directory: ``--store`` beats ``FSOBS_STORE`` beats ``traces``."""
+def resolve_store(
+    argv: Sequence[str], environ: dict[str, str] | os._Environ[str]
+) -> Path | RemotePath:
+    """The store: ``--store`` beats ``FSOBS_STORE`` beats ``traces``; a directory, or a URL
+    (``file://`` URLs are directories)."""
     chosen = store_from_argv(argv) or environ.get(STORE_ENV) or DEFAULT_STORE
+    if is_url(chosen):
+        location = as_location(chosen)
+        return location.resolve() if isinstance(location, Path) else location
     return Path(chosen).expanduser().resolve()
 
 
-def list_runs(store: Path) -> list[RunEntry]:
+def is_read_only(store: Location) -> bool:
+    """Whether the app must not write into the store (a URL store: uploads are refused)."""
+    return isinstance(store, RemotePath)
+
+
+READ_ONLY_NOTE = (
+    "This run store is a URL, opened read-only: uploading runs into it is disabled. "
+    "Copy runs there with your storage tools, or start the dashboard on a local directory."
+)
+
+
+def list_runs(store: Location) -> list[RunEntry]:
     """Every run of the store, sorted by id."""
-    if not store.is_dir():
-        return []
     found: list[RunEntry] = []
-    _scan(store, store, 0, found)
+    if isinstance(store, RemotePath):
+        _scan_remote(store, store, 0, found)
+    elif store.is_dir():
+        _scan(store, store, 0, found)
     return sorted(found, key=lambda e: e.run_id)
 
 
@@ -97,9 +129,45 @@ def _run_files(children: Sequence[Path]) -> list[Path]:
     return [c for c in children if c.is_file() and not c.is_symlink()]
 
 
-def folder_signature(folder: Path) -> Signature:
+def folder_signature(folder: Location) -> Signature:
     """The signature of the run in ``folder``, as :func:`list_runs` computes it."""
+    if isinstance(folder, RemotePath):
+        return _remote_signature([e for e in list_dir(folder, fresh=True) if not e.is_dir])
     return signature_of(_run_files(sorted(folder.iterdir())))
+
+
+def _scan_remote(store: RemotePath, folder: RemotePath, depth: int, found: list[RunEntry]) -> None:
+    """:func:`_scan` over a URL store: one fresh listing per folder."""
+    try:
+        children = list_dir(folder, fresh=True)
+    except OSError:
+        return
+    files = [c for c in children if not c.is_dir]
+    names = [f.location.name for f in files]
+    traces = tuple(n for n in names if is_trace_name(n))
+    if depth > 0 and (traces or RUN_META in names):
+        meta, error = _read_meta(folder / RUN_META) if RUN_META in names else (None, None)
+        found.append(
+            RunEntry(
+                run_id=folder.url[len(store.url) :].strip("/"),
+                path=folder,
+                trace_files=traces,
+                signature=_remote_signature(files),
+                meta=meta,
+                meta_error=error,
+            )
+        )
+    if depth >= MAX_DEPTH:
+        return
+    for child in children:
+        if child.is_dir and not child.location.name.startswith("."):
+            _scan_remote(store, child.location, depth + 1, found)  # type: ignore[arg-type]
+
+
+def _remote_signature(files: Sequence[Entry]) -> Signature:
+    """(name, mtime ns or 0, size or -1): what the listing tells (HTTP tells neither)."""
+    rows = [(f.location.name, f.mtime_ns or 0, -1 if f.size is None else f.size) for f in files]
+    return tuple(sorted(rows))
 
 
 def _entry(store: Path, folder: Path, files: list[Path], traces: tuple[str, ...]) -> RunEntry:
@@ -126,11 +194,11 @@ def signature_of(files: Sequence[Path]) -> Signature:
     return tuple(sorted(rows))
 
 
-def _read_meta(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    if not path.is_file():
+def _read_meta(path: Location) -> tuple[dict[str, Any] | None, str | None]:
+    if isinstance(path, Path) and not path.is_file():
         return None, None
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(read_text(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         return None, f"{RUN_META} unreadable: {exc}"
     if not isinstance(meta, dict):

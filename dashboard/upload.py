@@ -41,6 +41,11 @@ from fsobs.trace.sidecar import SIDECAR_RE
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 """Largest upload, uncompressed, all files together."""
+UPLOADER_MB = -(-MAX_UPLOAD_BYTES // 10**6)
+"""The uploader widget's per-file limit, in Streamlit's megabytes, which browsers count as
+10**6 bytes (2**20 on Windows): the smallest that admits a file of :data:`MAX_UPLOAD_BYTES`
+everywhere. The server's own cap is ``server.maxUploadSize`` (MiB) in
+``dashboard/.streamlit/config.toml``; this module applies the rule itself."""
 MAX_MEMBERS = 4096
 """Most entries an archive may have (directories and skipped members included)."""
 UPLOADS = "uploads"

@@ -14,6 +14,7 @@ import streamlit as st
 
 from dashboard.store import RunEntry, find_run, resolve_store, toggles_table
 from fsobs import Analysis
+from fsobs.trace.storage import Location, as_location
 
 STORE_KEY = "fsobs_store"
 KPIS = (
@@ -39,9 +40,9 @@ def init_store() -> Path:
     return store
 
 
-def current_store() -> Path:
-    """The store resolved by the entry script."""
-    return Path(st.session_state.get(STORE_KEY) or init_store())
+def current_store() -> Location:
+    """The store resolved by the entry script: a local folder, or a URL (read-only)."""
+    return as_location(st.session_state.get(STORE_KEY) or init_store())
 
 
 def format_kpi(value: float, unit: str) -> str:

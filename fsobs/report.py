@@ -11,6 +11,7 @@ from rich.table import Table
 from fsobs.analysis import Analysis
 from fsobs.analysis._json import plain
 from fsobs.analysis.analyze import by_role
+from fsobs.analysis.causes import CAUSES
 
 _TEMPORAL_KEYS = (
     "rank",
@@ -61,6 +62,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "per_rank": _records(analysis.stragglers.per_rank),
             "verdict": analysis.stragglers.verdict,
             "culprit": analysis.stragglers.culprit,
+            "causes": _causes_json(analysis),
         },
         "data_attribution": _attribution_json(analysis),
         "collectives": {
@@ -72,6 +74,19 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             },
         },
         "hta": hta,
+    }
+
+
+def _causes_json(analysis: Analysis) -> dict[str, Any]:
+    """Why the stragglers were late (:mod:`fsobs.analysis.causes`); ``known`` false when the
+    sidecars lack the pause fields."""
+    causes = analysis.causes
+    if causes is None:
+        return {"known": False, "shares": None, "per_step": []}
+    return {
+        "known": True,
+        "shares": {k: plain(v) for k, v in causes.shares.items()},
+        "per_step": _records(causes.per_step),
     }
 
 
@@ -273,7 +288,21 @@ def _straggler_findings(analysis: Analysis) -> list[str]:
     if len(calm) and named:
         lines.append(f"{len(calm)} step(s) have no straggler (waits below the threshold)")
     lines += _data_findings(analysis, bool(named))
+    if named:
+        lines.append(_causes_finding(analysis))
     return lines
+
+
+def _causes_finding(analysis: Analysis) -> str:
+    causes = analysis.causes
+    if causes is None or not len(causes.per_step):
+        return (
+            "why the stragglers were late is unknown: the step sidecars have no GC, CPU-time "
+            "and context-switch fields (runs recorded with the profiler have them)"
+        )
+    shares = causes.shares
+    parts = ", ".join(f"{name} {shares[name]:.0%}" for name in CAUSES)
+    return f"the straggler wait by the cause of the straggler's lateness: {parts}"
 
 
 def _data_findings(analysis: Analysis, has_straggler: bool) -> list[str]:
@@ -350,3 +379,18 @@ def _cell(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}" if abs(value) >= 10_000 else str(value)
     return str(value)
+
+
+def toggles_line(toggles: dict[str, Any]) -> str:
+    """``balance on, priority_overlap off, sm_free requested, not applied (why)``."""
+    if not toggles:
+        return "not recorded (no run.json, or no toggles in it)"
+    parts = []
+    for name, t in toggles.items():
+        if not t.get("requested"):
+            parts.append(f"{name} off")
+        elif t.get("applied"):
+            parts.append(f"{name} on" + (f" ({t['reason']})" if t.get("reason") else ""))
+        else:
+            parts.append(f"{name} requested, not applied ({t.get('reason')})")
+    return "; ".join(parts)

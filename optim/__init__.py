@@ -8,6 +8,7 @@
 - ``optim.groups``, ``optim.comm``, ``optim.ddp``, ``optim.dmp``: the priority_overlap toggle
   (torch; torchrec in ``optim.dmp`` only).
 - ``optim.sm_free``: the sm_free toggle (torch).
+- ``optim.sync_gc``: the sync_gc toggle (no torch).
 - ``optim.shuffle``: shuffle-mode exchange and the run-time plan check (torch).
 - ``optim.markers``: the range names the analyzer reads.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from optim.balance import METHODS, CostModel, imbalance, partition
 from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
 from optim.plan import MODES, BalanceConfig, StepPlan
+from optim.sync_gc import SyncGCConfig
 
 __all__ = [
     "METHODS",
@@ -29,6 +31,7 @@ __all__ = [
     "SMFreeConfig",
     "StepPlan",
     "StepShare",
+    "SyncGCConfig",
     "ToggleStatus",
     "imbalance",
     "partition",

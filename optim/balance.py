@@ -107,8 +107,19 @@ class CostModel:
     def from_json(cls, path: str | os.PathLike[str]) -> CostModel:
         """Read a file written by :meth:`to_json`; ValueError naming the file (and field)."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        return cls.from_json_text(text, str(path))
+
+    @classmethod
+    def from_json_text(cls, text: str, source: str) -> CostModel:
+        """The model in ``text`` (what :meth:`to_json` writes), read from ``source`` (named in
+        the errors)."""
+        path = source
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from exc
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")

@@ -1,4 +1,5 @@
-"""FreeScale's configuration: one object with the three toggles (no torch here).
+"""FreeScale's configuration: one object with the paper's three toggles and ``sync_gc``
+(no torch here).
 
 ::
 
@@ -6,6 +7,7 @@
         balance=BalanceConfig(enabled=True, method="kk", mode="plan"),      # optim.plan
         priority_overlap=PriorityConfig(enabled=True),
         sm_free=SMFreeConfig(enabled=True),
+        sync_gc=SyncGCConfig(enabled=True, every=10),                      # optim.sync_gc
     )
 
 Every toggle is off by default, and a toggle that is off changes nothing the job computes
@@ -20,10 +22,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from optim.plan import BalanceConfig
+from optim.sync_gc import SyncGCConfig
 
 __all__ = ["FreeScaleConfig", "PriorityConfig", "SMFreeConfig", "ToggleStatus", "TOGGLES"]
 
-TOGGLES = ("balance", "priority_overlap", "sm_free")
+TOGGLES = ("balance", "priority_overlap", "sm_free", "sync_gc")
 DENSE_ORDERS = ("concurrent", "after_embedding")
 
 
@@ -78,6 +81,8 @@ class FreeScaleConfig:
     balance: BalanceConfig = field(default_factory=BalanceConfig)
     priority_overlap: PriorityConfig = field(default_factory=PriorityConfig)
     sm_free: SMFreeConfig = field(default_factory=SMFreeConfig)
+    sync_gc: SyncGCConfig = field(default_factory=SyncGCConfig)
+    """Python's garbage collector at the same steps on every rank (:mod:`optim.sync_gc`)."""
 
     def requested(self) -> dict[str, bool]:
         return {name: getattr(self, name).enabled for name in TOGGLES}

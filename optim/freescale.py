@@ -12,6 +12,7 @@
         share = fs.split(step, lengths[global_batch])          # plan mode: this rank's part
         batch = build(global_batch[share.positions], loss_scale=share.loss_scale)
         ...
+        fs.after_step(step)                        # sync_gc: collect at the same steps
     run_json["toggles"] = fs.status()              # requested / applied / reason, per toggle
     fs.close()
 
@@ -44,6 +45,7 @@ from optim.markers import BALANCE_MARKER
 from optim.plan import StepPlan, loss_scale
 from optim.shuffle import ShuffleBalancer, check_plan
 from optim.sm_free import SMFreePath, setup_sm_free
+from optim.sync_gc import SyncGC
 
 T = TypeVar("T")
 
@@ -77,6 +79,7 @@ class FreeScale:
         self._gate = DenseGate() if self._gated else None
         self._shuffle: ShuffleBalancer | None = None
         self._uninstall: Callable[[], None] | None = None
+        self._gc = SyncGC(self.config.sync_gc)
 
     @property
     def _gated(self) -> bool:
@@ -97,6 +100,7 @@ class FreeScale:
             "balance": ToggleStatus(self.config.balance.enabled, self.config.balance.enabled),
             "priority_overlap": priority,
             "sm_free": sm_free.status,
+            "sync_gc": ToggleStatus(self.config.sync_gc.enabled, self.config.sync_gc.enabled),
         }
         if self.config.balance.enabled and self.config.balance.mode == "shuffle":
             self._shuffle = ShuffleBalancer(self.config.balance, self._groups.balance)
@@ -136,13 +140,19 @@ class FreeScale:
             all_to_all_single=self._sm_free.all_to_all_single if self._sm_free else None,
         )
         self._uninstall = install(router)
+        self._gc.start()
         return pipeline
+
+    def after_step(self, step: int) -> None:
+        """Call after each training step (the ``sync_gc`` toggle collects here)."""
+        self._gc.after_step(step)
 
     def close(self) -> None:
         """Put torchrec's comm modules back as they were."""
         if self._uninstall is not None:
             self._uninstall()
             self._uninstall = None
+        self._gc.stop()
 
     def __enter__(self) -> FreeScale:
         return self

@@ -206,25 +206,26 @@ def test_ranks_that_disagree_on_the_step_are_not_paired(tmp_path):
 
 
 def test_an_instance_whose_ends_spread_far_more_than_the_others_is_not_paired(tmp_path):
-    """Four steps of 10 ms; each all_reduce ends within 1 µs on both ranks, except step 3's,
-    where rank 1 ends 3 ms after rank 0 (limit: max(100 x median spread, 1 ms) = 1 ms).
+    """Four steps of 1 s; each all_reduce ends within 1 µs on both ranks, except step 3's,
+    where rank 1 ends 100 ms after rank 0 (limit: max(200 x median spread, 50 ms) = 50 ms;
+    the floor keeps the jitter of a loaded CPU host, tens of ms, from looking like this).
     Step 3's pair is dropped and its time unattributed; the others are matched.
     """
-    steps = tuple((n, 10_000 * (n - 1), 10_000) for n in (1, 2, 3, 4))
+    steps = tuple((n, 1_000_000 * (n - 1), 1_000_000) for n in (1, 2, 3, 4))
     rank0, rank1 = [], []
     for n, base, _ in steps:
-        rank0.append(_gloo("all_reduce", base + 1_000, 1_000))
-        late_end = 4_000 if n == 3 else 1
-        rank1.append(_gloo("all_reduce", base + 1_500, 500 + late_end))
+        rank0.append(_gloo("all_reduce", base + 10_000, 10_000))
+        late_end = 100_000 if n == 3 else 1
+        rank1.append(_gloo("all_reduce", base + 15_000, 5_000 + late_end))
     run = _load(tmp_path, [_cpu_doc(0, rank0, steps=steps), _cpu_doc(1, rank1, steps=steps)])
     colls = analyze(run).collectives
     assert colls.problems["key"].tolist() == ["all_reduce @3 #0"]
-    assert "end times spread 4.000 ms" in colls.problems["issue"].iloc[0]
+    assert "end times spread 100.000 ms" in colls.problems["issue"].iloc[0]
     assert sorted(colls.instances["key"].unique()) == [f"all_reduce @{n} #0" for n in (1, 2, 4)]
     table = _table(run)
-    _row(table, 0, 3, window=10_000, busy=9_000, unattributed=1_000)
-    _row(table, 1, 3, window=10_000, busy=5_500, unattributed=4_500)
-    _row(table, 0, 1, window=10_000, busy=9_000, straggler_wait=500, exposed_comm=500)
+    _row(table, 0, 3, window=1_000_000, busy=990_000, unattributed=10_000)
+    _row(table, 1, 3, window=1_000_000, busy=895_000, unattributed=105_000)
+    _row(table, 0, 1, window=1_000_000, busy=990_000, straggler_wait=5_000, exposed_comm=5_000)
 
 
 def _two_group_doc(rank: int, events: list[dict]) -> dict:

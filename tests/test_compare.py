@@ -83,6 +83,7 @@ def _analysis(
         steps=steps,
         stragglers=None,  # type: ignore[arg-type]
         attribution=None,
+        causes=None,
         summary=kpis(steps, colls),
         roles=pd.DataFrame(
             columns=["rank", "step", "role", "straggler_wait_ms", "exposed_comm_ms"]
@@ -331,6 +332,8 @@ def test_json_is_strict():
         "by_class",
         "bubble_reduction_ci",
         "by_class_ci",
+        "by_role",
+        "toggles",
         "confidence",
         "step_time_ratio",
         "per_rank",
@@ -483,6 +486,35 @@ def test_cli_compare_json(gpu_runs, capsys):
     assert out["by_class"]["other"] is None and out["same_batches"] is True
 
 
+def test_cli_compare_several_tests_and_toggles(gpu_runs, capsys):
+    """One control against two tests: two reports; these run.json have no toggles, and the
+    report says so rather than inventing them."""
+    control, test = map(str, gpu_runs)
+    assert main(["compare", control, test, control]) == 0
+    out = capsys.readouterr().out
+    assert out.count("bubble reduction: ") == 2
+    assert "bubble reduction: 0.0%" in out  # the control against itself
+    assert out.count("toggles of the control: not recorded (no run.json, or no toggles") == 2
+    assert out.count("toggles of the test: not recorded") == 2
+    assert main(["compare", control, test, control, "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert [b["test"] for b in both] == ["even", "uneven"]
+
+
+def test_toggles_line_says_what_applied_and_why_not():
+    from fsobs.report import toggles_line
+
+    toggles = {
+        "balance": {"requested": True, "applied": True, "reason": None},
+        "priority_overlap": {"requested": False, "applied": False, "reason": None},
+        "sm_free": {"requested": True, "applied": False, "reason": "backend gloo: no SMs"},
+    }
+    assert toggles_line(toggles) == (
+        "balance on; priority_overlap off; sm_free requested, not applied (backend gloo: no SMs)"
+    )
+    assert toggles_line({}) == "not recorded (no run.json, or no toggles in it)"
+
+
 def test_cli_compare_bad_input(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "nope"), str(tmp_path / "nope2")]) == 2
     err = capsys.readouterr().err
@@ -531,9 +563,25 @@ def test_run_forwards_balance_options(tmp_path, monkeypatch):
     ]
 
 
+def test_run_forwards_the_overlap_and_sm_free_toggles():
+    assert _run_args("--priority-overlap") == [
+        *BASE_JOB,
+        "--priority-overlap",
+        "--dense-order=after_embedding",
+    ]
+    assert _run_args("--priority-overlap", "--dense-order", "concurrent", "--sm-free") == [
+        *BASE_JOB,
+        "--priority-overlap",
+        "--dense-order=concurrent",
+        "--sm-free",
+    ]
+    assert _run_args("--dense-mb", "16") == [*BASE_JOB, "--dense-mb=16.0"]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
+        (["--dense-order", "concurrent"], "--dense-order needs --priority-overlap"),
         (["--cost-model", "missing.json"], "missing.json: cost model file not found"),
         (["--cost-model", "bad.json"], "bad cost model: "),
         (["--balance-method", "lpt"], "--balance-method needs --balance"),

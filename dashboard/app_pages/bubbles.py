@@ -8,6 +8,14 @@ import streamlit as st
 
 from dashboard import figures
 from dashboard.cache import first_with_data, load, runs
+from dashboard.ranks import (
+    DEFAULT_TOP_K,
+    MAX_TIMELINE_RANKS,
+    MODES,
+    RankChoice,
+    choose_ranks,
+    default_mode,
+)
 from dashboard.tables import TIMELINE_PIXELS, TIMELINE_STEPS, lateness_frame, timeline_frame
 from dashboard.widgets import (
     chart,
@@ -20,10 +28,14 @@ from dashboard.widgets import (
     stop_without_runs,
 )
 from fsobs import Analysis
+from fsobs.analysis.analyze import by_role
+from fsobs.analysis.causes import CAUSES
 from fsobs.report import findings
 
 TABS = ("Step timeline", "Stragglers", "Data attribution", "HTA tables")
 TAB_KEY = "bubbles_tab"
+# Query parameters of the rank filter: its mode (a label of dashboard.ranks.MODES), its list.
+RANKS_KEY, LIST_KEY = "ranks", "rank_list"
 
 
 def _overview(analysis: Analysis) -> None:
@@ -31,10 +43,55 @@ def _overview(analysis: Analysis) -> None:
         st.markdown(f"- {line}")
     kpi_metrics(analysis.summary)
     chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
-    chart(figures.straggler_wait_heatmap(analysis.steps), "wait_heatmap")
 
 
-def _timeline(analysis: Analysis, *, run_id: str) -> None:
+def _rank_filter(analysis: Analysis, run_id: str) -> RankChoice:
+    """The ranks of the heatmap and the timeline: all, the top k stragglers, a range or a list
+    (``/bubbles?run=<id>&ranks=List&rank_list=0-3,8``: the mode by its label)."""
+    ranks = analysis.run.rank_ids
+    left, right = st.columns([2, 3], vertical_alignment="bottom")
+    mode = left.segmented_control(
+        "Ranks in the heatmap and the timeline",
+        list(MODES),
+        format_func=MODES.__getitem__,
+        default=default_mode(len(ranks)),
+        required=True,
+        key=RANKS_KEY,
+        bind="query-params",
+    )
+    k, span, text = DEFAULT_TOP_K, None, ""
+    if mode == "top":
+        k = right.number_input(
+            "Stragglers (most wait caused)",
+            min_value=1,
+            max_value=len(ranks),
+            value=min(DEFAULT_TOP_K, len(ranks)),
+            key=f"rank_top:{run_id}",
+        )
+    elif mode == "range" and len(ranks) > 1:
+        span = right.select_slider(
+            "Ranks from, to",
+            options=ranks,
+            value=(ranks[0], ranks[min(DEFAULT_TOP_K, len(ranks)) - 1]),
+            key=f"rank_range:{run_id}",
+        )
+    elif mode == "list":
+        text = right.text_input("Ranks (e.g. 0-3, 8, 12)", key=LIST_KEY, bind="query-params")
+    choice = choose_ranks(
+        mode or default_mode(len(ranks)),
+        ranks,
+        analysis.stragglers.per_rank,
+        k=k,
+        span=span,
+        text=text,
+    )
+    for problem in choice.problems:
+        st.warning(f"Rank filter: {problem}")
+    st.caption(f"Heatmap and timeline: {choice.label}.")
+    return choice
+
+
+def _timeline(analysis: Analysis, *, run_id: str, ranks: list[int]) -> None:
     steps = analysis.run.steps
     if len(steps) > 1:
         first, last = st.select_slider(
@@ -46,8 +103,16 @@ def _timeline(analysis: Analysis, *, run_id: str) -> None:
         window = [s for s in steps if first <= s <= last]
     else:
         window = steps
-    bars = timeline_frame(analysis.bubbles, window, analysis.collectives.offsets_ns)
-    chart(figures.step_timeline(bars, window), "timeline")
+    drawn = ranks[:MAX_TIMELINE_RANKS]
+    if len(drawn) < len(ranks):
+        st.caption(
+            f"The timeline draws the first {len(drawn)} of the {len(ranks)} chosen ranks; "
+            "choose fewer ranks above to see the others."
+        )
+    chosen = set(drawn)
+    bubbles = [b for b in analysis.bubbles if b.rank in chosen]
+    bars = timeline_frame(bubbles, window, analysis.collectives.offsets_ns)
+    chart(figures.step_timeline(bars, window, num_ranks=len(analysis.run.ranks)), "timeline")
     count = bars.attrs["num_intervals"]
     if bars.attrs["merged"]:
         capped = (
@@ -82,6 +147,34 @@ def _stragglers(analysis: Analysis) -> None:
     st.markdown(f"Verdict: **{strag.verdict}** — {who}.")
     chart(figures.straggler_steps(named), "straggler_steps")
     st.dataframe(strag.per_rank, hide_index=True)
+    _causes(analysis)
+    _roles(analysis)
+
+
+def _causes(analysis: Analysis) -> None:
+    """Why the straggler was late, per step and over the run (fsobs.analysis.causes)."""
+    st.subheader("Why the straggler was late")
+    causes = analysis.causes
+    if causes is None:
+        st.info(
+            "Unknown: the step sidecars have no GC, CPU-time and context-switch fields (runs "
+            "recorded with the profiler by `fsobs run` have them)."
+        )
+        return
+    columns = st.columns(len(CAUSES))
+    for column, cause in zip(columns, CAUSES, strict=True):
+        share = causes.shares[cause]
+        column.metric(f"{cause} (share of the wait)", "n/a" if share != share else f"{share:.0%}")
+    st.dataframe(causes.per_step, hide_index=True)
+
+
+def _roles(analysis: Analysis) -> None:
+    """Straggler wait and exposed communication by the role of the collective."""
+    roles = by_role(analysis.roles)
+    if not any(v for values in roles.values() for v in values.values() if v == v):
+        return
+    st.subheader("Communication by role (ms per rank and step)")
+    st.dataframe([{"role": role, **values} for role, values in roles.items()], hide_index=True)
 
 
 def _attribution(analysis: Analysis) -> None:
@@ -130,10 +223,13 @@ def render() -> None:
     if analysis.steps.empty:
         stop("No step was recorded on every rank (no ProfilerStep): no bubble breakdown.")
     _overview(analysis)
+    choice = _rank_filter(analysis, entry.run_id)
+    chart(figures.straggler_wait_heatmap(analysis.steps, choice.ranks), "wait_heatmap")
     # Only the chosen tab runs (a click on another one reruns the page): the browser gets and
     # draws one tab's charts and tables, not four.
     tabs = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
-    sections = (partial(_timeline, run_id=entry.run_id), _stragglers, _attribution, _hta)
+    timeline = partial(_timeline, run_id=entry.run_id, ranks=choice.ranks)
+    sections = (timeline, _stragglers, _attribution, _hta)
     for tab, section in zip(tabs, sections, strict=True):
         if tab.open:
             with tab:

@@ -23,6 +23,7 @@ from dashboard.tables import has_data
 from dashboard.tracediff import change_counts
 from dashboard.widgets import chart, current_store, pick_run, stop_without_runs
 from fsobs.analysis.compare import Comparison
+from fsobs.report import toggles_line
 
 HEADLINE = (
     ("bubble_ratio", "Bubble ratio", "{:.1%}", "{:+.1%}"),
@@ -60,6 +61,8 @@ def _warnings(comp: Comparison) -> None:
         st.warning(warning)
     if comp.same_batches:
         st.success("Both runs trained on the same global batches.")
+    for role, toggles in (("Control", comp.control_toggles), ("Test", comp.test_toggles)):
+        st.caption(f"{role} toggles: {toggles_line(toggles)}")
 
 
 def _deltas(comp: Comparison, control: Loaded, test: Loaded) -> None:
@@ -101,7 +104,7 @@ def _first_rank_file(loaded: Loaded) -> tuple[str, int, tuple]:
     assert loaded.analysis is not None
     run = loaded.analysis.run
     rank = run.rank_ids[0]
-    return (str(loaded.entry.path / Path(run[rank].path).name), rank, loaded.entry.signature)
+    return (str(loaded.entry.path / run[rank].path.name), rank, loaded.entry.signature)
 
 
 def _op_diff(control: Loaded, test: Loaded) -> None:

@@ -15,11 +15,17 @@ from dashboard.cache import (
     remember_upload,
     runs,
 )
-from dashboard.upload import MAX_UPLOAD_BYTES, UploadError, store_upload
+from dashboard.store import READ_ONLY_NOTE, is_read_only
+from dashboard.upload import MAX_UPLOAD_BYTES, UPLOADER_MB, UploadError, store_upload
 from dashboard.widgets import current_store
 from fsobs import Analysis, analyze_path
 
 RESULT_KEY = "upload_result"
+HIDE_WIDGET_LIMIT = (
+    "<style>[data-testid='stFileUploaderDropzoneInstructions'] {display: none}</style>"
+)
+"""Streamlit words the per-file limit with one digit in the largest unit (512 MiB shows as
+"1GB per file"): the caption above the uploader states the limit instead."""
 LAST_KEY = "upload_last"
 
 
@@ -91,18 +97,22 @@ def _open_links(ids: list[str], default_id: str) -> None:
 
 def _upload_form(store: Path) -> None:
     st.subheader("Upload a run")
+    if is_read_only(store):
+        st.info(READ_ONLY_NOTE)
+        return
     st.caption(
         "Several trace files (one `*.json` / `*.json.gz` per rank, plus optional `run.json` and "
-        "`steps.rank<R>.jsonl`) or one `.zip` / `.tar.gz` archive of them, "
-        f"at most {MAX_UPLOAD_BYTES // 2**20} MiB uncompressed. It is validated with fsobs and "
-        "stored under `uploads/`; an existing run is never overwritten."
+        "`steps.rank<R>.jsonl`) or one `.zip` / `.tar.gz` archive of them: "
+        f"**at most {MAX_UPLOAD_BYTES // 2**20} MiB in all, uncompressed**. It is validated with "
+        "fsobs and stored under `uploads/`; an existing run is never overwritten."
     )
+    st.html(HIDE_WIDGET_LIMIT)
     st.file_uploader(
         "Trace files or one archive",
         type=["json", "gz", "jsonl", "zip", "tgz"],
         accept_multiple_files=True,
         key="upload_files",
-        max_upload_size=MAX_UPLOAD_BYTES // 2**20,
+        max_upload_size=UPLOADER_MB,
     )
     st.text_input("Run name (optional)", key="upload_name", max_chars=64)
     st.button("Store the run", key="upload_store", on_click=_store_upload, args=(store,))

@@ -9,13 +9,21 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.figures._style import CLASS_COLORS, finish, label
+from dashboard.ranks import AGGREGATE_ABOVE, top_and_rest
 from dashboard.tables import BUBBLE_CLASSES, TIMELINE_LABELS, class_means_by_rank, wait_matrix
 
 
 def bubble_classes_by_rank(steps: pd.DataFrame) -> go.Figure:
-    """Stacked bars: per rank, the mean ms per step of each bubble class (``Analysis.steps``)."""
+    """Stacked bars: per rank, the mean ms per step of each bubble class (``Analysis.steps``).
+
+    Above :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks: the ranks with the most bubble per
+    step, then one bar for the mean of the others (:func:`dashboard.ranks.top_and_rest`)."""
     means = class_means_by_rank(steps)
-    ranks = [str(r) for r in means.index]
+    means, folded = top_and_rest(means, means.sum(axis=1))
+    ranks = list(means.index)
+    title = "Bubble per rank by class (mean ms per step)"
+    if folded:
+        title += f": top {len(ranks) - 1} ranks by bubble, then the mean of the {folded} others"
     fig = go.Figure(
         [
             go.Bar(
@@ -29,7 +37,7 @@ def bubble_classes_by_rank(steps: pd.DataFrame) -> go.Figure:
     )
     return finish(
         fig,
-        "Bubble per rank by class (mean ms per step)",
+        title,
         "rank",
         "ms per step",
         margin={"l": 70, "r": 20, "t": 60, "b": 110},
@@ -39,9 +47,16 @@ def bubble_classes_by_rank(steps: pd.DataFrame) -> go.Figure:
     )
 
 
-def straggler_wait_heatmap(steps: pd.DataFrame) -> go.Figure:
-    """Heatmap of straggler wait (ms), ranks by steps."""
+def straggler_wait_heatmap(steps: pd.DataFrame, ranks: Sequence[int] | None = None) -> go.Figure:
+    """Heatmap of straggler wait (ms), ranks by steps; only ``ranks`` if given (the title then
+    says how many of the run's ranks are shown)."""
     matrix = wait_matrix(steps)
+    title = "Straggler wait per rank and step (ms)"
+    if ranks is not None:
+        total = len(matrix)
+        matrix = matrix.loc[matrix.index.isin(list(ranks))]
+        if len(matrix) < total:
+            title += f": {len(matrix)} of {total} ranks"
     fig = go.Figure(
         go.Heatmap(
             z=matrix.to_numpy(),
@@ -54,7 +69,7 @@ def straggler_wait_heatmap(steps: pd.DataFrame) -> go.Figure:
     )
     return finish(
         fig,
-        "Straggler wait per rank and step (ms)",
+        title,
         "step",
         "rank",
         margin={"l": 70, "r": 100, "t": 60, "b": 60},
@@ -63,14 +78,17 @@ def straggler_wait_heatmap(steps: pd.DataFrame) -> go.Figure:
     )
 
 
-def step_timeline(bars: pd.DataFrame, steps: Sequence[int]) -> go.Figure:
+def step_timeline(
+    bars: pd.DataFrame, steps: Sequence[int], *, num_ranks: int | None = None
+) -> go.Figure:
     """The chosen steps across ranks: per rank, one lane per class in the legend's order
     (compute / comm / wait / idle / other), horizontal bars; a merged bar is as opaque as its
     class fills it (at least 0.3). Lanes empty on every rank are left out.
 
     ``bars``: rank, lane, start_ms, end_ms, class_ms, intervals (see
     :func:`dashboard.tables.timeline_frame`). Row ``i * len(lanes) + j`` is lane ``j`` of the
-    ``i``-th rank; the axis names the ranks, the hover names rank and lane.
+    ``i``-th rank; the axis names the ranks, the hover names rank and lane. ``num_ranks``: the
+    run's ranks, when ``bars`` holds only some of them (the title says how many are shown).
     """
     ranks = sorted(int(r) for r in bars["rank"].unique())
     lanes = [lane for lane in TIMELINE_LABELS.values() if lane in set(bars["lane"])]
@@ -102,10 +120,11 @@ def step_timeline(bars: pd.DataFrame, steps: Sequence[int]) -> go.Figure:
     fig = go.Figure(traces)
     first, last = min(steps), max(steps)
     which = f"Step {first}" if first == last else f"Steps {first}–{last}"
+    some = f"{len(ranks)} of {num_ranks} " if num_ranks and len(ranks) < num_ranks else ""
     rows = len(ranks) * len(lanes)
     return finish(
         fig,
-        f"{which} across ranks (ms from the first rank's start, clocks aligned)",
+        f"{which} across {some}ranks (ms from the first rank's start, clocks aligned)",
         "ms",
         "",
         margin={"l": 70, "r": 20, "t": 80, "b": 50},
@@ -159,8 +178,39 @@ def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
     """Estimated cost of each rank's data against how late it arrived, one color per rank.
 
     ``lateness``: rank, step, cost, lateness_ms (see :func:`dashboard.tables.lateness_frame`).
+    Above :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks one trace, colored by rank (a legend
+    entry per rank would fill the screen).
     """
-    fig = go.Figure(
+    if lateness["rank"].nunique() > AGGREGATE_ABOVE:
+        fig = go.Figure(
+            go.Scatter(
+                name="rank, step",
+                x=lateness["cost"].to_numpy(),
+                y=lateness["lateness_ms"].to_numpy(),
+                mode="markers",
+                marker={
+                    "color": lateness["rank"].to_numpy(),
+                    "colorscale": "Viridis",
+                    "colorbar": {"title": {"text": "rank"}},
+                    "size": 6,
+                },
+                customdata=lateness[["rank", "step"]].to_numpy(),
+                hovertemplate="rank %{customdata[0]}, step %{customdata[1]}: cost %{x:.3g}, "
+                "late %{y:.3f} ms<extra></extra>",
+            )
+        )
+    else:
+        fig = _attribution_by_rank(lateness)
+    return finish(
+        fig,
+        "Data cost against arrival at the step's collectives",
+        f"estimated cost ({cost_source})",
+        "arrival after the first rank (ms)",
+    )
+
+
+def _attribution_by_rank(lateness: pd.DataFrame) -> go.Figure:
+    return go.Figure(
         [
             go.Scatter(
                 name=f"rank {rank}",
@@ -173,31 +223,33 @@ def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
             for rank, part in lateness.groupby("rank")
         ]
     )
-    return finish(
-        fig,
-        "Data cost against arrival at the step's collectives",
-        f"estimated cost ({cost_source})",
-        "arrival after the first rank (ms)",
-    )
 
 
 def hta_temporal_breakdown(temporal: pd.DataFrame) -> go.Figure:
-    """HTA's temporal breakdown per rank (µs): compute, non-compute and idle, stacked."""
+    """HTA's temporal breakdown per rank (µs): compute, non-compute and idle, stacked. Above
+    :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks: the ranks with the most idle time, then the
+    mean of the others."""
     parts = {
         "compute": ("compute_time_us", CLASS_COLORS["busy"]),
         "non-compute": ("non_compute_time_us", CLASS_COLORS["exposed_comm"]),
         "idle": ("idle_time_us", CLASS_COLORS["host_idle"]),
     }
-    ranks = [str(r) for r in temporal["rank"]]
+    columns = [column for column, _ in parts.values()]
+    values = temporal.set_index("rank")[columns]
+    shown, folded = top_and_rest(values, values["idle_time_us"])
+    ranks = list(shown.index)
     fig = go.Figure(
         [
-            go.Bar(name=name, x=ranks, y=temporal[column].to_numpy(), marker_color=color)
+            go.Bar(name=name, x=ranks, y=shown[column].to_numpy(), marker_color=color)
             for name, (column, color) in parts.items()
         ]
     )
+    title = "GPU temporal breakdown (HTA rules, µs)"
+    if folded:
+        title += f": top {len(ranks) - 1} ranks by idle, then the mean of the {folded} others"
     return finish(
         fig,
-        "GPU temporal breakdown (HTA rules, µs)",
+        title,
         "rank",
         "µs",
         barmode="stack",

@@ -16,11 +16,12 @@ from fsobs.analysis.bubbles import (
     bubble_table,
     role_table,
 )
+from fsobs.analysis.causes import Causes, straggler_causes
 from fsobs.analysis.collectives import Collectives, match_collectives
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta
 from fsobs.analysis.stragglers import Stragglers, find_stragglers
 from fsobs.analysis.summary import RankSummary, summarize_path, summarize_run
-from fsobs.trace.loader import LoadConfig, Source
+from fsobs.trace.loader import LoadConfig, Progress, Source
 from fsobs.trace.schema import RankTrace, Run
 from optim.markers import ROLES
 
@@ -42,6 +43,8 @@ class Analysis:
     stragglers: Stragglers
     attribution: Attribution | None
     """How much of the straggler wait the input data explains; None without step sidecars."""
+    causes: Causes | None
+    """Why each straggler was late (data, GC, preemption); None without the sidecar fields."""
     summary: dict[str, float]
     """The KPIs, see :func:`kpis`."""
     roles: pd.DataFrame
@@ -51,10 +54,14 @@ class Analysis:
 
 
 def analyze_path(
-    source: Source, load: LoadConfig | None = None, config: BubbleConfig | None = None
+    source: Source,
+    load: LoadConfig | None = None,
+    config: BubbleConfig | None = None,
+    progress: Progress | None = None,
 ) -> Analysis:
-    """Analyze a run directory or trace files, rank by rank (memory: the summaries only)."""
-    return analyze_summary(summarize_path(source, load, config))
+    """Analyze a run directory or trace files, rank by rank (memory: the summaries only);
+    ``progress(done, total)`` is told as ranks are parsed."""
+    return analyze_summary(summarize_path(source, load, config, progress))
 
 
 def analyze(run: Run[RankTrace], config: BubbleConfig | None = None) -> Analysis:
@@ -78,6 +85,7 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
         steps=steps,
         stragglers=stragglers,
         attribution=attribute(run.sidecar, stragglers, colls) if has_sidecar else None,
+        causes=straggler_causes(steps, run.sidecar, stragglers),
         summary=kpis(steps, colls),
         roles=role_table(bubbles),
         hta=combine_hta(hta) if hta else None,

@@ -274,8 +274,10 @@ def _owners(
     for i in order:
         owner[np.searchsorted(points, starts[i]) : np.searchsorted(points, ends[i])] = i
     owned = inside & (owner >= 0)
-    totals = pd.Series(seg_len[owned]).groupby(owner[owned]).sum()
-    return {int(i): int(ns) for i, ns in totals.items()}
+    keys, which = np.unique(owner[owned], return_inverse=True)
+    totals = np.zeros(len(keys), np.int64)
+    np.add.at(totals, which.reshape(-1), seg_len[owned])
+    return {int(i): int(ns) for i, ns in zip(keys.tolist(), totals.tolist(), strict=True)}
 
 
 def bubble_intervals(

@@ -67,8 +67,8 @@ _ALL_TO_ALL_DEPENDENT = frozenset(
 )
 """Collectives where no rank can finish before every rank has started."""
 _CAUSAL_SLACK_NS = 10_000
-_SPREAD_FACTOR = 100
-_SPREAD_FLOOR_NS = 1_000_000
+_SPREAD_FACTOR = 200
+_SPREAD_FLOOR_NS = 50_000_000
 DEFAULT_GROUP = "default"
 
 

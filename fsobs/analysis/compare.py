@@ -99,40 +99,24 @@ def compare(
         raise ValueError(f"confidence: must be in (0, 1), got {confidence}")
     if n_boot < 1:
         raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
-    floor = NEGLIGIBLE * _mean_window(control.steps)
+    boot = _Bootstrap(NEGLIGIBLE * _mean_window(control.steps), confidence, n_boot, seed)
     same, batch_warnings = same_batches(control.run, test.run)
     per_c, per_t = _per_step_means(control.steps), _per_step_means(test.steps)
-    paired = bool(same) and per_c.index.equals(per_t.index)
+    boot.paired = bool(same) and per_c.index.equals(per_t.index)
     c, t = control.summary, test.summary
-    cis = {}
-    for name in ("bubble", *BUBBLE_CLASSES):
-        point = _reduction(c[f"{name}_ms_per_step"], t[f"{name}_ms_per_step"], floor)
-        cis[name] = (
-            bootstrap_reduction(
-                per_c[f"{name}_ms"].to_numpy(),
-                per_t[f"{name}_ms"].to_numpy(),
-                paired=paired,
-                floor=floor,
-                confidence=confidence,
-                n_boot=n_boot,
-                seed=seed,
-            )
-            if not math.isnan(point)
-            else (math.nan, math.nan)
-        )
-    point = _reduction(c["bubble_ms_per_step"], t["bubble_ms_per_step"], floor)
+    reductions = {
+        name: boot.reduction(per_c[f"{name}_ms"], per_t[f"{name}_ms"])
+        for name in ("bubble", *BUBBLE_CLASSES)
+    }
     return Comparison(
         control_name=_name(control.run),
         test_name=_name(test.run),
         kpis=_kpi_table(c, t),
-        bubble_reduction=point,
-        by_class={
-            k: _reduction(c[f"{k}_ms_per_step"], t[f"{k}_ms_per_step"], floor)
-            for k in BUBBLE_CLASSES
-        },
-        bubble_reduction_ci=cis["bubble"],
-        by_class_ci={k: cis[k] for k in BUBBLE_CLASSES},
-        by_role=_role_reductions(control, test, paired, floor, confidence, n_boot, seed),
+        bubble_reduction=reductions["bubble"][0],
+        by_class={k: reductions[k][0] for k in BUBBLE_CLASSES},
+        bubble_reduction_ci=reductions["bubble"][1],
+        by_class_ci={k: reductions[k][1] for k in BUBBLE_CLASSES},
+        by_role=_role_reductions(control, test, boot),
         confidence=confidence,
         step_time_ratio=_ratio(t["step_time_ms_p50"], c["step_time_ms_p50"]),
         per_rank=_per_rank(control.steps, test.steps),
@@ -147,15 +131,35 @@ def compare(
     )
 
 
-def _role_reductions(
-    control: Analysis,
-    test: Analysis,
-    paired: bool,
-    floor: float,
-    confidence: float,
-    n_boot: int,
-    seed: int,
-) -> pd.DataFrame:
+@dataclass
+class _Bootstrap:
+    """How :func:`compare` turns two per-step series into a reduction and its interval."""
+
+    floor: float
+    confidence: float
+    n_boot: int
+    seed: int
+    paired: bool = False
+
+    def reduction(self, control: pd.Series, test: pd.Series) -> tuple[float, tuple[float, float]]:
+        """``1 - mean(test) / mean(control)`` over steps and its bootstrap CI (NaNs when the
+        control is ~0)."""
+        point = _reduction(float(control.mean()), float(test.mean()), self.floor)
+        if math.isnan(point):
+            return point, (math.nan, math.nan)
+        ci = bootstrap_reduction(
+            control.to_numpy(),
+            test.to_numpy(),
+            paired=self.paired and control.index.equals(test.index),
+            floor=self.floor,
+            confidence=self.confidence,
+            n_boot=self.n_boot,
+            seed=self.seed,
+        )
+        return point, ci
+
+
+def _role_reductions(control: Analysis, test: Analysis, boot: _Bootstrap) -> pd.DataFrame:
     """Reduction of each role's straggler wait and exposed communication, with its CI."""
     rows = []
     per_c, per_t = _per_step_roles(control.roles), _per_step_roles(test.roles)
@@ -164,20 +168,7 @@ def _role_reductions(
             c, t = per_c.get((role, cls)), per_t.get((role, cls))
             if c is None or t is None:
                 continue
-            point = _reduction(float(c.mean()), float(t.mean()), floor)
-            ci = (
-                bootstrap_reduction(
-                    c.to_numpy(),
-                    t.to_numpy(),
-                    paired=paired and c.index.equals(t.index),
-                    floor=floor,
-                    confidence=confidence,
-                    n_boot=n_boot,
-                    seed=seed,
-                )
-                if not math.isnan(point)
-                else (math.nan, math.nan)
-            )
+            point, (lo, hi) = boot.reduction(c, t)
             rows.append(
                 {
                     "role": role,
@@ -185,8 +176,8 @@ def _role_reductions(
                     "control": float(c.mean()),
                     "test": float(t.mean()),
                     "reduction": point,
-                    "ci_lo": ci[0],
-                    "ci_hi": ci[1],
+                    "ci_lo": lo,
+                    "ci_hi": hi,
                 }
             )
     columns = ["role", "class", "control", "test", "reduction", "ci_lo", "ci_hi"]

@@ -19,7 +19,7 @@ import pandas as pd
 from fsobs.analysis.bubbles import BubbleConfig, StepParts, step_parts
 from fsobs.analysis.collectives import rank_collectives
 from fsobs.analysis.hta_compat import RankHta, rank_hta
-from fsobs.trace.loader import LoadConfig, Source, map_run
+from fsobs.trace.loader import LoadConfig, Progress, Source, map_run
 from fsobs.trace.schema import ProcessGroup, RankTrace, Run
 
 
@@ -84,10 +84,14 @@ def summarize_run(run: Run[RankTrace], config: BubbleConfig | None = None) -> Ru
 
 
 def summarize_path(
-    source: Source, load: LoadConfig | None = None, config: BubbleConfig | None = None
+    source: Source,
+    load: LoadConfig | None = None,
+    config: BubbleConfig | None = None,
+    progress: Progress | None = None,
 ) -> Run[RankSummary]:
-    """Load and reduce a run rank by rank, in parallel, never holding all event tables."""
-    return map_run(source, partial(summarize_rank, config=config), load)
+    """Load and reduce a run rank by rank, in parallel, never holding all event tables;
+    ``progress(done, total)`` as ranks are parsed (:func:`fsobs.trace.loader.map_run`)."""
+    return map_run(source, partial(summarize_rank, config=config), load, progress)
 
 
 def overview_row(trace: RankTrace) -> dict[str, Any]:

@@ -56,13 +56,20 @@ def step_record(
     imbalance_before: float | None = None,
     imbalance_after: float | None = None,
     batch_digest: str | None = None,
+    gc_count: int | None = None,
+    gc_ms: float | None = None,
+    gc_max_gen: int | None = None,
+    cpu_ms: float | None = None,
+    nivcsw: int | None = None,
 ) -> dict[str, Any]:
     """One sidecar line as a dict; raises ValueError naming the bad field.
 
     ``lengths`` may be any sequence of integers (also a numpy array or a 1-D tensor). The
     optional balance fields are the same on every rank of a step: ``imbalance_before`` /
     ``imbalance_after`` (max / mean estimated cost over the ranks for the random split and for
-    the split used) and ``batch_digest`` (a digest of the step's global batch).
+    the split used) and ``batch_digest`` (a digest of the step's global batch). The optional
+    pause fields are this rank's (:mod:`fsobs.collect.pauses`): GC pauses, the training
+    thread's CPU time and its involuntary context switches.
     """
     step = _non_negative_int(step, "step")
     values = _lengths(lengths)
@@ -96,6 +103,18 @@ def step_record(
         if not isinstance(batch_digest, str) or not batch_digest:
             raise ValueError(f"batch_digest must be a non-empty string, got {batch_digest!r}")
         record["batch_digest"] = batch_digest
+    for name, value, low in (("gc_count", gc_count, 0), ("gc_max_gen", gc_max_gen, -1)):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            record[name] = value
+    for name, value in (("gc_ms", gc_ms), ("cpu_ms", cpu_ms)):
+        if value is not None:
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            record[name] = float(value)
+    if nivcsw is not None:
+        record["nivcsw"] = _non_negative_int(nivcsw, "nivcsw")
     return record
 
 

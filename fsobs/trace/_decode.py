@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 
 from fsobs.errors import TraceFormatError, TraceReadError
+from fsobs.trace.storage import Location, read_bytes
 
 RAW_NONE = msgspec.Raw()
 GZIP_MAGIC = b"\x1f\x8b"
@@ -42,6 +43,8 @@ class Args(msgspec.Struct, gc=False):
     comms_id: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Comms Id")
     input_dims: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Input type")
+    grid: msgspec.Raw = RAW_NONE  # a kernel's launch shape (contention compares like kernels)
+    block: msgspec.Raw = RAW_NONE
     name: msgspec.Raw = RAW_NONE  # thread_name / process_name metadata
 
 
@@ -94,10 +97,11 @@ _STRICT_DECODER = msgspec.json.Decoder(_StrictTraceFile)
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 
 
-def read_trace_bytes(path: Path, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes | bytearray:
-    """The JSON text of ``path`` (plain or gzip); refuses anything over ``max_bytes``."""
+def read_trace_bytes(path: Location, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes | bytearray:
+    """The JSON text of ``path`` (plain or gzip, local or remote); refuses anything over
+    ``max_bytes``."""
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path)
     except OSError as exc:
         raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
     if not raw.startswith(GZIP_MAGIC):

@@ -4,7 +4,8 @@ A worker then never holds the whole JSON text, only a few MB of it. The cuts are
 search (``},`` followed by ``{``), so a cut can be wrong in theory (the pattern inside a string or
 between two objects nested in one event); such a piece is not a list of complete events and fails
 to decode, and the caller then reads the file the plain way. Any error here means the same: fall
-back, and let the plain path word the error.
+back, and let the plain path word the error. Local and remote files (:mod:`fsobs.trace.storage`)
+are read alike, front to back.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
+from typing import IO
 
 import msgspec
 
 from fsobs.trace._decode import GZIP_MAGIC
+from fsobs.trace.storage import Location, open_binary
 
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _ARRAY_END = re.compile(rb"\}\s*\]")
@@ -29,40 +31,52 @@ class SplitError(Exception):
     """The file is not laid out as expected: read it the plain way instead."""
 
 
-def _pieces(path: Path, max_bytes: int) -> Iterator[bytes]:
-    """The file's text in pieces of about ``_PIECE`` bytes, never more than ``max_bytes`` in all."""
+def _pieces(path: Location, max_bytes: int) -> Iterator[bytes]:
+    """The file's text in pieces of about ``_PIECE`` bytes, never more than ``max_bytes`` in all.
+
+    The file is read front to back only (no seek), so a remote file is one stream."""
     total = 0
-    with path.open("rb") as f:
-        gz = f.read(2) == GZIP_MAGIC
-        f.seek(0)
-        inflater = zlib.decompressobj(wbits=31) if gz else None
-        while True:
-            raw = f.read(_PIECE // 8 if gz else _PIECE)
-            if not raw:
-                break
+    try:
+        with open_binary(path) as f:
+            raw = _first_bytes(f)
+            gz = raw.startswith(GZIP_MAGIC)
+            inflater = zlib.decompressobj(wbits=31) if gz else None
             while raw:
-                if inflater is None:
-                    text, raw = raw, b""
-                else:
-                    text = inflater.decompress(raw, _PIECE)
-                    raw = inflater.unconsumed_tail
-                    if inflater.eof:
-                        raw = inflater.unused_data.lstrip(b"\x00")
-                        inflater = zlib.decompressobj(wbits=31) if raw else inflater
-                total += len(text)
-                if total > max_bytes:
-                    raise SplitError("over the size limit")
-                if text:
-                    yield text
+                while raw:
+                    if inflater is None:
+                        text, raw = raw, b""
+                    else:
+                        text = inflater.decompress(raw, _PIECE)
+                        raw = inflater.unconsumed_tail
+                        if inflater.eof:
+                            raw = inflater.unused_data.lstrip(b"\x00")
+                            inflater = zlib.decompressobj(wbits=31) if raw else inflater
+                    total += len(text)
+                    if total > max_bytes:
+                        raise SplitError("over the size limit")
+                    if text:
+                        yield text
+                raw = f.read(_PIECE // 8 if gz else _PIECE)
+    except OSError as exc:  # the plain read says it again, as a TraceReadError
+        raise SplitError(f"cannot read: {exc}") from exc
     if inflater is not None and not inflater.eof:
         raise SplitError("truncated gzip")
+
+
+def _first_bytes(f: IO[bytes]) -> bytes:
+    """The first read, at least two bytes long unless the file is shorter (streams may return
+    less than asked)."""
+    raw = f.read(_PIECE // 8)
+    while 0 < len(raw) < len(GZIP_MAGIC) and (more := f.read(_PIECE // 8)):
+        raw += more
+    return raw
 
 
 class EventStream:
     """Iterate to get JSON arrays of complete events; afterwards ``skeleton`` is the document
     with an empty ``traceEvents`` (all its other keys, wherever they were)."""
 
-    def __init__(self, path: Path, max_bytes: int) -> None:
+    def __init__(self, path: Location, max_bytes: int) -> None:
         self._path = path
         self._max_bytes = max_bytes
         self.skeleton = b""

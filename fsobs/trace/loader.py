@@ -1,4 +1,9 @@
-"""Load a run: find the trace files, parse the ranks in parallel, check they form one run."""
+"""Load a run: find the trace files, parse the ranks in parallel, check they form one run.
+
+A run is a local directory or file(s), or an fsspec URL of either (:mod:`fsobs.trace.storage`).
+The ranks are parsed in this machine's fork pool, or as tasks on the workers of a Dask cluster
+(:mod:`fsobs.trace.cluster`) when ``LoadConfig.scheduler`` or ``FSOBS_DASK_SCHEDULER`` names one.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,22 +28,34 @@ from fsobs.errors import (
 )
 from fsobs.trace._build import build_rank_trace
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
+from fsobs.trace.cluster import DaskCluster, Progress, scheduler_address
 from fsobs.trace.schema import RankTrace, Run
 from fsobs.trace.sidecar import read_sidecars
+from fsobs.trace.storage import (
+    Location,
+    RemotePath,
+    as_location,
+    check_protocol,
+    list_dir,
+    read_text,
+)
 
 logger = logging.getLogger(__name__)
 
 RUN_META = "run.json"
 COST_MODEL = "cost_model.json"
 """Written into a run directory by ``fsobs fit-cost``; not a trace."""
-NOT_TRACES = frozenset({RUN_META, COST_MODEL})
-Source = str | Path | Sequence[str | Path]
+TRUTH = "truth.json"
+"""Written into a simulated run by ``fsobs simulate`` (the true classes); not a trace."""
+NOT_TRACES = frozenset({RUN_META, COST_MODEL, TRUTH})
+Source = str | Path | RemotePath | Sequence[str | Path | RemotePath]
+"""A run directory, a trace file, or a list of trace files; each a local path or a URL."""
 
 
 class _RankLike(Protocol):
     rank: int
     world_size: int
-    path: Path
+    path: Location
     warnings: list[str]
 
 
@@ -57,18 +74,27 @@ class LoadConfig:
     step_marker: str | None = None
     """Iterations are the CPU ranges whose name starts with this, numbered 0, 1, ... in time
     order, instead of ``ProfilerStep#N``. Without either, the whole trace is one window."""
+    scheduler: str | None = None
+    """Address of a Dask scheduler (``tcp://host:8786``) whose workers parse and reduce the
+    ranks, one task per file; only the reduced ranks come back. None: the
+    ``FSOBS_DASK_SCHEDULER`` environment variable when set, else this machine's processes;
+    ``"local"``: this machine's processes whatever the environment says."""
 
     def __post_init__(self) -> None:
         if self.max_trace_bytes <= 0:
             raise ValueError("max_trace_bytes must be positive")
         if self.workers is not None and self.workers < 1:
             raise ValueError("workers must be >= 1")
+        if self.scheduler is not None and not self.scheduler.strip():
+            raise ValueError("scheduler must be an address such as tcp://host:8786, or None")
 
 
-def load_rank(path: str | Path, config: LoadConfig | None = None) -> RankTrace:
-    """Parse one trace file (the rank is whatever its ``distributedInfo`` says, -1 if none)."""
+def load_rank(path: str | Path | RemotePath, config: LoadConfig | None = None) -> RankTrace:
+    """Parse one trace file, here (the rank is whatever its ``distributedInfo`` says, -1 if
+    none). ``path`` may be a URL."""
     config = config or LoadConfig()
-    return build_rank_trace(Path(path), config.max_trace_bytes, config.step_marker)
+    location = as_location(path)
+    return build_rank_trace(location, config.max_trace_bytes, config.step_marker)  # type: ignore[arg-type]
 
 
 def load_run(source: Source, config: LoadConfig | None = None) -> Run[RankTrace]:
@@ -81,30 +107,34 @@ def load_run(source: Source, config: LoadConfig | None = None) -> Run[RankTrace]
 
 
 def map_run(
-    source: Source, reduce: Callable[[RankTrace], R], config: LoadConfig | None = None
+    source: Source,
+    reduce: Callable[[RankTrace], R],
+    config: LoadConfig | None = None,
+    progress: Progress | None = None,
 ) -> Run[R]:
     """Like :func:`load_run`, but each rank is passed through ``reduce`` right after parsing,
     in the worker process, so only the reduced ranks (e.g. analysis summaries) ever coexist.
 
     ``reduce`` must be picklable (a module-level function or a ``functools.partial`` of one) and
     return an object with the ``rank``, ``world_size``, ``path`` and ``warnings`` of its trace.
+    ``progress(done, total)`` is called in this process as each file is parsed (and once with
+    ``done == 0`` before); it must not raise.
     """
     config = config or LoadConfig()
-    root, files, meta = _discover(source)
-    traces = _parse_all(files, config, reduce)
+    found = _discover(source)
+    traces = _parse_all(found, config, reduce, progress or _no_progress)
     warnings: list[str] = []
-    world_size = _world_size(traces, meta, root)
+    world_size = _world_size(traces, found.meta, found.root)
     by_rank = _index_by_rank(traces)
-    _check_coverage(by_rank, world_size, meta, root, warnings)
+    _check_coverage(by_rank, world_size, found.meta, found.root, warnings)
     for trace in by_rank.values():
         warnings.extend(trace.warnings)
-    is_dir = isinstance(source, (str, Path)) and Path(source).is_dir()
-    sidecar = read_sidecars(root) if is_dir else None
+    sidecar = read_sidecars(found.root) if found.is_dir else None
     return Run(
-        path=root,
+        path=found.root,  # type: ignore[arg-type]
         world_size=world_size,
         ranks=by_rank,
-        meta=meta,
+        meta=found.meta,
         warnings=warnings,
         sidecar=sidecar,
     )
@@ -115,38 +145,94 @@ def is_trace_name(name: str) -> bool:
     return name.endswith((".json", ".json.gz")) and name not in NOT_TRACES
 
 
-def _discover(
-    source: Source,
-) -> tuple[Path, list[Path], dict[str, Any] | None]:
-    if isinstance(source, (str, Path)):
-        path = Path(source)
+@dataclass(frozen=True)
+class _Found:
+    """The files of a source, before any is parsed."""
+
+    root: Location
+    files: list[Location]
+    total_bytes: int | None
+    """None when a remote listing does not give sizes."""
+    meta: dict[str, Any] | None
+    is_dir: bool
+
+
+def _discover(source: Source) -> _Found:
+    if isinstance(source, (str, Path, RemotePath)):
+        location = as_location(source)
+        if isinstance(location, RemotePath):
+            _check_protocol(location)
+            return _discover_remote(location)
+        path = location
         if path.is_dir():
             files = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p.name))
             if not files:
                 raise EmptyRunError(
                     "no trace files (*.json, *.json.gz) in this directory", path=path
                 )
-            return path, files, _read_meta(path / RUN_META)
+            meta = _read_meta(path / RUN_META) if (path / RUN_META).exists() else None
+            return _Found(path, list(files), _local_bytes(files), meta, is_dir=True)
         if not path.exists():
             raise TraceReadError("no such file or directory", path=path)
-        return path, [path], None
-    files = [Path(p) for p in source]
-    if not files:
+        return _Found(path, [path], _local_bytes([path]), None, is_dir=False)
+    listed = [as_location(p) for p in source]
+    if not listed:
         raise EmptyRunError("no trace files given")
-    for path in files:
-        if not path.is_file():
+    for path in listed:
+        if isinstance(path, Path) and not path.is_file():
             why = "a directory; give a run directory alone" if path.is_dir() else "no such file"
             raise TraceReadError(why, path=path)
-    parents = {p.parent for p in files}
-    root = parents.pop() if len(parents) == 1 else Path(os.path.commonpath(files))
-    return root, files, None
+    for path in {p.protocol: p for p in listed if isinstance(p, RemotePath)}.values():
+        _check_protocol(path)
+    local = [p for p in listed if isinstance(p, Path)]
+    size = _local_bytes(local) if len(local) == len(listed) else None
+    return _Found(_common_root(listed), listed, size, None, is_dir=False)
 
 
-def _read_meta(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
-        return None
+def _discover_remote(url: RemotePath) -> _Found:
+    """A URL is one trace file when its name says so (no request made), else a run folder,
+    listed once. (Asking the server whether a URL is a folder can cost a whole download.)"""
+    if is_trace_name(url.name):
+        return _Found(url, [url], None, None, is_dir=False)
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        entries = [e for e in list_dir(url) if not e.is_dir]
+    except FileNotFoundError as exc:
+        raise TraceReadError("no such file or directory", path=url) from exc
+    except OSError as exc:
+        raise TraceReadError(f"cannot list this folder: {exc}", path=url) from exc
+    files = [e for e in entries if is_trace_name(e.location.name)]
+    if not files:
+        raise EmptyRunError("no trace files (*.json, *.json.gz) in this directory", path=url)
+    sizes = [e.size for e in files]
+    total = None if None in sizes else sum(s for s in sizes if s is not None)
+    has_meta = any(e.location.name == RUN_META for e in entries)
+    meta = _read_meta(url / RUN_META) if has_meta else None
+    return _Found(url, [e.location for e in files], total, meta, is_dir=True)
+
+
+def _check_protocol(url: RemotePath) -> None:
+    try:
+        check_protocol(url)
+    except ImportError as exc:
+        raise TraceReadError(f"cannot open this URL: {exc}", path=url) from exc
+
+
+def _local_bytes(files: Sequence[Path]) -> int:
+    return sum(p.stat().st_size for p in files)
+
+
+def _common_root(files: Sequence[Location]) -> Location:
+    parents = {p.parent for p in files}
+    if len(parents) == 1:
+        return parents.pop()
+    if all(isinstance(p, Path) for p in files):
+        return Path(os.path.commonpath(files))  # type: ignore[arg-type]
+    return files[0].parent  # files of several folders and URLs: name the first one's
+
+
+def _read_meta(path: Location) -> dict[str, Any] | None:
+    try:
+        meta = json.loads(read_text(path))
     except OSError as exc:
         raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
     except UnicodeDecodeError as exc:
@@ -171,7 +257,7 @@ def _identity(trace: RankTrace) -> RankTrace:
 
 
 def _load_reduced(
-    path: Path, config: LoadConfig, reduce: Callable[[RankTrace], R], sole: bool
+    path: Location, config: LoadConfig, reduce: Callable[[RankTrace], R], sole: bool
 ) -> R:
     trace = load_rank(path, config)
     if trace.rank < 0:  # settle the rank before anything is computed from it
@@ -187,18 +273,40 @@ def _load_reduced(
     return reduce(trace)
 
 
-def _parse_all(files: list[Path], config: LoadConfig, reduce: Callable[[RankTrace], R]) -> list[R]:
-    total = sum(p.stat().st_size for p in files)
-    workers = config.workers or min(len(files), os.cpu_count() or 1)
+def _no_progress(done: int, total: int) -> None:
+    pass
+
+
+def _parse_all(
+    found: _Found, config: LoadConfig, reduce: Callable[[RankTrace], R], progress: Progress
+) -> list[R]:
+    files = found.files
     work = partial(_load_reduced, config=config, reduce=reduce, sole=len(files) == 1)
-    if workers <= 1 or len(files) == 1 or total < _PARALLEL_MIN_BYTES:
-        return [work(p) for p in files]
+    address = scheduler_address(config.scheduler)
+    if address is not None:
+        if config.workers is not None:
+            logger.warning("LoadConfig.workers is ignored on a Dask cluster (%s)", address)
+        # the workers may run elsewhere: they get absolute paths
+        files = [p.absolute() if isinstance(p, Path) else p for p in files]
+        return DaskCluster(address).map(work, files, progress)
+    workers = config.workers or min(len(files), os.cpu_count() or 1)
+    small = found.total_bytes is not None and found.total_bytes < _PARALLEL_MIN_BYTES
+    progress(0, len(files))
+    if workers <= 1 or len(files) == 1 or small:
+        results = []
+        for path in files:
+            results.append(work(path))
+            progress(len(results), len(files))
+        return results
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        return list(pool.map(work, files))
+        futures = [pool.submit(work, p) for p in files]
+        for done, _ in enumerate(as_completed(futures), start=1):
+            progress(done, len(files))
+        return [f.result() for f in futures]  # the first failure in file order raises
 
 
-def _world_size(traces: Sequence[_RankLike], meta: dict[str, Any] | None, root: Path) -> int:
+def _world_size(traces: Sequence[_RankLike], meta: dict[str, Any] | None, root: Location) -> int:
     sizes = {t.world_size for t in traces if t.world_size > 0}
     if len(sizes) > 1:
         by_size = {t.world_size: t for t in traces}
@@ -240,7 +348,7 @@ def _check_coverage(
     by_rank: dict[int, R],
     world_size: int,
     meta: dict[str, Any] | None,
-    root: Path,
+    root: Location,
     warnings: list[str],
 ) -> None:
     missing = sorted(set(range(world_size)) - set(by_rank))

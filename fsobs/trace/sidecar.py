@@ -7,10 +7,13 @@ One JSON object per line::
      "est_cost": 1.84e7,                     # cost-model estimate of the rank's compute
      "wall_start_ns": 1790..., "wall_end_ns": 1790...,
      "loss": 0.69,                           # the step's training loss on this rank
-     "imbalance_before": 1.41, "imbalance_after": 1.01, "batch_digest": "9f2c..."}
+     "imbalance_before": 1.41, "imbalance_after": 1.01, "batch_digest": "9f2c...",
+     "gc_count": 1, "gc_ms": 4.2, "gc_max_gen": 0,   # this rank's GC pauses in the step
+     "cpu_ms": 171.3, "nivcsw": 12}          # training thread's CPU time, preemptions
 
 ``seq_lengths`` may be replaced by ``len_sum``/``len_sq_sum``/``len_max`` when there are too many
 samples; everything after ``len_max`` is optional (NaN / None in the frame when absent). The
+frame gets ``wall_ms`` (``wall_end_ns - wall_start_ns``) too. The
 balance fields are the same on every rank of a step: max / mean estimated cost over the ranks
 for the random split and for the split used, and a digest of the step's global batch (equal
 digests: the same samples).
@@ -25,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fsobs.errors import TraceFormatError
+from fsobs.errors import TraceFormatError, TraceReadError
+from fsobs.trace.storage import Location, as_location, list_dir, read_text
 
 SIDECAR_RE = re.compile(r"^steps\.rank(\d+)\.jsonl$")
 COLUMNS = (
@@ -40,32 +44,36 @@ COLUMNS = (
     "imbalance_before",
     "imbalance_after",
     "batch_digest",
+    "wall_ms",
+    "gc_count",
+    "gc_ms",
+    "gc_max_gen",
+    "cpu_ms",
+    "nivcsw",
 )
 _OPTIONAL_FLOATS = ("est_cost", "loss", "imbalance_before", "imbalance_after")
+_OPTIONAL_PAUSES = ("gc_count", "gc_ms", "gc_max_gen", "cpu_ms", "nivcsw")
+"""Floats, NaN when a record lacks them (traces without them analyze; causes are unknown)."""
 
 
-def read_sidecars(run_dir: Path) -> pd.DataFrame | None:
-    """The sidecars of a run directory as one frame (columns ``COLUMNS``); None without any."""
-    files = sorted(p for p in run_dir.glob("steps.rank*.jsonl") if SIDECAR_RE.match(p.name))
+def read_sidecars(run_dir: Location) -> pd.DataFrame | None:
+    """The sidecars of a run directory (a path or a URL) as one frame (columns ``COLUMNS``);
+    None without any."""
+    files = sidecar_files(run_dir)
     if not files:
         return None
     rows = []
-    for path in files:
-        rank = int(SIDECAR_RE.match(path.name).group(1))  # type: ignore[union-attr]
+    for path, rank in files:
         rows.extend(_read_one(path, rank))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def read_step_lengths(run_dir: Path, step: int) -> dict[int, np.ndarray]:
+def read_step_lengths(run_dir: str | Path | Location, step: int) -> dict[int, np.ndarray]:
     """Per rank, the per-sample lengths (int64) of ``step``, from the sidecars that list them
     (a rank whose record has only the sums, or lacks the step, is left out)."""
     out: dict[int, np.ndarray] = {}
-    for path in sorted(Path(run_dir).glob("steps.rank*.jsonl")):
-        match = SIDECAR_RE.match(path.name)
-        if match is None:
-            continue
-        rank = int(match.group(1))
-        for line in path.read_text(encoding="utf-8").splitlines():
+    for path, rank in sidecar_files(as_location(run_dir)):
+        for line in read_text(path).splitlines():
             if not line.strip():
                 continue
             record = json.loads(line)
@@ -75,10 +83,27 @@ def read_step_lengths(run_dir: Path, step: int) -> dict[int, np.ndarray]:
     return out
 
 
-def _read_one(path: Path, rank: int) -> list[dict[str, float | int | str | None]]:
+def sidecar_files(run_dir: Location) -> list[tuple[Location, int]]:
+    """(file, rank) of every ``steps.rank<R>.jsonl`` of the run directory, sorted by name."""
+    if isinstance(run_dir, Path):
+        names: list[Location] = list(run_dir.glob("steps.rank*.jsonl"))
+    else:
+        try:
+            names = [e.location for e in list_dir(run_dir) if not e.is_dir]
+        except OSError as exc:
+            raise TraceReadError(f"cannot list the run folder: {exc}", path=run_dir) from exc
+    found = []
+    for path in sorted(names, key=lambda p: p.name):
+        match = SIDECAR_RE.match(path.name)
+        if match is not None:
+            found.append((path, int(match.group(1))))
+    return found
+
+
+def _read_one(path: Location, rank: int) -> list[dict[str, float | int | str | None]]:
     rows = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_text(path).splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceFormatError(f"unreadable step sidecar ({exc})", path=path, rank=rank) from exc
     for number, line in enumerate(lines, start=1):
@@ -117,4 +142,11 @@ def _row(record: dict, rank: int) -> dict[str, float | int | str | None]:
         row[name] = float(value) if value is not None else float("nan")
     digest = record.get("batch_digest")
     row["batch_digest"] = str(digest) if digest is not None else None
+    start, end = record.get("wall_start_ns"), record.get("wall_end_ns")
+    row["wall_ms"] = (
+        (int(end) - int(start)) / 1e6 if start is not None and end is not None else None
+    )
+    for name in _OPTIONAL_PAUSES:
+        value = record.get(name)
+        row[name] = float(value) if value is not None else float("nan")
     return row

@@ -1,20 +1,55 @@
 """``fsobs run``: start the reference job on N ranks with torchrun and watch it.
 
 This module does not import torch: it builds the ``torch.distributed.run`` command line, starts it
-as a child process, shows progress from the rank-0 step sidecar as it grows, and when the job
-fails marks the run incomplete (with the reason) so that whatever was written stays analyzable.
+as a child process, shows one progress bar from the rank-0 step sidecar as it grows, and when the
+job fails marks the run incomplete (with the reason) so that whatever was written stays analyzable.
+
+Output, so that the console shows only our lines::
+
+    <out>/logs/rank<R>.log     everything rank R printed (Python and C++, stdout and stderr)
+    <out>/logs/torchrun.log    torchrun's own output (its failure summary names the failed rank)
+
+Each rank runs this module as its entry point (``python -m fsobs.workload.launch --log-dir DIR
+-- MODULE ARGS``): it points its file descriptors 1 and 2 at its log, then runs ``MODULE``.
+``verbose`` streams every log to the console as it grows, each line prefixed with its source.
+
+Rendezvous on one node (torch 2.13 ``--standalone``): torchrun hosts its c10d store on a port
+the OS picks (``localhost:0``) and hands the workers that port, so nothing binds a fixed port and
+two runs started back to back cannot collide. The workers reach the store at ``127.0.0.1``
+(:data:`STANDALONE`), not at this host's fully qualified name, which needs name resolution.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import runpy
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
+
 from fsobs.errors import FsobsError
+
+LOG_DIR = "logs"
+AGENT_LOG = "torchrun.log"
+TAIL_LINES = 20
+"""Lines of the failed rank's log that a failure report shows."""
+POLL_S = 0.25
+STANDALONE = ("--standalone", "--local-addr=127.0.0.1")
+"""torchrun flags of a run on this node alone (no ``rdzv`` flags given)."""
 
 
 class LaunchError(FsobsError):
@@ -44,9 +79,19 @@ class LaunchConfig:
             raise ValueError("threads_per_rank must be >= 1")
 
 
+def log_dir(out: Path) -> Path:
+    """Where the ranks' and torchrun's logs of the run in ``out`` are."""
+    return Path(out) / LOG_DIR
+
+
+def rank_log(out: Path, rank: int) -> Path:
+    """The log of ``rank``: ``<out>/logs/rank<R>.log``."""
+    return log_dir(out) / f"rank{rank}.log"
+
+
 def torchrun_command(config: LaunchConfig) -> list[str]:
-    """The command line that starts every rank of this node."""
-    node = list(config.rdzv) if config.rdzv else ["--standalone"]
+    """The command line that starts every rank of this node (each rank's output to its log)."""
+    node = list(config.rdzv or STANDALONE)
     return [
         sys.executable,
         "-m",
@@ -54,6 +99,10 @@ def torchrun_command(config: LaunchConfig) -> list[str]:
         *node,
         f"--nproc-per-node={config.world_size}",
         "-m",
+        "fsobs.workload.launch",
+        "--log-dir",
+        str(log_dir(config.out)),
+        "--",
         "fsobs.workload.train",
         "--out",
         str(config.out),
@@ -67,55 +116,271 @@ def _threads(config: LaunchConfig) -> int:
     return max(1, (os.cpu_count() or 1) // config.world_size)
 
 
-def launch(config: LaunchConfig, *, progress: bool = True) -> int:
+def launch(
+    config: LaunchConfig,
+    *,
+    progress: bool = True,
+    verbose: bool = False,
+    console: Console | None = None,
+) -> int:
     """Run the job to its end; return torchrun's exit code (0 when every rank finished).
 
-    On failure the run directory is marked incomplete, with the exit code as the reason.
+    ``progress``: one progress bar on ``console`` (default: stderr; on a file or pipe only its
+    final state is printed); ``verbose``: stream the logs to the console instead. On failure the
+    run directory is marked incomplete, with the exit code as the reason
+    (:func:`failure_report` says which rank failed and how).
     """
     out = config.out
     if out.exists() and any(out.glob("*.trace.json*")):
         raise LaunchError("already holds a run; choose another --out", path=out)
-    out.mkdir(parents=True, exist_ok=True)
+    logs = log_dir(out)
+    logs.mkdir(parents=True, exist_ok=True)
+    for old in [*logs.glob("*.log"), *logs.glob("*.error.json")]:
+        old.unlink()
     threads = str(_threads(config))
-    env = os.environ | {"OMP_NUM_THREADS": threads, "FSOBS_THREADS_PER_RANK": threads}
+    env = os.environ | {
+        "OMP_NUM_THREADS": threads,
+        "FSOBS_THREADS_PER_RANK": threads,
+        "PYTHONUNBUFFERED": "1",  # a rank's last lines reach its log even if it is killed
+    }
     env |= config.env
-    child = subprocess.Popen(torchrun_command(config), env=env)
-    watch = _Progress(out) if progress else None
-    while child.poll() is None:
-        if watch is not None:
-            watch.show()
-        time.sleep(0.5)
-    if watch is not None:
-        watch.done()
-    if child.returncode != 0:
-        from fsobs.collect.runmeta import finalize_incomplete
+    console = console or Console(stderr=True)
+    watch = _Follow(logs, console) if verbose else None
+    bar = None
+    if progress and not verbose:
+        bar = _Progress(out, _total_steps(config.job_args), console)
+    with open(logs / AGENT_LOG, "wb") as agent_log:
+        child = subprocess.Popen(
+            torchrun_command(config), env=env, stdout=agent_log, stderr=subprocess.STDOUT
+        )
+    parts = [p for p in (bar, watch) if p is not None]
+    try:
+        while child.poll() is None:
+            for part in parts:
+                part.update()
+            time.sleep(POLL_S)
+    except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt):  # Ctrl+C reached torchrun and the ranks too
+            child.terminate()
+        child.wait()
+        raise
+    finally:
+        for part in parts:
+            part.close(child.returncode)
+        if child.returncode != 0:
+            from fsobs.collect.runmeta import finalize_incomplete
 
-        finalize_incomplete(out, reason=f"torchrun exited with code {child.returncode}")
+            finalize_incomplete(out, reason=f"torchrun exited with code {child.returncode}")
     return child.returncode
 
 
+def _total_steps(job_args: Sequence[str]) -> int | None:
+    """The ``--steps`` of the job's arguments (None if absent: the bar has no total)."""
+    for number, arg in enumerate(job_args):
+        if arg.startswith("--steps="):
+            return int(arg.partition("=")[2])
+        if arg == "--steps" and number + 1 < len(job_args):
+            return int(job_args[number + 1])
+    return None
+
+
+# ---- failure report ----
+_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+_EXIT_CODE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def failed_rank(out: Path) -> tuple[int, int | None] | None:
+    """(rank, exit code if known) of the rank that failed first, or None if none did.
+
+    torchrun's failure summary names the first exit it saw (its "root cause"); a rank that
+    died without a Python exception (killed, ``os._exit``) is found that way. But a rank whose
+    peer raised often fails too, on a broken connection, and may exit first: when the root
+    cause noted an exception (``rank<R>.error.json``), the rank whose exception came first is
+    the cause. Without a summary: that rank, else the first log with a traceback.
+    """
+    text = _read(log_dir(out) / AGENT_LOG)
+    codes = {int(r): int(c) for r, c in _EXIT_CODE.findall(text)}
+    errors = {}
+    for path in log_dir(out).glob("rank*.error.json"):
+        try:
+            record = json.loads(_read(path))
+            errors[int(record["rank"])] = int(record["time_ns"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    root = _ROOT_CAUSE.search(text)
+    if root is not None and int(root.group(1)) not in errors:
+        return int(root.group(1)), int(root.group(2))
+    if errors:
+        rank = min(errors, key=lambda r: (errors[r], r))
+        return rank, codes.get(rank)
+    for path in sorted(log_dir(out).glob("rank*.log"), key=_rank_of):
+        if "Traceback (most recent call last)" in _read(path):
+            return _rank_of(path), None
+    return None
+
+
+def failure_report(out: Path, lines: int = TAIL_LINES) -> str:
+    """Which rank failed and the last ``lines`` lines of its log, with the log's path (else of
+    torchrun's log)."""
+    who = failed_rank(out)
+    if who is None:
+        path, head = log_dir(out) / AGENT_LOG, "no rank reported a failure"
+    else:
+        rank, code = who
+        path = rank_log(out, rank)
+        head = f"rank {rank} failed first" + (f" (exit code {code})" if code is not None else "")
+        others = sorted(
+            {int(r) for r, _ in _EXIT_CODE.findall(_read(log_dir(out) / AGENT_LOG))} - {rank}
+        )
+        if others:
+            head += f", then torchrun stopped rank(s) {', '.join(map(str, others))}"
+    tail = _read(path).splitlines()[-lines:]
+    body = "\n".join(f"  {line}" for line in tail) or "  (empty)"
+    return f"{head}; last lines of {path}:\n{body}"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _rank_of(path: Path) -> int:
+    return int(path.stem.removeprefix("rank"))
+
+
+# ---- watching the run ----
 class _Progress:
-    """One status line from the lines of rank 0's sidecar (one per finished step)."""
+    """One progress bar over the job's steps, from the lines of rank 0's sidecar (one per
+    finished step): steps done of total, the last step's time, elapsed time and ETA."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, total: int | None, console: Console) -> None:
         self._out = out
+        self._size = -1
+        self._bar = Progress(  # under 80 columns
+            TextColumn("fsobs run: {task.description}"),
+            BarColumn(bar_width=16),
+            MofNCompleteColumn(),
+            TextColumn("steps · last {task.fields[last]} · ETA"),
+            TimeRemainingColumn(compact=True),
+            TextColumn("· {task.fields[elapsed]}"),
+            console=console,
+            refresh_per_second=4,
+        )
         self._start = time.monotonic()
-        self._shown = -1
+        self._task = self._bar.add_task("starting", total=total, last="-", elapsed="0 s")
+        self._bar.start()
 
-    def _steps(self) -> int:
+    def _sidecar(self) -> bytes | None:
         for name in ("steps.rank0.jsonl.partial", "steps.rank0.jsonl"):
-            path = self._out / name
-            if path.exists():
-                return path.read_bytes().count(b"\n")
-        return 0
+            try:
+                return (self._out / name).read_bytes()
+            except OSError:  # not there (yet, or any more: renamed when the rank closed it)
+                continue
+        return None
 
-    def show(self) -> None:
-        steps = self._steps()
-        if steps != self._shown:
-            elapsed = time.monotonic() - self._start
-            print(f"\rfsobs run: {steps} step(s) done, {elapsed:.0f} s", end="", file=sys.stderr)
-            self._shown = steps
+    def update(self) -> None:
+        elapsed = f"{time.monotonic() - self._start:,.0f} s"
+        self._bar.update(self._task, elapsed=elapsed)
+        data = self._sidecar()
+        if data is None or len(data) == self._size:
+            return
+        self._size = len(data)
+        rows = data.splitlines()[: data.count(b"\n")]  # complete lines only
+        if not rows:
+            return
+        total = self._bar.tasks[0].total
+        phase = "saving" if total is not None and len(rows) >= total else "training"
+        last = _step_ms(rows[-1])
+        shown = "-" if last is None else f"{last:,.0f} ms"
+        self._bar.update(self._task, completed=len(rows), description=phase, last=shown)
 
-    def done(self) -> None:
-        self.show()
-        print(file=sys.stderr)
+    def close(self, code: int | None) -> None:
+        self.update()
+        if code is not None:
+            self._bar.update(self._task, description="done" if code == 0 else "failed")
+        self._bar.stop()
+
+
+def _step_ms(line: bytes) -> float | None:
+    """The wall time of the step a sidecar line records (ms)."""
+    try:
+        record = json.loads(line)
+        return (record["wall_end_ns"] - record["wall_start_ns"]) / 1e6
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class _Follow:
+    """``--verbose``: every log of the run streamed to the console as it grows, each line
+    prefixed with its source (``[rank1]``, ``[torchrun]``)."""
+
+    def __init__(self, logs: Path, console: Console) -> None:
+        self._logs = logs
+        self._console = console
+        self._offsets: dict[Path, int] = {}
+        self._rest: dict[Path, bytes] = {}
+
+    def update(self, final: bool = False) -> None:
+        for path in sorted(self._logs.glob("*.log")):
+            try:
+                with open(path, "rb") as log:
+                    log.seek(self._offsets.get(path, 0))
+                    data = self._rest.pop(path, b"") + log.read()
+                    self._offsets[path] = log.tell()
+            except OSError:
+                continue
+            lines = data.split(b"\n")
+            rest = lines.pop()  # after the last newline: a line still being written
+            if final and rest:
+                lines, rest = [*lines, rest], b""
+            self._rest[path] = rest
+            name = "torchrun" if path.name == AGENT_LOG else path.stem
+            for line in lines:
+                text = line.decode("utf-8", errors="replace")
+                self._console.print(
+                    f"[{name}] {text}", markup=False, highlight=False, soft_wrap=True
+                )
+
+    def close(self, code: int | None) -> None:
+        self.update(final=True)
+
+
+# ---- in each rank ----
+def _rank_main(argv: Sequence[str]) -> None:
+    """Entry point of one rank: ``--log-dir DIR -- MODULE ARGS``. Points file descriptors 1 and
+    2 (Python's and the C++ libraries' output alike) at ``DIR/rank<RANK>.log``, then runs
+    ``MODULE`` as ``__main__`` with ``ARGS``."""
+    if len(argv) < 4 or argv[0] != "--log-dir" or argv[2] != "--":
+        raise SystemExit("usage: python -m fsobs.workload.launch --log-dir DIR -- MODULE ARGS")
+    logs, module, args = Path(argv[1]), argv[3], list(argv[4:])
+    logs.mkdir(parents=True, exist_ok=True)
+    rank = int(os.environ.get("RANK", "0"))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(logs / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except BaseException as exc:
+        if not (isinstance(exc, SystemExit) and exc.code in (0, None)):
+            _write_error(logs, rank, exc)
+        raise
+
+
+def _write_error(logs: Path, rank: int, exc: BaseException) -> None:
+    """Note when and how this rank failed (``rank<R>.error.json``): the first rank to fail is
+    the cause; the others usually fail after it, on a broken connection."""
+    record = {"rank": rank, "time_ns": time.time_ns(), "error": f"{type(exc).__name__}: {exc}"}
+    try:
+        (logs / f"rank{rank}.error.json").write_text(json.dumps(record), encoding="utf-8")
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    _rank_main(sys.argv[1:])

@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
+from fsobs.collect.pauses import StepMonitor
 from fsobs.collect.profiler import ProfilerConfig, StepProfiler
 from fsobs.collect.runmeta import build_run_meta, write_run_json
 from fsobs.collect.sidecar import SidecarWriter
@@ -44,6 +45,7 @@ from optim.balance import METHODS, CostModel
 from optim.config import DENSE_ORDERS, FreeScaleConfig, PriorityConfig, SMFreeConfig
 from optim.freescale import FreeScale
 from optim.plan import MODES, BalanceConfig
+from optim.sync_gc import SyncGCConfig
 
 FAIL_ENV = "FSOBS_FAIL_AT_STEP"  # fault injection for tests: "RANK:STEP" exits that rank there
 
@@ -82,6 +84,8 @@ class JobConfig:
     """``optim.PriorityConfig.dense_order``."""
     sm_free: bool = False
     """The ``sm_free`` toggle: the embedding all-to-all on the copy engines (GPU, NCCL >= 2.28)."""
+    sync_gc: bool = False
+    """The ``sync_gc`` toggle: Python's GC at the same steps on every rank (``optim.sync_gc``)."""
     dense_mb: float = 0.0
     """An extra dense block of about this many MiB in the head (``ModelConfig.wide_dim``), so
     that the dense all-reduce is large; 0: none."""
@@ -111,6 +115,7 @@ class JobConfig:
                 enabled=self.priority_overlap, dense_order=self.dense_order
             ),
             sm_free=SMFreeConfig(enabled=self.sm_free),
+            sync_gc=SyncGCConfig(enabled=self.sync_gc),
         )
 
     def model_config(self) -> ModelConfig:
@@ -176,13 +181,16 @@ def train(job: JobConfig, device: torch.device) -> None:
         fs,
         StepProfiler(job.out, rank, job.profiler, enabled=job.profile) as profiler,
         SidecarWriter(job.out, rank) as sidecar,
+        StepMonitor(trace_ranges=job.profile) as monitor,
     ):
         for step in range(job.steps):
             if step == fail:
                 os._exit(3)  # simulated crash: no clean-up, as after a kill
+            monitor.begin()
             start = time.time_ns()
             logits = pipeline.progress(batches)  # trains batch ``step``, returns its logits
             end = time.time_ns()
+            pauses = monitor.end().fields() if job.profile else {}
             batch, info = made[step]
             loss = F.binary_cross_entropy_with_logits(logits.cpu(), batch.labels.cpu())
             sidecar.write(
@@ -195,7 +203,9 @@ def train(job: JobConfig, device: torch.device) -> None:
                 imbalance_before=info.imbalance_before,
                 imbalance_after=info.imbalance_after,
                 batch_digest=info.batch_digest,
+                **pauses,
             )
+            fs.after_step(step)
             profiler.step()
     if job.save_params:
         torch.save(local_state(dmp), job.out / f"params.rank{rank}.pt")
@@ -288,6 +298,7 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
     p.add_argument("--priority-overlap", action="store_true")
     p.add_argument("--dense-order", default="after_embedding", choices=list(DENSE_ORDERS))
     p.add_argument("--sm-free", action="store_true")
+    p.add_argument("--sync-gc", action="store_true")
     p.add_argument("--dense-mb", type=float, default=0.0)
     args = p.parse_args(argv)
     return JobConfig(**vars(args))

@@ -11,6 +11,10 @@ Store layout built by :func:`build_store` (ids are paths relative to the store):
     sim/test/                         the same global batches, balanced (other seed): sidecars
                                       with imbalance_before/after and equal batch digests
 
+``write_big_run(root)`` adds ``big/sim64`` (:data:`BIG_RUN_ID`): a synthetic 64-rank NCCL run, 3
+steps of 10 kernels (about 1 MB), for the rank filter and the aggregated per-rank charts; it is
+not in the shared store (only the tests that need it pay for its analysis).
+
 Fixtures:
 
 - ``shared_store``: the store above, built once per session; **read-only** but for the app's
@@ -46,6 +50,7 @@ APP = str(ROOT / "dashboard" / "streamlit_app.py")
 GLOO_REFERENCE = ROOT / "traces" / "reference" / "synthetic_gloo_a2a_straggler_4rank"
 NUM_RANKS, FIRST_STEP, NUM_STEPS, SAMPLES_PER_RANK = 4, 10, 4, 8
 RUN_IDS = ("broken", "reference/gloo_straggler_4rank", "sim/control", "sim/test")
+BIG_RUN_ID, BIG_RANKS = "big/sim64", 64
 MiB = 2**20
 
 
@@ -123,6 +128,13 @@ def build_store(root: Path) -> Path:
     _write_sim_run(root / "sim" / "control", seed=0, balanced=False)
     _write_sim_run(root / "sim" / "test", seed=1, balanced=True)
     return root
+
+
+def write_big_run(root: Path) -> Path:
+    """Write the 64-rank run :data:`BIG_RUN_ID` into the store ``root``; returns its folder."""
+    folder = root / BIG_RUN_ID
+    write_gpu_run(folder, num_ranks=BIG_RANKS, num_steps=3, kernels_per_step=10, seed=3, workers=1)
+    return folder
 
 
 def listing(root: Path) -> list[tuple[str, int]]:

@@ -129,6 +129,19 @@ def test_bubbles_page_kpis_and_charts(shared_app_env):
     assert any("badge[" in m.value and "simulated" in m.value for m in at.markdown)
 
 
+def test_stragglers_tab_says_why_or_that_it_is_unknown_and_compare_shows_toggles(shared_app_env):
+    at = _open("bubbles", run=GLOO)
+    at.session_state[TAB_KEY] = "Stragglers"
+    at.run()
+    assert "Why the straggler was late" in [h.value for h in at.subheader]
+    # the reference gloo run has no step sidecars: the causes are unknown, and said so
+    assert any(i.value.startswith("Unknown: the step sidecars have no GC") for i in at.info)
+    at = _open("compare", control="sim/control", test="sim/test")
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("Control toggles: ") for c in captions)
+    assert any("sm_free requested, not applied" in c for c in captions)
+
+
 def test_a_run_id_from_the_url_is_only_matched_never_opened(shared_app_env):
     at = _open("bubbles", run="../../../etc")
     assert at.selectbox(key="run").value == GLOO

@@ -176,3 +176,107 @@ def test_an_upload_cannot_write_into_the_cache(store):
     assert not (store / ".fsobs-cache").exists()
     assert not any(p.name == ".fsobs-cache" for p in store.rglob("*"))
     assert folder_signature(stored.path) == _entry(store, stored.run_id).signature
+
+
+# ---- bounded: least recently used out; several servers on one store ----
+def _fill(store: Path, analysis: Analysis, run_ids: list[str]) -> dict[str, int]:
+    """Write ``analysis`` under each run id, the first one the least recently used; sizes."""
+    sizes = {}
+    for age, run_id in enumerate(reversed(run_ids), start=1):
+        assert disk_cache.write(store, run_id, (), analysis)
+        path = disk_cache.entry_path(store, run_id)
+        os.utime(path, (path.stat().st_atime - 100 * age, path.stat().st_mtime - 100 * age))
+        sizes[run_id] = path.stat().st_size
+    return sizes
+
+
+def _cached(store: Path, run_ids: list[str]) -> list[str]:
+    return [r for r in run_ids if disk_cache.entry_path(store, r).exists()]
+
+
+def test_the_least_recently_used_entries_go_first(store, analyses, monkeypatch):
+    analysis = analyses["sim/control"]
+    ids = ["a", "b", "c"]
+    sizes = _fill(store, analysis, ids)  # a is the oldest, c the newest
+    assert disk_cache.read(store, "a", ()) is not None  # a read makes "a" the most recent
+    cap_mb = (sizes["a"] + sizes["b"] + sizes["c"] + 1) / 2**20
+    monkeypatch.setenv(disk_cache.MAX_MB_ENV, str(cap_mb))  # room for three entries
+    assert disk_cache.write(store, "d", (), analysis)
+    assert _cached(store, [*ids, "d"]) == ["a", "c", "d"]  # "b" was used the longest ago
+    monkeypatch.setenv(disk_cache.MAX_MB_ENV, str(sizes["a"] / 2**20 / 2))  # not even one
+    assert disk_cache.write(store, "e", (), analysis)
+    assert _cached(store, [*ids, "d", "e"]) == ["e"]  # the entry just written is kept
+
+
+def test_the_cap_defaults_and_zero_turns_the_disk_cache_off(store, analyses, monkeypatch):
+    monkeypatch.delenv(disk_cache.MAX_MB_ENV, raising=False)
+    assert disk_cache.max_bytes() == disk_cache.DEFAULT_MAX_MB * 2**20
+    monkeypatch.setenv(disk_cache.MAX_MB_ENV, "0")
+    assert not disk_cache.write(store, "a", (), analyses["sim/control"])
+    assert not disk_cache.entry_path(store, "a").exists()
+
+
+def test_leftover_temporary_files_are_removed_after_an_hour(store, analyses):
+    folder = disk_cache.entry_path(store, "a").parent
+    disk_cache.write(store, "a", (), analyses["sim/control"])
+    old, fresh = folder / ".tmp-old.pkl", folder / ".tmp-fresh.pkl"
+    for path in (old, fresh):
+        path.write_bytes(b"half an entry")
+    stale = old.stat().st_mtime - disk_cache.STALE_TEMP_S - 1
+    os.utime(old, (stale, stale))
+    disk_cache.evict(folder, 2**40)
+    assert not old.exists() and fresh.exists()  # another server may still be writing this one
+
+
+def test_an_entry_deleted_by_another_server_is_a_miss(store, analyses, monkeypatch):
+    analysis = analyses["sim/control"]
+    disk_cache.write(store, "a", (), analysis)
+    handle = disk_cache._open_entry(store, "a", ())
+    assert handle is not None
+    disk_cache.entry_path(store, "a").unlink()  # evicted meanwhile: the open file still reads
+    with handle:
+        assert_same(pickle.load(handle).steps, analysis.steps)
+    assert disk_cache.read(store, "a", ()) is None
+    real_lstat = Path.lstat
+
+    def vanishing(path):  # listed by iterdir, gone before lstat
+        if path.name == disk_cache.entry_path(store, "b").name:
+            path.unlink(missing_ok=True)
+        return real_lstat(path)
+
+    disk_cache.write(store, "b", (), analysis)
+    monkeypatch.setattr(Path, "lstat", vanishing)
+    assert disk_cache.evict(disk_cache.entry_path(store, "a").parent, 0) == []
+
+
+def _server(store: Path, analysis: Analysis, seed: int) -> None:
+    """One server process: writes, reads and evicts entries of four runs, 25 times."""
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        run_id = f"run{rng.integers(4)}"
+        if rng.random() < 0.5:
+            assert disk_cache.write(store, run_id, (), analysis)
+        else:
+            back = disk_cache.read(store, run_id, ())
+            assert back is None or back.steps.equals(analysis.steps)
+
+
+def test_several_servers_share_one_bounded_cache(store, analyses, monkeypatch):
+    """Four processes write and read the same entries under a cap of about two: every read is
+    a miss or a whole analysis, nothing raises, and the cap holds at the end."""
+    import multiprocessing
+
+    analysis = analyses["sim/control"]
+    size = _fill(store, analysis, ["run0"])["run0"]
+    monkeypatch.setenv(disk_cache.MAX_MB_ENV, str(2.5 * size / 2**20))
+    context = multiprocessing.get_context("fork")
+    servers = [context.Process(target=_server, args=(store, analysis, s)) for s in range(4)]
+    for server in servers:
+        server.start()
+    for server in servers:
+        server.join(timeout=120)
+    assert [s.exitcode for s in servers] == [0] * 4
+    folder = disk_cache.entry_path(store, "run0").parent
+    entries = list(folder.glob("*.pkl"))
+    assert entries and sum(p.stat().st_size for p in entries) <= 2.5 * size
+    assert not list(folder.glob(".tmp-*"))

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from optim import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
+from optim import FreeScaleConfig, PriorityConfig, SMFreeConfig, SyncGCConfig, ToggleStatus
 from optim import sm_free as sm
 from optim.ddp import DenseGate
 from optim.markers import comm_marker, parse_comm_marker
@@ -26,6 +26,10 @@ def test_configs_reject_bad_values_naming_the_field():
         SMFreeConfig(capacity=0)
     with pytest.raises(ValueError, match="applied"):
         ToggleStatus(requested=False, applied=True)
+    with pytest.raises(ValueError, match="every"):
+        SyncGCConfig(every=0)
+    with pytest.raises(ValueError, match="generation"):
+        SyncGCConfig(generation=3)
 
 
 def test_every_toggle_is_off_by_default():
@@ -33,6 +37,7 @@ def test_every_toggle_is_off_by_default():
         "balance": False,
         "priority_overlap": False,
         "sm_free": False,
+        "sync_gc": False,
     }
     assert ToggleStatus(True, False, "why").to_json() == {
         "requested": True,
@@ -230,3 +235,33 @@ def test_a_backward_without_the_all_to_all_flushes_at_its_end():
     y = _Bucket.apply(_EmbeddingA2A.apply(x, gate, log), gate, log, "b2")
     y.sum().backward()
     assert log == ["ready b2", "a2a", "issue b2"]
+
+
+# -------------------------------------------------------------------------------- sync_gc
+
+
+def test_sync_gc_collects_at_the_same_steps_and_restores_gc(monkeypatch):
+    import gc
+
+    from optim.sync_gc import SyncGC
+
+    collected = []
+    monkeypatch.setattr(gc, "collect", lambda generation=2: collected.append(generation))
+    assert gc.isenabled()
+    sync = SyncGC(SyncGCConfig(enabled=True, every=3, generation=1))
+    sync.start()
+    try:
+        assert not gc.isenabled()
+        for step in range(10):
+            sync.after_step(step)
+    finally:
+        sync.stop()
+    assert gc.isenabled()
+    assert collected == [1, 1, 1]  # after steps 2, 5 and 8
+    assert sync.collections == 3
+    off = SyncGC(SyncGCConfig())
+    off.start()
+    assert gc.isenabled()  # the toggle off leaves the collector alone
+    off.after_step(9)
+    off.stop()
+    assert collected == [1, 1, 1]

@@ -11,18 +11,34 @@ import fsobs
 from fsobs.cli import main
 from fsobs.workload.config import ModelConfig, data_config_for
 from fsobs.workload.data import SyntheticHistories, global_batches, random_split
-from fsobs.workload.launch import LaunchConfig, launch
+from fsobs.workload.launch import LaunchConfig, failure_report, launch
 from fsobs.workload.train import FAIL_ENV
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 STEPS, BATCH = 6, 8
 
 
+THIRD_PARTY = ("Warning", "warn", "torchrec", "torch/", "STAGE", "profiler", "USDT", "[rank")
+"""What the ranks' libraries print (planner FutureWarnings, DDP notices, fx-tracing and
+profiler lines): never on the console of a run, always in its logs."""
+
+
 def test_two_rank_run_writes_an_analyzable_run(tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["run", "--world-size", "2", "--steps", str(STEPS), "--out", str(out)]
     assert main([*argv, "--model-size", "tiny", "--batch-size", str(BATCH)]) == 0
-    assert "fsobs analyze" in capsys.readouterr().out
+    console = capsys.readouterr()
+    assert console.out.strip() == f"wrote {out}; analyze it with: fsobs analyze {out}"
+    lines = console.err.strip().splitlines()  # ours: where the logs are, then the final bar
+    assert lines[0] == f"fsobs run: 2 rank(s) on this node; their output: {out / 'logs'}/"
+    assert len(lines) == 2 and lines[1].startswith("fsobs run: done")
+    assert f"{STEPS}/{STEPS} steps · last " in lines[1]
+    for noise in THIRD_PARTY:
+        assert noise not in console.out + console.err, noise
+    logs = {p.name: p.read_text() for p in (out / "logs").iterdir()}
+    assert sorted(logs) == ["rank0.log", "rank1.log", "torchrun.log"]
+    for rank in (0, 1):
+        assert any(noise in logs[f"rank{rank}.log"] for noise in THIRD_PARTY), logs
 
     meta = json.loads((out / "run.json").read_text())
     assert (meta["status"], meta["world_size"], meta["ranks_present"]) == ("complete", 2, [0, 1])
@@ -79,6 +95,9 @@ def test_a_crashed_rank_leaves_an_incomplete_analyzable_run(tmp_path):
     assert launch(config, progress=False) != 0
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "incomplete" and "torchrun exited" in meta["reason"]
+    report = failure_report(out)  # what `fsobs run` prints: rank 1, its log's path and tail
+    assert report.startswith("rank 1 failed first (exit code 3), then torchrun stopped rank(s) 0")
+    assert f"last lines of {out / 'logs' / 'rank1.log'}:" in report
     run = fsobs.load_run(out)
     assert run.rank_ids == [0, 1] and run.steps == [2, 3]
     assert sorted(run.sidecar.loc[run.sidecar["rank"] == 1, "step"]) == list(range(6))
