@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc-per-node=2 examples/dlrm_freescale.py --steps 20
     torchrun --standalone --nproc-per-node=2 examples/dlrm_freescale.py --balance \\
-        --priority-overlap --sm-free --profile-dir out/dlrm
+        --priority-overlap --sm-free --sync-gc --profile-dir out/dlrm
 
 The model is torchrec's own ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor`` (a
 variable-length ``history`` of item ids and one ``category`` id per sample, sum-pooled), a
@@ -39,6 +39,7 @@ from optim import (  # FreeScale
     FreeScaleConfig,
     PriorityConfig,
     SMFreeConfig,
+    SyncGCConfig,
 )
 
 NUM_ITEMS, NUM_CATEGORIES, EMB_DIM, DENSE_IN = 5000, 50, 16, 8
@@ -166,6 +167,7 @@ def main() -> None:
         optimizer.zero_grad()
         (loss * scale).backward()
         optimizer.step()
+        fs.after_step(step)  # FreeScale
         total = torch.tensor([float(loss) * len(mine)], dtype=torch.float64)
         dist.all_reduce(total)
         losses.append(float(total) / len(ids))
@@ -188,6 +190,7 @@ def toggles(args: argparse.Namespace) -> FreeScaleConfig:
             enabled=args.priority_overlap, dense_order=args.dense_order
         ),
         sm_free=SMFreeConfig(enabled=args.sm_free),
+        sync_gc=SyncGCConfig(enabled=args.sync_gc),
     )
 
 
@@ -217,6 +220,7 @@ def parse_args() -> argparse.Namespace:
         "--dense-order", default="after_embedding", choices=["after_embedding", "concurrent"]
     )
     p.add_argument("--sm-free", action="store_true")
+    p.add_argument("--sync-gc", action="store_true")
     p.add_argument("--plain", action="store_true", help="plain torchrec: FreeScale not attached")
     p.add_argument("--freeze-embeddings-at", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--losses-out", help="rank 0 writes the global mean loss per step here")

@@ -212,6 +212,12 @@ def _add_run(commands: _Commands) -> None:
         help="add a dense block of about this many MiB to the model (a large dense all-reduce)",
     )
     cmd.add_argument(
+        "--ddp-bucket-mb",
+        type=int,
+        default=None,
+        help="DDP bucket size of the dense all-reduce (default: torchrec's 25)",
+    )
+    cmd.add_argument(
         "-v",
         "--verbose",
         action="store_true",
@@ -474,6 +480,8 @@ def job_args(args: argparse.Namespace) -> list[str]:
         out.append("--sync-gc")
     if args.dense_mb is not None:
         out.append(f"--dense-mb={args.dense_mb}")
+    if args.ddp_bucket_mb is not None:
+        out.append(f"--ddp-bucket-mb={args.ddp_bucket_mb}")
     return out
 
 

@@ -41,16 +41,12 @@ class PriorityConfig:
     each step's dense buckets are held back until the step's backward embedding all-to-all has
     been issued (released at the end of the backward when a step has none, so no step can
     hang); ``concurrent``: the two groups run side by side."""
-    bucket_cap_mb: float | None = None
-    """DDP bucket size for the dense all-reduce; None keeps torchrec's default (25 MB)."""
 
     def __post_init__(self) -> None:
         if self.dense_order not in DENSE_ORDERS:
             raise ValueError(
                 f"dense_order: unknown {self.dense_order!r}, expected one of {list(DENSE_ORDERS)}"
             )
-        if self.bucket_cap_mb is not None and not self.bucket_cap_mb > 0:
-            raise ValueError(f"bucket_cap_mb: must be > 0, got {self.bucket_cap_mb}")
 
 
 @dataclass(kw_only=True, frozen=True)

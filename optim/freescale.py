@@ -120,9 +120,6 @@ class FreeScale:
         from optim.dmp import DenseDataParallel
 
         groups = self.groups
-        bucket = self.config.priority_overlap.bucket_cap_mb
-        if bucket is not None:
-            ddp_wrapper_kwargs.setdefault("bucket_cap_mb", bucket)
         wrapper = DenseDataParallel(groups.dense, gate=self._gate, **ddp_wrapper_kwargs)
         kwargs: dict[str, Any] = {"data_parallel_wrapper": wrapper}
         if groups.embedding is not dist.group.WORLD:

@@ -445,15 +445,16 @@ def test_cpu_gloo_classes(tmp_path):
         r1 main   |dddd|========================|cccc|    |====|====|       c = c10d::allreduce_
         r1 gloo                                      |xxxx|
         r0 main: mm [10,40), add [45,50), mm [80,95), add [95,98);  r1 main: mm [10,60), ...
-        c (kind runtime) only enqueues the collective; it runs before the collective: busy.
+        c enqueues the collective: the rank asks for it there, so it arrives and is in flight
+        from c's start (40 and 60); the gloo worker starts it 2 µs later.
 
-    A = max(42, 62) = 62. The window is ProfilerStep#1 = [0, 100).
+    A = max(40, 60) = 60. The window is ProfilerStep#1 = [0, 100).
 
-    rank 0: blocked = [42, 80) - add [45, 50) = [42,45) + [50,80) = 33;
-            straggler_wait = blocked & [42, 62) = 3 + 12 = 15; exposed_comm = [62, 80) = 18;
-            host_idle = data [0, 10) = 10; busy = 100 - 33 - 10 = 57 (ops, enqueue, glue);
+    rank 0: in flight [40, 80); blocked = [40, 80) - add [45, 50) = [40,45) + [50,80) = 35;
+            straggler_wait = blocked & [40, 60) = 5 + 10 = 15; exposed_comm = [60, 80) = 20;
+            host_idle = data [0, 10) = 10; busy = 100 - 35 - 10 = 55 (ops, glue);
             other = 0; contention = add 5 during comm - add 3 alone = 2.
-    rank 1: blocked = [62, 80) = 18, all exposed; host_idle 10; busy 72; other 0.
+    rank 1: blocked = [60, 80) = 20, all exposed; host_idle 10; busy 70; other 0.
     """
     rank0 = [
         (DATA_LOADER, "user_annotation", 0, 10),
@@ -480,9 +481,9 @@ def test_cpu_gloo_classes(tmp_path):
         ["default", "all_reduce", "all_reduce @1 #0", 4096, 1],
     ]
     table = _table(run, colls)
-    expected = dict(straggler_wait=15, exposed_comm=18, host_idle=10, contention=2)
-    _row(table, 0, 1, window=100, busy=57, **expected)
-    _row(table, 1, 1, window=100, busy=72, exposed_comm=18, host_idle=10)
+    expected = dict(straggler_wait=15, exposed_comm=20, host_idle=10, contention=2)
+    _row(table, 0, 1, window=100, busy=55, **expected)
+    _row(table, 1, 1, window=100, busy=70, exposed_comm=20, host_idle=10)
     assert (table["other_ms"] == 0).all()
 
 

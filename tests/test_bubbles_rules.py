@@ -64,14 +64,15 @@ def test_innermost_compute_op_is_busy_whatever_is_in_flight(tmp_path):
         r1 main   |mm============================|c|     |eval|mm====|eval|dd|cat|ddddd|
         r1 gloo                                        |xxxx|
 
-    c = c10d::allreduce_ (enqueue only), eval = autograd::engine::evaluate_function (glue),
-    d = ## fsobs:data ## range. A = 50 (rank 1 arrives).
+    c = c10d::allreduce_ (the enqueue: the collective is in flight from there), eval =
+    autograd::engine::evaluate_function (glue), d = ## fsobs:data ## range. A = 48 (rank 1
+    asks last).
 
-    rank 0: compute (innermost) = [10,40) + [62,78) + [85,90); comm [5, 60);
-            blocked = [5,10) + [40,60) = 25 -> straggler_wait [5,10) + [40,50) = 15,
-            exposed_comm [50, 60) = 10; host_idle = [80,85) + [90,100) = 15;
-            busy = 100 - 25 - 15 = 60 (enqueue, bmm, eval glue and mm, cat).
-    rank 1: blocked = [50, 60) = 10, all exposed; host_idle 15; busy 75.
+    rank 0: compute (innermost) = [10,40) + [62,78) + [85,90); comm [3, 60);
+            blocked = [3,10) + [40,60) = 27 -> straggler_wait [3,10) + [40,48) = 15,
+            exposed_comm [48, 60) = 12; host_idle = [80,85) + [90,100) = 15;
+            busy = 100 - 27 - 15 = 58 (bmm, eval glue and mm, cat, Python before c).
+    rank 1: blocked = [48, 60) = 12, all exposed; host_idle 15; busy 73.
     """
 
     def tail() -> list[dict]:
@@ -96,8 +97,8 @@ def test_innermost_compute_op_is_busy_whatever_is_in_flight(tmp_path):
         *tail(),
     ]
     table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
-    _row(table, 0, 1, window=100, busy=60, straggler_wait=15, exposed_comm=10, host_idle=15)
-    _row(table, 1, 1, window=100, busy=75, exposed_comm=10, host_idle=15)
+    _row(table, 0, 1, window=100, busy=58, straggler_wait=15, exposed_comm=12, host_idle=15)
+    _row(table, 1, 1, window=100, busy=73, exposed_comm=12, host_idle=15)
 
 
 def test_collective_in_flight_inside_the_data_range_is_blocked_not_idle(tmp_path):
@@ -111,10 +112,10 @@ def test_collective_in_flight_inside_the_data_range_is_blocked_not_idle(tmp_path
         r1 main   |=========|ddd|c|ddddddddd|=========|     data [35, 60)
         r1 gloo                  |xxxx|                     all_to_all [40, 50)
 
-    A = 40. rank 0: compute [0,20) + [60,100) = 60; blocked [30, 50) -> wait 10, exposed 10;
-    host_idle = [20,30) + [50,60) = 20; busy 60.   rank 1: compute [0,35) + [60,100) = 75;
-    blocked [40, 50) exposed 10; host_idle [35,40) + [50,60) = 15; busy 75.
-    c = c10d::alltoall_base_ (1 µs, inside the data range and before the collective: idle).
+    c = c10d::alltoall_base_ (inside the data range): the collective is in flight from there.
+    A = 38. rank 0: compute [0,20) + [60,100) = 60; blocked [28, 50) -> wait [28, 38) = 10,
+    exposed 12; host_idle = [20,28) + [50,60) = 18; busy 60.   rank 1: compute [0,35) +
+    [60,100) = 75; blocked [38, 50) exposed 12; host_idle [35,38) + [50,60) = 13; busy 75.
     """
     rank0 = [
         _op("aten::mm", 0, 20),
@@ -131,8 +132,8 @@ def test_collective_in_flight_inside_the_data_range_is_blocked_not_idle(tmp_path
         _op("aten::mm", 60, 40),
     ]
     table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
-    _row(table, 0, 1, window=100, busy=60, straggler_wait=10, exposed_comm=10, host_idle=20)
-    _row(table, 1, 1, window=100, busy=75, exposed_comm=10, host_idle=15)
+    _row(table, 0, 1, window=100, busy=60, straggler_wait=10, exposed_comm=12, host_idle=18)
+    _row(table, 1, 1, window=100, busy=75, exposed_comm=12, host_idle=13)
 
 
 # ------------------------------------------------------------ 3. matching without Seq
@@ -244,19 +245,20 @@ def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path)
 
     ::
 
-        t (µs)     5 7 10 12  20 22   25 28 30      40        100
+        t (µs)    4 5 7 10 12  20 22   25 28 30      40        100
         r0 main        |pg1|  |c|                             pg1 = marker around c10d [10, 11)
         r0 gloo 300        |~~~~~~~~~~~~~~~|xx|               group 1 [12, 30)
         r0 gloo 200               |xxxxxxxxxxxxxxx|           default [22, 40)
-        r1 main    |c|               |pg1|
+        r1 main   |c|                |pg1|
         r1 gloo 200  |~~~~~~~~~~~|xxxxxxxxxxxxxxxxx|          default [7, 40)
         r1 gloo 300                      |xx|                 group 1 [28, 30)
 
-    Paired by group: group 1, A = 28 -> rank 0 waits [12, 28) = 16 for rank 1; default,
-    A = 22 -> rank 1 waits [7, 22) = 15 for rank 0. (Paired by order instead, rank 0's
-    [12, 30) would meet rank 1's [7, 40).)
-    rank 0: comm [12, 40), wait 16, exposed 12, busy 72.
-    rank 1: comm [7, 40), wait 15, exposed 18, busy 67.
+    A collective arrives with its enqueue (c): group 1 at 10 (rank 0) and 25 (rank 1),
+    default at 20 (rank 0) and 4 (rank 1). Paired by group: group 1, A = 25 -> rank 0 waits
+    [10, 25) = 15 for rank 1; default, A = 20 -> rank 1 waits [4, 20) = 16 for rank 0.
+    (Paired by order instead, rank 0's [12, 30) would meet rank 1's [7, 40).)
+    rank 0: in flight [10, 40): wait 15, exposed 15, busy 70.
+    rank 1: in flight [4, 40): wait 16, exposed 20, busy 64.
     """
     rank0 = [
         x("## fsobs:comm:other:1 ##", "user_annotation", 10, 2),
@@ -266,7 +268,7 @@ def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path)
         _gloo("all_reduce", 22, 18),
     ]
     rank1 = [
-        _op("c10d::allreduce_", 5, 1),
+        _op("c10d::allreduce_", 4, 1),
         _gloo("all_reduce", 7, 33),
         x("## fsobs:comm:other:1 ##", "user_annotation", 25, 2),
         _op("c10d::allreduce_", 25, 1),
@@ -278,13 +280,13 @@ def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path)
     inst = result.collectives.instances.sort_values(["group", "rank"])
     assert inst[["group", "rank", "start_ns"]].assign(
         start_ns=lambda f: (f["start_ns"] - run[0].base_time_ns) / 1000
-    ).values.tolist() == [["1", 0, 12], ["1", 1, 28], ["default", 0, 22], ["default", 1, 7]]
+    ).values.tolist() == [["1", 0, 10], ["1", 1, 25], ["default", 0, 20], ["default", 1, 4]]
     table = _table(run)
-    _row(table, 0, 1, window=100, busy=72, straggler_wait=16, exposed_comm=12)
-    _row(table, 1, 1, window=100, busy=67, straggler_wait=15, exposed_comm=18)
+    _row(table, 0, 1, window=100, busy=70, straggler_wait=15, exposed_comm=15)
+    _row(table, 1, 1, window=100, busy=64, straggler_wait=16, exposed_comm=20)
     strag = find_stragglers(result.bubbles, run.rank_ids, TINY)
-    assert strag.per_step.loc[0, "rank"] == 1  # caused 16 µs, rank 0 caused 15
-    assert strag.per_rank["wait_caused_ms"].tolist() == pytest.approx([0.015, 0.016])
+    assert strag.per_step.loc[0, "rank"] == 0  # caused 16 µs, rank 1 caused 15
+    assert strag.per_rank["wait_caused_ms"].tolist() == pytest.approx([0.016, 0.015])
 
 
 # ---------------------------------------------------------------------- 4. partial runs
@@ -517,36 +519,43 @@ def test_findings_report_large_other_and_steps_missing_on_some_ranks(tmp_path):
 
 def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
     """Rank 0 waits in an embedding all_to_all (group 2) and a dense all_reduce (group 3) at
-    once; FreeScale's markers around the enqueues name role and group.
+    once; FreeScale's markers around the enqueues (e, d) name role and group, and each
+    collective arrives with its enqueue.
 
     ::
 
-        t (µs)    5  8  10        20   25   30        40
-        r0 main   |e |d |                                    e, d: marked enqueues
-        r0 t300         |~~~~~~~~~~~~~~|xxxxxxxxxxxxxx|      all_to_all [10, 40), last: r1 at 20
-        r0 t400         |~~~~~~~~~~~~~~~~~~~|xxxx|           all_reduce [10, 30), last: r1 at 25
-        r1 t300                   |xxxxxxxxxxxxxxxxxxx|      [20, 40)
-        r1 t400                        |xxxx|                [25, 30)
+        t (µs)    5  8  10    19   24   30        40
+        r0 main   |e |d |                                 enqueues at 5 (a2a) and 8 (ar)
+        r0 t300         |~~~~~~~~~~~~~~|xxxxxxxxxxxx|     all_to_all [10, 40), last: r1 at 19
+        r0 t400         |~~~~~~~~~~~~~~~~~~~|xxxx|        all_reduce [10, 30), last: r1 at 24
+        r1 main               |e   |d                     enqueues at 19 and 24
+        r1 t300                |xxxxxxxxxxxxxxxxx|        [20, 40)
+        r1 t400                     |xxxx|                [25, 30)
 
-    rank 0: straggler_wait [10, 25) = 15, all charged to the all_reduce (the binding one,
-    latest last arrival: dense); exposed [25, 40) = 15, embedding (embedding before dense where
-    both are in flight). rank 1: exposed [20, 40) = 20, embedding.
-    Per rank and step: embedding exposed (15 + 20) / 2 = 17.5, dense wait 15 / 2 = 7.5.
+    rank 0: in flight [5, 40); straggler_wait [5, 24) = 19: the all_reduce's [8, 24) = 16
+    charged to it (the binding one, latest last arrival: dense), the rest [5, 8) = 3 to the
+    all_to_all (embedding); exposed [24, 40) = 16, embedding (embedding before dense where
+    both are in flight); busy 65. rank 1: in flight [19, 40): exposed 21, embedding; busy 79.
+    Per rank and step: embedding wait 3 / 2 = 1.5, exposed (16 + 21) / 2 = 18.5; dense wait
+    16 / 2 = 8.
     """
     from fsobs.analysis.analyze import by_role
 
-    def doc(rank: int, a2a: tuple[float, float], ar: tuple[float, float]) -> dict:
+    def doc(rank: int, asks: tuple[float, float], a2a: tuple[float, float], ar) -> dict:
         events = [
-            x("## fsobs:comm:embedding:2 ##", "user_annotation", 5, 1),
-            _op("c10d::alltoall_base_", 5, 1),
-            x("## fsobs:comm:dense:3 ##", "user_annotation", 8, 1),
-            _op("c10d::allreduce_", 8, 1),
+            x("## fsobs:comm:embedding:2 ##", "user_annotation", asks[0], 1),
+            _op("c10d::alltoall_base_", asks[0], 1),
+            x("## fsobs:comm:dense:3 ##", "user_annotation", asks[1], 1),
+            _op("c10d::allreduce_", asks[1], 1),
             _gloo("all_to_all", *a2a, tid=GLOO_PG1),
             _gloo("all_reduce", *ar, tid=400),
         ]
         return _cpu_doc(rank, events)
 
-    run = _load(tmp_path, [doc(0, (10, 30), (10, 20)), doc(1, (20, 20), (25, 5))])
+    run = _load(
+        tmp_path,
+        [doc(0, (5, 8), (10, 30), (10, 20)), doc(1, (19, 24), (20, 20), (25, 5))],
+    )
     result = analyze(run)
     inst = result.collectives.instances.drop_duplicates("instance")
     assert sorted(inst[["group", "role", "coll"]].values.tolist()) == [
@@ -554,14 +563,14 @@ def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
         ["3", "dense", "all_reduce"],
     ]
     table = _table(run)
-    _row(table, 0, 1, window=100, busy=70, straggler_wait=15, exposed_comm=15)
-    _row(table, 1, 1, window=100, busy=80, exposed_comm=20)
+    _row(table, 0, 1, window=100, busy=65, straggler_wait=19, exposed_comm=16)
+    _row(table, 1, 1, window=100, busy=79, exposed_comm=21)
     roles = by_role(result.roles)
     assert roles["embedding"] == pytest.approx(
-        {"straggler_wait_ms_per_step": 0.0, "exposed_comm_ms_per_step": 0.0175}
+        {"straggler_wait_ms_per_step": 0.0015, "exposed_comm_ms_per_step": 0.0185}
     )
     assert roles["dense"] == pytest.approx(
-        {"straggler_wait_ms_per_step": 0.0075, "exposed_comm_ms_per_step": 0.0}
+        {"straggler_wait_ms_per_step": 0.008, "exposed_comm_ms_per_step": 0.0}
     )
     assert roles["other"] == {"straggler_wait_ms_per_step": 0.0, "exposed_comm_ms_per_step": 0.0}
 
@@ -598,16 +607,16 @@ def test_an_async_collective_issued_before_the_data_range_does_not_block_it(tmp_
 
     ::
 
-        t (µs)    0    10 11 12        40   50   60             100
+        t (µs)    0    10 11 12        40   48   60             100
         r0 main   |====|c|~|dddddddddddd|~~~~|xxxx|=============|   d = data [12, 40)
         r0 gloo          |~|  (in flight)  |~~~~|xxxx|             all_to_all [11, 60)
-        r1 main   |=================================|c|=========|
+        r1 main   |=================================|c|=========|   c [48, 49)
         r1 gloo                                     |xxxx|          all_to_all [50, 60)
 
-    A = 50. rank 0: the all_to_all is in flight over the data range, but started before it:
-    host_idle [12, 40) = 28; blocked [11, 12) + [40, 60): straggler_wait [11, 12) + [40, 50)
-    = 11, exposed 10; busy = [0, 11) + [60, 100) = 51 (the enqueue c at [10, 11) is busy).
-    rank 1: blocked [50, 60) exposed 10; busy 90.
+    Arrivals are the enqueues: 10 and 48, A = 48. rank 0: the all_to_all is in flight over
+    the data range, but arrived before it: host_idle [12, 40) = 28; blocked [10, 12) +
+    [40, 60): straggler_wait [10, 12) + [40, 48) = 10, exposed 12; busy = [0, 10) +
+    [60, 100) = 50.   rank 1: blocked [48, 60) exposed 12; busy 88.
     """
     rank0 = [
         _op("aten::mm", 0, 10),
@@ -623,8 +632,8 @@ def test_an_async_collective_issued_before_the_data_range_does_not_block_it(tmp_
         _op("aten::mm", 60, 40),
     ]
     table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
-    _row(table, 0, 1, window=100, busy=51, straggler_wait=11, exposed_comm=10, host_idle=28)
-    _row(table, 1, 1, window=100, busy=90, exposed_comm=10)
+    _row(table, 0, 1, window=100, busy=50, straggler_wait=10, exposed_comm=12, host_idle=28)
+    _row(table, 1, 1, window=100, busy=88, exposed_comm=12)
 
 
 # ----------------------------------------------------------- 12. contention and copy engines
@@ -691,3 +700,41 @@ def test_contention_compares_like_kernels_and_ignores_copy_engine_transfers(tmp_
     assert colls.loc[colls["source"] == "launch_context", "coll"].tolist() == ["transfer"]
     table = _table(run)
     assert table.loc[(0, 1), "contention_ms"] == pytest.approx(0.009, abs=1e-9)
+
+
+def test_gloo_collectives_are_paired_with_their_enqueues_first_in_first_out(tmp_path):
+    """One gloo group, two worker threads. Three all_reduces are enqueued at 10, 11, 12 and a
+    dense marker names them; the third waits in the queue until a worker is free at 30. The
+    first collective of the trace (at 2) was enqueued before the trace began: no pair.
+
+    ::
+
+        t (µs)    2  6 10 11 12   20       30       40   50
+        main         |c |c |c |                                    enqueues at 10, 11, 12
+        worker a  |xx|  |==========|        |=========|            [2, 6) unpaired, [10, 20)
+        worker b           |===================|                  [11, 30)... then [30, 40)
+
+    FIFO: [10, 20) <- 10, [11, 30) <- 11, [30, 40) <- 12 (its queue delay [12, 30) is part of
+    the collective: in flight from 12).
+    """
+    events = [
+        _gloo("all_reduce", 2, 4),
+        *(x("## fsobs:comm:dense:0 ##", "user_annotation", t, 1) for t in (10, 11, 12)),
+        *(_op("c10d::allreduce_", t, 1) for t in (10, 11, 12)),
+        _gloo("all_reduce", 10, 10),
+        _gloo("all_reduce", 11, 19, tid=GLOO_PG1),
+        _gloo("all_reduce", 30, 10),
+    ]
+    run = _load(tmp_path, [_cpu_doc(0, events, world_size=1)])
+    colls = (
+        run[0]
+        .collectives.merge(run[0].events[["ts_ns"]], left_on="row", right_index=True)
+        .sort_values("ts_ns")
+    )
+    base = run[0].base_time_ns
+    asked = [(e - base) / 1000 if e >= 0 else None for e in colls["enqueue_ns"]]
+    assert asked == [None, 10, 11, 12]
+    assert colls["role"].tolist()[1:] == ["dense"] * 3
+    table = _table(run)
+    # in flight [2, 6) and [10, 40): 34 µs; rank 0 alone: nothing to wait for, all exposed
+    _row(table, 0, 1, window=100, busy=66, exposed_comm=34)

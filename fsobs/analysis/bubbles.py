@@ -55,7 +55,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import intervals as iv
-from fsobs.analysis.collectives import SYNC_COLLECTIVES, Collectives
+from fsobs.analysis.collectives import SYNC_COLLECTIVES, Collectives, arrivals
 from fsobs.analysis.optree import op_tree
 from fsobs.trace.schema import RankTrace
 from optim.markers import DATA_MARKER, ROLES
@@ -426,6 +426,9 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     main_tid = _main_thread(ev, marks)
     main = ev[(ev["tid"] == main_tid) & (ev["device"] == "cpu")]
     comm_all = ev[(ev["kind"] == "comm") & (ev["device"] == "cpu")]
+    colls = trace.collectives.set_index("row").reindex(comm_all.index).rename_axis("row")
+    comm_start = arrivals(trace, colls.reset_index())  # in flight from its enqueue on gloo
+    comm_end = (comm_all["ts_ns"] + comm_all["dur_ns"]).to_numpy()
     ops = main[(main["cat"] == "cpu_op") & (main["kind"] != "step")]
     tree = op_tree(ops["ts_ns"].to_numpy(), (ops["ts_ns"] + ops["dur_ns"]).to_numpy())
     names = ops["name"].cat.categories
@@ -436,14 +439,12 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     op_start = tree.start[chosen]
     like = _like(ops.iloc[tree.rows[chosen]])
     contention = _contention(
-        tree.self_ns()[chosen], like, (op_start, tree.end[chosen]), _spans(comm_all)
+        tree.self_ns()[chosen], like, (op_start, tree.end[chosen]), iv.union(comm_start, comm_end)
     )
     markers = [
         n for n in main["name"].cat.categories if str(n).startswith(config.data_loader_markers)
     ]
     loading = _spans(main[main["name"].isin(markers)])
-    comm_start = comm_all["ts_ns"].to_numpy()
-    comm_end = comm_start + comm_all["dur_ns"].to_numpy()
     in_loader = iv.covered(loading, comm_start)
     loader_comm = iv.intersect(iv.union(comm_start[in_loader], comm_end[in_loader]), loading)
     out = []

@@ -3,6 +3,10 @@
 Matching: every synchronising communication event of every rank gets an instance key
 
 - ``(group, seq)`` when the trace carries NCCL's per-group ``Seq`` (PyTorch >= 2.2);
+A collective arrives on a rank when the rank asks for it: on gloo its enqueue (the gloo event
+itself starts only when a worker takes it from the group's queue, so a queue delay is part of
+the collective, not of the rank's lateness), else the start of its event.
+
 - otherwise ``(group, collective, step, ordinal)``: the k-th all_reduce of a group in step s on
   one rank is the k-th all_reduce of that group in step s on every other rank. Counting within
   the step keeps one extra collective on one rank (the tail of one caught before the first
@@ -138,7 +142,7 @@ def rank_collectives(trace: RankTrace) -> pd.DataFrame:
             "seq": colls["seq"].to_numpy(),
             "row": colls["row"].to_numpy(),
             "step": ev["step"].to_numpy(),
-            "start_ns": ev["ts_ns"].to_numpy(),
+            "start_ns": arrivals(trace, colls),
             "end_ns": (ev["ts_ns"] + ev["dur_ns"]).to_numpy(),
             "in_nelems": colls["in_nelems"].to_numpy(),
             "msg_bytes": colls["msg_bytes"].to_numpy(),
@@ -175,6 +179,15 @@ def _roles(run: Run[RankSummary], raw: pd.DataFrame) -> np.ndarray:
     role = raw["role"].where(raw["role"].notna(), raw["pg_desc"].map(GROUP_ROLES))
     role = role.where(role.notna(), raw["group"].map(by_name))
     return role.fillna("other").to_numpy(object)
+
+
+def arrivals(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:
+    """When each collective of ``colls`` (rows of ``trace.collectives``) arrived on this rank:
+    its enqueue on gloo (the rank asked; a queue delay after that is the collective's own
+    time), else the start of its event (an NCCL kernel starts when the rank reaches it)."""
+    start = trace.events.loc[colls["row"].to_numpy(), "ts_ns"].to_numpy()
+    enqueue = colls["enqueue_ns"].to_numpy()
+    return np.where(enqueue >= 0, np.minimum(enqueue, start), start)
 
 
 def _group_ranks(run: Run[RankSummary], group: str, pg_ranks: object) -> frozenset[int]:

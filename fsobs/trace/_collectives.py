@@ -48,6 +48,9 @@ from optim.markers import parse_comm_marker
 
 _INT_COLUMNS = {"row": np.int64, "group_size": np.int32, "seq": np.int64}
 _INT_COLUMNS |= {"in_nelems": np.int64, "out_nelems": np.int64, "msg_bytes": np.int64}
+_INT_COLUMNS |= {"enqueue_ns": np.int64}
+_MAX_UNPAIRED_HEAD = 8
+"""Collectives at the start of a trace whose enqueue can predate the trace (a queue's depth)."""
 
 
 class _Enclosing:
@@ -171,12 +174,9 @@ def _comm_markers(
     on_cpu: np.ndarray,
     launches: dict[int, int],
 ) -> None:
-    """Set ``role`` (and the gloo collectives' ``pg_name``) from the optimizer's markers: for a
-    GPU kernel, the marker around its launch; for a gloo collective, the marker around its
-    enqueue, with the group voted per worker thread (see the module docstring)."""
+    """Set ``role`` from the optimizer's markers (for a GPU kernel: the marker around its
+    launch), and link every gloo collective to its enqueue (:func:`_link_gloo`)."""
     parsed = [parse_comm_marker(str(n)) for n in events["name"].cat.categories]
-    if not any(parsed):
-        return
     ts = events["ts_ns"].to_numpy()
     tid = events["tid"].cat.codes.to_numpy()
     codes = events["name"].cat.codes.to_numpy()
@@ -187,27 +187,89 @@ def _comm_markers(
         found = markers.find(int(tid[row]), int(ts[row]))
         return parsed[int(codes[found])] if found >= 0 else None
 
+    for record in records:
+        if record["source"] != "gloo":
+            launch = launches.get(int(events.at[record["row"], "correlation"]))
+            found = marker_at(launch) if launch is not None else None
+            if found:
+                record["role"] = found[0]
+    gloo = [r for r in records if r["source"] == "gloo"]
+    if gloo:
+        _link_gloo(events, gloo, on_cpu, marker_at)
+
+
+def _link_gloo(
+    events: pd.DataFrame,
+    gloo: list[dict[str, Any]],
+    on_cpu: np.ndarray,
+    marker_at: Callable[[int], tuple[str, str] | None],
+) -> None:
+    """Group, enqueue time and role of every gloo collective (see the module docstring).
+
+    1. Each collective votes for its worker thread with the group of the marker around the
+       latest enqueue (``c10d::*`` op) of the same collective before it; every collective of
+       a thread gets the thread's majority group (unmarked: the default group, None).
+    2. A gloo group runs its queue in order (FIFO), so per group and collective the k-th
+       enqueue is the k-th collective to start: paired in that order (an enqueue at or before
+       the collective's start; collectives whose enqueue predates the trace stay unpaired).
+       ``enqueue_ns`` is the enqueue's start, when the rank asked for the collective (the
+       analyzer's arrival); ``role`` is the role of the marker around that enqueue.
+    """
+    ts = events["ts_ns"].to_numpy()
+    tid = events["tid"].cat.codes.to_numpy()
+    codes = events["name"].cat.codes.to_numpy()
     colls = np.array([collective_from_c10d(str(n)) or "" for n in events["name"].cat.categories])
     enqueue = np.flatnonzero(on_cpu & (colls[codes] != ""))
     enqueue = enqueue[np.argsort(ts[enqueue], kind="stable")]
-    by_coll = {c: enqueue[colls[codes[enqueue]] == c] for c in {r["coll"] for r in records}}
+    marks = {int(row): marker_at(int(row)) for row in enqueue}
+    by_coll = {c: enqueue[colls[codes[enqueue]] == c] for c in {r["coll"] for r in gloo}}
     votes: dict[int, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
-    for record in records:
-        row = record["row"]
-        if record["source"] == "gloo":
-            mine = by_coll[record["coll"]]
-            pos = int(np.searchsorted(ts[mine], ts[row], side="right")) - 1
-            found = marker_at(int(mine[pos])) if pos >= 0 else None
-            votes[int(tid[row])][found[1] if found else None] += 1
-        else:
-            launch = launches.get(int(events.at[row, "correlation"]))
-            found = marker_at(launch) if launch is not None else None
+    for record in gloo:
+        mine = by_coll[record["coll"]]
+        pos = int(np.searchsorted(ts[mine], ts[record["row"]], side="right")) - 1
+        found = marks[int(mine[pos])] if pos >= 0 else None
+        votes[int(tid[record["row"]])][found[1] if found else None] += 1
+    for record in gloo:
+        tally = votes[int(tid[record["row"]])]
+        record["pg_name"] = max(tally, key=lambda g: (tally[g], g is None))
+    queues: dict[tuple[str | None, str], list[dict[str, Any]]] = defaultdict(list)
+    for record in sorted(gloo, key=lambda r: ts[r["row"]]):
+        queues[record["pg_name"], record["coll"]].append(record)
+    for (group, coll), queue in queues.items():
+        asked = [
+            int(row)
+            for row in by_coll[coll]
+            if (marks[int(row)][1] if marks[int(row)] else None) == group
+        ]
+        _pair_in_order(queue, asked, ts, marks)
+
+
+def _pair_in_order(
+    queue: list[dict[str, Any]],
+    asked: list[int],
+    ts: np.ndarray,
+    marks: dict[int, tuple[str, str] | None],
+) -> None:
+    """Pair a group's collectives (in start order) with its enqueues (in time order), FIFO.
+
+    The trace window cuts both ends: a collective enqueued before the window opened has no
+    enqueue in the trace (only at the start), one enqueued but not started when it closed has
+    no collective (only at the end). So the k-th collective pairs with enqueue ``k - a`` for the
+    smallest ``a`` that never pairs a collective with a later enqueue."""
+    starts = [int(ts[r["row"]]) for r in queue]
+    times = [int(ts[row]) for row in asked]
+    for skip in range(min(len(queue), _MAX_UNPAIRED_HEAD) + 1):
+        pairs = list(zip(range(skip, len(queue)), range(len(times)), strict=False))
+        if all(times[j] <= starts[i] for i, j in pairs):
+            break
+    else:
+        return  # no consistent FIFO pairing: leave the collectives without an enqueue
+    for i, j in pairs:
+        record = queue[i]
+        record["enqueue_ns"] = times[j]
+        found = marks[asked[j]]
         if found:
             record["role"] = found[0]
-    for record in records:
-        if record["source"] == "gloo":
-            tally = votes[int(tid[record["row"]])]
-            record["pg_name"] = max(tally, key=lambda g: (tally[g], g is None))
 
 
 def _launches(events: pd.DataFrame, on_cpu: np.ndarray) -> dict[int, int]:

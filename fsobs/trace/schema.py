@@ -52,6 +52,9 @@ source        category  where the metadata came from: ``args``, ``record_param_c
                         call: coll ``transfer``)
 role          category  ``embedding``, ``dense`` or ``other`` from FreeScale's marker around the
                         issue (``optim.markers``); NaN when the trace does not say
+enqueue_ns    int64     gloo: when the training thread enqueued the collective (the start of
+                        its ``c10d::*`` op; the gloo event starts when a worker takes it from the
+                        group's queue), -1 when unknown
 ============  ========  ===================================================================
 """
 
@@ -101,6 +104,7 @@ COLLECTIVE_COLUMNS = (
     "comms_id",
     "source",
     "role",
+    "enqueue_ns",
 )
 
 

@@ -86,6 +86,9 @@ class JobConfig:
     """The ``sm_free`` toggle: the embedding all-to-all on the copy engines (GPU, NCCL >= 2.28)."""
     sync_gc: bool = False
     """The ``sync_gc`` toggle: Python's GC at the same steps on every rank (``optim.sync_gc``)."""
+    ddp_bucket_mb: int = 25
+    """DDP's bucket size for the dense all-reduce (torchrec's default 25); smaller buckets make
+    more all-reduces that can be in flight when the embedding all-to-all is issued."""
     dense_mb: float = 0.0
     """An extra dense block of about this many MiB in the head (``ModelConfig.wide_dim``), so
     that the dense all-reduce is large; 0: none."""
@@ -103,6 +106,8 @@ class JobConfig:
             raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.dense_mb < 0:
             raise ValueError(f"dense_mb must be >= 0, got {self.dense_mb}")
+        if self.ddp_bucket_mb < 1:
+            raise ValueError(f"ddp_bucket_mb must be >= 1, got {self.ddp_bucket_mb}")
         _ = self.freescale_config  # raises ValueError on an unknown method, mode or order
 
     @property
@@ -171,7 +176,8 @@ def train(job: JobConfig, device: torch.device) -> None:
         data, global_batches(len(data), job.batch_size * world_size, job.steps, job.seed), fs
     )
     model = SeqRecModel(model_cfg, device="meta")
-    dmp = wrap_model(model, device, dmp_kwargs=fs.dmp_kwargs(), optimizer=job.optimizer)
+    dmp_kwargs = fs.dmp_kwargs(bucket_cap_mb=job.ddp_bucket_mb)
+    dmp = wrap_model(model, device, dmp_kwargs=dmp_kwargs, optimizer=job.optimizer)
     optimizer = build_optimizer(dmp, optimizer=job.optimizer)
     pipeline = fs.attach(TrainPipelineSparseDist(dmp, optimizer, device))
     made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
@@ -300,6 +306,7 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
     p.add_argument("--sm-free", action="store_true")
     p.add_argument("--sync-gc", action="store_true")
     p.add_argument("--dense-mb", type=float, default=0.0)
+    p.add_argument("--ddp-bucket-mb", type=int, default=25)
     args = p.parse_args(argv)
     return JobConfig(**vars(args))
 

@@ -65,12 +65,13 @@ def test_every_toggle_off_equals_plain_torchrec_and_priority_changes_no_number(t
     assert priority["reason"].startswith("gloo: embedding and dense collectives on groups")
 
 
-def test_balance_trains_the_same_global_batches_and_sm_free_says_why_not(tmp_path, plain):
-    both = _run(tmp_path, "balanced", "--balance", "--sm-free")
+def test_balance_and_sync_gc_train_the_same_batches_and_sm_free_says_why_not(tmp_path, plain):
+    both = _run(tmp_path, "balanced", "--balance", "--sm-free", "--sync-gc")
     # kk moves samples between ranks but keeps equal counts: the same global mean loss up to
     # float reordering of the parameter updates
     assert both["losses"] == pytest.approx(plain, abs=1e-6)
     assert both["toggles"]["balance"] == {"requested": True, "applied": True, "reason": None}
+    assert both["toggles"]["sync_gc"] == {"requested": True, "applied": True, "reason": None}
     sm_free = both["toggles"]["sm_free"]
     assert sm_free["requested"] and not sm_free["applied"]
     assert sm_free["reason"].startswith("backend gloo: collectives run on CPU worker threads")

@@ -18,8 +18,6 @@ from optim.markers import comm_marker, parse_comm_marker
 def test_configs_reject_bad_values_naming_the_field():
     with pytest.raises(ValueError, match="dense_order"):
         PriorityConfig(dense_order="sometimes")
-    with pytest.raises(ValueError, match="bucket_cap_mb"):
-        PriorityConfig(bucket_cap_mb=0)
     with pytest.raises(ValueError, match="fallback"):
         SMFreeConfig(fallback="max")
     with pytest.raises(ValueError, match="capacity"):
