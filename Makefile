@@ -53,7 +53,7 @@ demo: install
 	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/baseline
 	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/balanced --balance
 	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/freescale --balance \
-	    --priority-overlap --sm-free
+	    --priority-overlap --sm-free --sync-gc
 	$(BIN)/fsobs analyze $(DEMO)/baseline
 	$(BIN)/fsobs fit-cost $(DEMO)/baseline
 	$(BIN)/fsobs export $(DEMO)/baseline $(DEMO)-export

@@ -16,6 +16,8 @@ the pairs of each cause's share).
     .venv/bin/python benchmarks/bench_ab.py --world-sizes 2,4 --pairs 3 \\
         --common "--dense-mb 16" --arm concurrent="--priority-overlap" \\
         --arm after_embedding="--priority-overlap --dense-order after_embedding"
+    .venv/bin/python benchmarks/bench_ab.py --control="--balance" \\
+        --arm sync_gc="--balance --sync-gc"
 """
 
 from __future__ import annotations
@@ -130,10 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--common", default="", help="flags of every arm, e.g. '--dense-mb 16'")
     parser.add_argument(
+        "--control", default="", help="the control arm's own flags (default: none, the baseline)"
+    )
+    parser.add_argument(
         "--arm", action="append", default=[], metavar="NAME=FLAGS", help="a test arm (repeat)"
     )
     args = parser.parse_args(argv)
-    arms = [Arm("control", [])] + [
+    arms = [Arm("control", shlex.split(args.control))] + [
         Arm(name, shlex.split(flags)) for name, _, flags in (a.partition("=") for a in args.arm)
     ]
     rows, causes = [], []

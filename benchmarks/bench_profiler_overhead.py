@@ -2,7 +2,11 @@
 
 Runs the same job (same seed, same global batches) with and without the profiler, alternating,
 and compares the median step time taken from the step sidecars (which both runs write), over the
-steps the profiler records (after its wait and warm-up steps).
+steps the profiler records (after its wait and warm-up steps). The step monitor
+(:class:`fsobs.collect.pauses.StepMonitor`: GC pauses, CPU time, context switches) runs in both
+(its fields are written only with the profiler), so it is also timed on its own, in this process:
+a ``begin``/``end`` pair per step, and a young-generation collection with and without its
+callback, against the measured step time.
 
     .venv/bin/python benchmarks/bench_profiler_overhead.py [--pairs 3] [--world-size 2]
 """
@@ -10,11 +14,15 @@ steps the profiler records (after its wait and warm-up steps).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from fsobs.collect.pauses import StepMonitor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import fsobs_run  # noqa: E402
@@ -31,6 +39,26 @@ def step_ms(run_dir: Path, first_step: int) -> float:
                 ms = (record["wall_end_ns"] - record["wall_start_ns"]) / 1e6
                 per_step[record["step"]] = max(per_step.get(record["step"], 0.0), ms)
     return statistics.median(per_step.values())
+
+
+def monitor_us(repeats: int = 20_000) -> tuple[float, float]:
+    """The step monitor's cost in µs: one ``begin``/``end`` pair, and what its GC callback adds
+    to one young-generation collection (the median of 5 rounds each)."""
+
+    def per_call(fn: object, n: int) -> float:
+        rounds = []
+        for _ in range(5):
+            start = time.perf_counter_ns()
+            for _ in range(n):
+                fn()  # type: ignore[operator]
+            rounds.append((time.perf_counter_ns() - start) / n / 1e3)
+        return statistics.median(rounds)
+
+    with StepMonitor() as monitor:
+        step = per_call(lambda: (monitor.begin(), monitor.end()), repeats)
+        with_callback = per_call(lambda: gc.collect(0), repeats // 10)
+    without = per_call(lambda: gc.collect(0), repeats // 10)
+    return step, with_callback - without
 
 
 def run(out: Path, world_size: int, steps: int, profile: bool) -> None:
@@ -57,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"world size {args.world_size}, model small, {args.steps} steps, {args.pairs} pairs")
     print(f"median step time: profiler off {off:.1f} ms, on {on:.1f} ms")
     print(f"overhead: {on / off - 1:+.1%} (goal <= 5%)")
+    step_us, gc_us = monitor_us()
+    print(
+        f"step monitor: {step_us:.1f} µs per step ({step_us / 1e3 / on:.4%} of the step), "
+        f"+{gc_us:.1f} µs per collection"
+    )
     return 0
 
 

@@ -363,7 +363,7 @@ def render_comparison(c: Comparison, console: Console) -> None:
             )
             console.print(
                 f"  {row.role} {row[1].replace('_', ' ')}: {row.control:.2f} -> {row.test:.2f} ms "
-                f"per step ({_percent(row.reduction)} less{ci})"
+                f"per step (reduction {_percent(row.reduction)}{ci})"
             )
     ratio = "-" if math.isnan(c.step_time_ratio) else f"{c.step_time_ratio:.3f}"
     console.print(f"step time ratio (median, test / control): {ratio}")
@@ -645,6 +645,12 @@ def render_whatif(w: dict, console: Console) -> None:
         _fmt(o["step_time_ms_p50"], ".1f"),
     )
     console.print(table)
+    resampled = rep.get("baseline_resampled_bubble_ms_per_step")
+    if resampled is not None:
+        console.print(
+            f"reductions compare each draw with the baseline replayed under the same draw "
+            f"(bubble {resampled:.2f} ms per rank and step on the median draw)"
+        )
     if o.get("wait_from_data_ms_per_step") is not None:
         console.print(
             f"straggler wait {o['straggler_wait_ms_per_step']:.2f} ms per step: the data alone "

@@ -11,6 +11,7 @@ can print it as is (and exit with code 2) and the dashboard can show it as a mes
           +-- DuplicateRankError     two files claim the same rank
           +-- MissingRankError       run.json promises ranks that have no trace
           +-- WorldSizeMismatchError files disagree on the world size
+     +-- ClusterError         (fsobs.trace.cluster) a worker lost a file after its retries
 
 All of them are also ``ValueError`` so that generic callers can catch bad input the usual way.
 """
