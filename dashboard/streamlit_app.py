@@ -2,7 +2,7 @@
 
 Resolves the run store (``--store`` after ``--``, else ``FSOBS_STORE``, else ``traces``) and routes
 to the pages: ``/`` (or ``/runs``), ``/bubbles?run=<id>``, ``/compare?control=<id>&test=<id>``,
-``/optimizer?run=<id>``; each page reads its run ids from the URL.
+``/optimizer?run=<id>``, ``/whatif?run=<id>``; each page reads its run ids from the URL.
 """
 
 import sys
@@ -42,6 +42,12 @@ st.navigation(
             title="Optimizer",
             url_path="optimizer",
             icon=":material/tune:",
+        ),
+        st.Page(
+            "app_pages/whatif.py",
+            title="What-if",
+            url_path="whatif",
+            icon=":material/online_prediction:",
         ),
     ]
 ).run()

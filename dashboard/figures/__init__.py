@@ -20,6 +20,7 @@ from dashboard.figures.compare import (
     step_time_distribution,
 )
 from dashboard.figures.optimizer import balance_bars, cost_fit, imbalance_over_steps
+from dashboard.figures.whatif import scale_curve, toggles_at_scale, whatif_reductions
 
 __all__ = [
     "balance_bars",
@@ -32,8 +33,11 @@ __all__ = [
     "imbalance_over_steps",
     "op_diff_top",
     "per_rank_delta",
+    "scale_curve",
     "step_time_distribution",
     "step_timeline",
     "straggler_steps",
     "straggler_wait_heatmap",
+    "toggles_at_scale",
+    "whatif_reductions",
 ]

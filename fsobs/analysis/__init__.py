@@ -6,6 +6,7 @@ from fsobs.analysis.compare import Comparison, compare, compare_json
 from fsobs.analysis.costfit import CostFit, fit_cost, fit_points
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta, rank_hta
 from fsobs.analysis.summary import RankSummary, summarize_path, summarize_rank, summarize_run
+from fsobs.analysis.whatif import Prediction, WhatIf, whatif, whatif_json
 
 __all__ = [
     "Analysis",
@@ -13,7 +14,9 @@ __all__ = [
     "Comparison",
     "CostFit",
     "HtaMetrics",
+    "Prediction",
     "RankSummary",
+    "WhatIf",
     "analyze",
     "analyze_path",
     "analyze_summary",
@@ -27,4 +30,6 @@ __all__ = [
     "summarize_path",
     "summarize_rank",
     "summarize_run",
+    "whatif",
+    "whatif_json",
 ]

@@ -1,8 +1,14 @@
 """Simulated runs that write the run format (no torch).
 
-:func:`write_gpu_run` writes realistic multi-rank NCCL GPU Kineto traces (for benchmarks and
-tests of the loader and the analyses). Imported lazily, so that
-``python -m fsobs.simulate.synthetic_kineto`` runs the module only once.
+- :mod:`fsobs.simulate.simulator`: the N-rank job simulator (``fsobs simulate``):
+  :class:`SimConfig` (or :func:`calibrate` from a measured run), :func:`simulate` (the schedule
+  and the truth of every bubble class), :func:`write_run` (traces, sidecars, ``run.json`` with
+  ``simulated: true``, ``truth.json``); :mod:`fsobs.simulate.study`: the scale study.
+- :func:`write_gpu_run` writes realistic multi-rank NCCL GPU Kineto traces with many kernels
+  per step (for benchmarks and tests of the loader and the analyses).
+
+Names are imported lazily, so that ``python -m fsobs.simulate.synthetic_kineto`` runs the module
+only once.
 """
 
 from __future__ import annotations
@@ -10,10 +16,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["SyntheticRunConfig", "kernels_for_size", "write_gpu_run"]
+_SYNTHETIC = ("SyntheticRunConfig", "kernels_for_size", "write_gpu_run")
+_SIMULATOR = ("SimConfig", "calibrate", "simulate", "write_run", "truth_frame", "truth_error")
+__all__ = [*_SYNTHETIC, *_SIMULATOR]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in _SYNTHETIC:
         return getattr(importlib.import_module("fsobs.simulate.synthetic_kineto"), name)
+    if name in _SIMULATOR:
+        return getattr(importlib.import_module("fsobs.simulate.simulator"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

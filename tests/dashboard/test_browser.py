@@ -112,6 +112,17 @@ PAGES = (
         "Optimizer",
         ("Cost model", "Per-rank cost of the batch", "Imbalance per step"),
     ),
+    PageSpec(
+        "whatif",
+        "whatif",
+        {"run": CONTROL},
+        "What-if",
+        (
+            "Bubble reduction, predicted and measured",
+            "Bubble ratio against world size",
+            "Bubble reduction at 256 ranks",
+        ),
+    ),
 )
 
 

@@ -1,0 +1,202 @@
+"""What-if: each optimizer toggle's predicted bubble reduction from one baseline run, next to the
+measured A/Bs of that run where the store has them, and the simulated scale curve."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import figures
+from dashboard.cache import comparison, first_with_data, load, runs
+from dashboard.store import RunEntry, Signature
+from dashboard.tables import has_data
+from dashboard.widgets import (
+    chart,
+    current_store,
+    pick_run,
+    run_header,
+    stop_on_error,
+    stop_without_runs,
+)
+from fsobs import Analysis, FsobsError
+from fsobs.analysis.whatif import TOGGLES, WhatIf, available_toggles, whatif
+from fsobs.simulate.config import SimConfig, calibrate
+from fsobs.simulate.study import WORLD_SIZES, scale_curve, toggle_study
+
+STUDY_WORLD_SIZE = 256
+STUDY_STEPS = 10
+DRAWS = (50, 200)
+
+
+def _has_sidecar(analysis: Analysis | None) -> bool:
+    return has_data(analysis) and analysis is not None and analysis.run.sidecar is not None
+
+
+@st.cache_resource(max_entries=16, show_spinner="Replaying the run with each toggle...")
+def _predict(
+    store: str,
+    run_id: str,
+    signature: Signature,
+    toggles: tuple[str, ...],
+    draws: int,
+    _analysis: Analysis,
+) -> tuple[WhatIf | None, str | None]:
+    try:
+        return whatif(_analysis, toggles, draws=draws), None
+    except FsobsError as exc:
+        return None, str(exc).replace(f"{store}/", "")
+
+
+@st.cache_data(max_entries=8, show_spinner="Simulating 8 to 1024 ranks...")
+def _study(
+    store: str, run_id: str, signature: Signature, _analysis: Analysis
+) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The scale curve (this run's calibration and the GPU-like default) and the toggles at
+    :data:`STUDY_WORLD_SIZE` ranks, simulated."""
+    try:
+        jobs = {"calibrated from this run": calibrate(_analysis)}
+        source = jobs["calibrated from this run"].source
+    except FsobsError as exc:
+        jobs, source = {}, f"not calibrated ({exc}); the GPU-like default job only"
+    jobs["GPU-like default job"] = SimConfig()
+    jobs = {name: replace(cfg, steps=STUDY_STEPS) for name, cfg in jobs.items()}
+    curves = [
+        scale_curve(cfg, WORLD_SIZES, seeds=(0,)).assign(job=name) for name, cfg in jobs.items()
+    ]
+    first = next(iter(jobs.values()))
+    study = toggle_study(first, STUDY_WORLD_SIZE, seeds=(0,))
+    return pd.concat(curves, ignore_index=True), study, source
+
+
+def _measured(entry: RunEntry, analysis: Analysis) -> dict[tuple[str, ...], tuple]:
+    """Toggles applied -> (reduction, lo, hi, run id) for the runs next to this one (same
+    folder, same world size) that trained the same global batches with toggles applied."""
+    store = current_store()
+    parent = entry.run_id.rpartition("/")[0]
+    found: dict[tuple[str, ...], tuple] = {}
+    for other in runs(store):
+        if other.run_id == entry.run_id or other.run_id.rpartition("/")[0] != parent:
+            continue
+        toggles = (other.meta or {}).get("toggles") or {}
+        applied = tuple(t for t in TOGGLES if (toggles.get(t) or {}).get("applied"))
+        if not applied or applied in found:
+            continue
+        test = load(store, other).analysis
+        if test is None or test.run.world_size != analysis.run.world_size:
+            continue
+        c = comparison(
+            str(store),
+            (entry.run_id, entry.signature),
+            (other.run_id, other.signature),
+            (analysis, test),
+        )
+        if c.same_batches is not False:
+            found[applied] = (c.bubble_reduction, *c.bubble_reduction_ci, other.run_id)
+    return found
+
+
+def _predictions(result: WhatIf, measured: dict[tuple[str, ...], tuple]) -> pd.DataFrame:
+    rows = []
+    for p in result.predictions:
+        m = measured.get(p.toggles, (math.nan, math.nan, math.nan, ""))
+        rows.append(
+            {
+                "label": " + ".join(p.toggles),
+                "predicted": p.bubble_reduction,
+                "lo": p.bubble_reduction_interval[0],
+                "hi": p.bubble_reduction_interval[1],
+                "predicted bubble ms/step": p.bubble_ms_per_step,
+                "predicted step p50 ms": p.step_time_ms_p50,
+                "measured": m[0],
+                "measured_lo": m[1],
+                "measured_hi": m[2],
+                "measured run": m[3],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _replay_section(result: WhatIf) -> None:
+    rep = result.replay
+    columns = st.columns(4)
+    columns[0].metric("Replay: step time error (median)", f"{rep['step_time_median']:.2%}")
+    columns[1].metric("Replay: step time error (p90)", f"{rep['step_time_p90']:.2%}")
+    columns[2].metric("Replay: class error (p90, of the step)", f"{rep['classes_p90']:.2%}")
+    columns[3].metric("Replay check", "passed" if rep["passed"] else "FAILED")
+    if not rep["passed"]:
+        st.warning("The replay does not reproduce this run: the predictions are unreliable.")
+
+
+def _oracle_section(result: WhatIf) -> None:
+    o = result.oracle
+    st.subheader("Oracle: equal compute on every rank in every step")
+    columns = st.columns(4)
+    columns[0].metric("Bubble reduction (predicted)", f"{o['bubble_reduction']:.1%}")
+    columns[1].metric("Straggler wait left", f"{o['by_class']['straggler_wait']:.2f} ms")
+    if "data_share" in o and o["data_share"] is not None and not math.isnan(o["data_share"]):
+        columns[2].metric("Wait from the data alone", f"{o['wait_from_data_ms_per_step']:.2f} ms")
+        columns[3].metric("Wait from the noise alone", f"{o['wait_from_noise_ms_per_step']:.2f} ms")
+        st.caption(
+            f"Of the straggler wait ({o['straggler_wait_ms_per_step']:.2f} ms per rank and "
+            f"step), {o['data_share']:.0%} is explained by the data each rank got; the rest is "
+            "noise (rank speed, machine) that no split of the samples removes."
+        )
+
+
+def _scale_section(entry: RunEntry, analysis: Analysis) -> None:
+    st.subheader("At scale (simulated)")
+    st.badge("simulated", icon=":material/science:", color="orange")
+    curve, study, source = _study(str(current_store()), entry.run_id, entry.signature, analysis)
+    st.caption(
+        f"fsobs.simulate, {STUDY_STEPS} steps per point; job: {source}. BENCHMARKS.md states "
+        "every assumption (communication, noise and length models)."
+    )
+    chart(figures.scale_curve(curve), "scale_curve")
+    chart(figures.toggles_at_scale(study, STUDY_WORLD_SIZE), "toggles_at_scale")
+
+
+def render() -> None:
+    """The page."""
+    st.title("What-if")
+    store = current_store()
+    entries = runs(store)
+    stop_without_runs(entries)
+    entry = pick_run(
+        "Baseline run", "run", entries, lambda: first_with_data(store, entries, want=_has_sidecar)
+    )
+    loaded = load(store, entry)
+    if loaded.analysis is None:
+        stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")
+    analysis = loaded.analysis
+    run_header(entry, analysis)
+    possible = available_toggles(analysis)
+    left, right = st.columns([3, 1])
+    chosen = left.multiselect("Toggles (every combination is predicted)", possible, possible)
+    draws = right.selectbox("Noise draws", DRAWS, key="draws")
+    if not chosen:
+        st.info("Choose at least one toggle.")
+        st.stop()
+    toggles = tuple(t for t in TOGGLES if t in chosen)
+    result, error = _predict(str(store), entry.run_id, entry.signature, toggles, draws, analysis)
+    if result is None:
+        stop_on_error(error or "unknown error", "No prediction")
+    st.caption(
+        "Every number below is a **prediction** from this run alone: its segment graph replayed "
+        f"with the toggles applied ({result.draws} draws of the residual noise, steps "
+        f"resampled; {result.confidence:.0%} intervals). Measured A/Bs come from runs next to "
+        "this one that trained the same batches."
+    )
+    _replay_section(result)
+    frame = _predictions(result, _measured(entry, analysis))
+    chart(figures.whatif_reductions(frame), "whatif_reductions")
+    st.dataframe(frame.drop(columns=["lo", "hi", "measured_lo", "measured_hi"]), hide_index=True)
+    for note in result.notes:
+        st.info(note)
+    _oracle_section(result)
+    _scale_section(entry, analysis)
+
+
+render()

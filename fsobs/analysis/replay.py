@@ -1,0 +1,264 @@
+"""Replay of a segment graph (:mod:`fsobs.analysis.segment_graph`): the what-if's engine.
+
+Every rank walks its pieces in order, from its measured first step start. A local piece lasts
+``Σ_c len_c · scale_c``. An arrival inside a local piece happens after the scaled part of the
+piece before it; inside a blocked piece, at the same distance from its start. A blocked piece
+of instance k waits until every rank of k has arrived::
+
+    rank 0  |--busy x s0-----|a|xx|--busy--|          A'_k  = max_r a'_rk
+    rank 1  |--busy x s1--|a|=wait=|xx|--busy--|      e'_rk = A'_k + X_k + (e_rk - E_k)
+                                 ^ A'_k              E_k = max_r e_rk, X_k = E_k - A_k
+    wait piece     ends at max(start', min(A'_k, e'_rk))
+    exposed piece  ends at max(start', e'_rk)
+
+(an instance that follows another one's transfer, ``SegmentGraph.after``, starts its own at
+``max(A'_k, E'_j)``). With nothing changed, every piece ends where it ended, so the replay gives
+back the measured windows and classes (:func:`replay_error` measures how closely). Toggles act
+on the graph: class scales and extra host time per rank and step (:class:`Changes`), moved
+arrivals and transfer times (:mod:`fsobs.analysis.whatif_priority`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fsobs.analysis.segment_graph import (
+    BUSY,
+    EXPOSED,
+    GAP,
+    IDLE,
+    KINDS,
+    LOCAL,
+    TABLE_COLUMNS,
+    WAIT,
+    Piece,
+    SegmentGraph,
+    build_graph,
+)
+from fsobs.errors import RunError
+
+__all__ = [
+    "BUSY",
+    "EXPOSED",
+    "GAP",
+    "KINDS",
+    "LOCAL",
+    "WAIT",
+    "Changes",
+    "Piece",
+    "SegmentGraph",
+    "build_graph",
+    "replay",
+    "replay_error",
+    "replay_totals",
+]
+
+
+@dataclass
+class Changes:
+    """What a toggle changes in a replay, per rank and step (arrays ``[rank, step]``)."""
+
+    scale: np.ndarray | None = None
+    """``[rank, step, class]`` factors on local time (default 1)."""
+    extra_idle_ns: np.ndarray | None = None
+    """``[rank, step]`` host time added at the start of the step (e.g. the planner's)."""
+
+
+def replay(graph: SegmentGraph, changes: Changes | None = None) -> pd.DataFrame:
+    """Replay the graph; per rank and step, the windows and classes in ms (columns
+    :data:`TABLE_COLUMNS`, like :func:`fsobs.analysis.bubbles.bubble_table`)."""
+    return _table(graph, replay_totals(graph, changes))
+
+
+def replay_totals(graph: SegmentGraph, changes: Changes | None = None) -> np.ndarray:
+    """Replay the graph; ns per ``[rank, step, class of KINDS]`` (0 where a rank has no such
+    step)."""
+    changes = changes or Changes()
+    n_ranks, n_steps = len(graph.ranks), len(graph.steps)
+    scale = changes.scale
+    factors = (
+        [[_ONES] * n_steps for _ in range(n_ranks)]
+        if scale is None
+        else [[tuple(scale[r, s].tolist()) for s in range(n_steps)] for r in range(n_ranks)]
+    )
+    extra = changes.extra_idle_ns
+    totals = [[[0.0] * len(KINDS) for _ in range(n_steps)] for _ in range(n_ranks)]
+    run = _Run(_compiled(graph), graph, factors, totals, extra)
+    pending = list(range(n_ranks))
+    while pending:
+        progressed = False
+        for ri in list(pending):
+            moved, done = run.advance(ri)
+            progressed |= moved
+            if done:
+                pending.remove(ri)
+        if pending and not progressed:
+            raise RunError("the replay is stuck: the collectives' order forms a cycle")
+    return np.asarray(totals, dtype=np.float64)
+
+
+_ONES = (1.0,) * len(KINDS)
+_CompiledPiece = tuple[int, int, tuple[float, ...], int, int, list, bool]
+"""(kind, step index or -1, lengths, length, owner, arrivals, first_of_step)."""
+
+
+def _compiled(graph: SegmentGraph) -> list[list[_CompiledPiece]]:
+    """The chains as plain tuples (cached on the graph until it is copied)."""
+    if graph.compiled is None:
+        index = {s: i for i, s in enumerate(graph.steps)}
+        graph.compiled = [
+            [
+                (
+                    p.kind,
+                    index.get(p.step, -1),
+                    tuple(float(v) for v in p.lengths) if p.lengths is not None else (),
+                    p.length,
+                    p.owner,
+                    [
+                        (k, tuple(float(v) for v in pos) if isinstance(pos, np.ndarray) else pos)
+                        for k, pos in p.arrivals
+                    ],
+                    p.first_of_step,
+                )
+                for p in graph.pieces[rank]
+            ]
+            for rank in graph.ranks
+        ]
+    return graph.compiled
+
+
+class _Run:
+    """Where each rank is in its chain, and the arrivals seen so far."""
+
+    def __init__(
+        self,
+        chains: list[list[_CompiledPiece]],
+        graph: SegmentGraph,
+        factors: list[list[tuple[float, ...]]],
+        totals: list[list[list[float]]],
+        extra: np.ndarray | None,
+    ) -> None:
+        self.chains, self.graph, self.factors, self.totals = chains, graph, factors, totals
+        self.extra = extra
+        origin = min(graph.start_ns.values())  # float64 keeps ns exact only near 0
+        self.time = [float(graph.start_ns[r] - origin) for r in graph.ranks]
+        self.index = [0] * len(chains)
+        self.arrived = [False] * len(chains)
+        self.count: dict[int, int] = {}
+        self.last: dict[int, float] = {}
+
+    def advance(self, ri: int) -> tuple[bool, bool]:
+        """Walk rank ``ri`` as far as it can go; (moved, finished)."""
+        chain = self.chains[ri]
+        rank = self.graph.ranks[ri]
+        moved = False
+        t = self.time[ri]
+        while self.index[ri] < len(chain):
+            kind, si, lengths, _, owner, arrivals, first = chain[self.index[ri]]
+            factors = self.factors[ri][si] if si >= 0 else _ONES
+            totals = self.totals[ri][si] if si >= 0 else None
+            if not self.arrived[ri]:
+                if first and self.extra is not None and totals is not None:
+                    t += float(self.extra[ri, si])
+                    totals[IDLE] += float(self.extra[ri, si])
+                self._arrive(t, arrivals, factors)
+                self.arrived[ri] = True
+            if kind == LOCAL:
+                for c, (ns, f) in enumerate(zip(lengths, factors, strict=False)):
+                    if ns:
+                        part = ns * f
+                        t += part
+                        if totals is not None:
+                            totals[c] += part
+            else:
+                if not self._ready(owner):
+                    self.time[ri] = t
+                    return moved, False
+                end = max(t, self._target(kind, owner, rank))
+                if totals is not None:
+                    totals[kind] += end - t
+                t = end
+            self.index[ri] += 1
+            self.arrived[ri] = False
+            moved = True
+        self.time[ri] = t
+        return moved, True
+
+    def _arrive(self, t: float, arrivals: list, factors: tuple[float, ...]) -> None:
+        for inst, position in arrivals:
+            if isinstance(position, tuple):
+                when = t + sum(p * f for p, f in zip(position[:GAP], factors, strict=False))
+                when += position[GAP]
+            else:
+                when = t + position
+            self.count[inst] = self.count.get(inst, 0) + 1
+            last = self.last.get(inst)
+            self.last[inst] = when if last is None or when > last else last
+
+    def _ready(self, k: int) -> bool:
+        members = self.graph.members
+        j = self.graph.after.get(k)
+        return self.count.get(k, 0) >= members[k] and (
+            j is None or self.count.get(j, 0) >= members[j]
+        )
+
+    def _target(self, kind: int, k: int, rank: int) -> float:
+        last = self.last[k]
+        begin = last
+        j = self.graph.after.get(k)
+        if j is not None:
+            begin = max(last, self.last[j] + self.graph.transfer_ns[j])
+        end = begin + self.graph.transfer_ns[k] + self.graph.end_delta_ns[(k, rank)]
+        return min(last, end) if kind == WAIT else end
+
+
+def _table(graph: SegmentGraph, totals: np.ndarray) -> pd.DataFrame:
+    rows = []
+    for ri, rank in enumerate(graph.ranks):
+        present = {p.step for p in graph.pieces[rank]}
+        for si, step in enumerate(graph.steps):
+            if step not in present:
+                continue
+            ms = totals[ri, si] / 1e6
+            window = float(ms[:GAP].sum())
+            row = {"rank": rank, "step": step, "window_ms": window, "busy_ms": float(ms[BUSY])}
+            row["bubble_ms"] = window - row["busy_ms"]
+            for kind in range(WAIT, GAP):
+                row[f"{KINDS[kind]}_ms"] = float(ms[kind])
+            rows.append(row)
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def replay_error(measured: pd.DataFrame, replayed: pd.DataFrame) -> dict[str, float]:
+    """How far a replay is from the measured run, per step.
+
+    ``step_time_*``: ``|t' - t| / t`` of each step's time (its longest window); ``classes_*``:
+    ``|c' - c| / window`` of every class of every rank and step (the error as a share of the
+    step). Median and p90 of each, and the largest.
+    """
+    keys = ["rank", "step"]
+    both = measured.merge(replayed, on=keys, suffixes=("", "_r"))
+    if both.empty:
+        raise RunError("the replay shares no (rank, step) with the measured run")
+    t = both.groupby("step")["window_ms"].max()
+    t_r = both.groupby("step")["window_ms_r"].max()
+    step_err = ((t_r - t).abs() / t.where(t > 0)).fillna(0.0).to_numpy()
+    window = both["window_ms"].where(both["window_ms"] > 0).to_numpy()
+    class_err = np.concatenate(
+        [
+            np.nan_to_num(np.abs(both[f"{c}_r"] - both[c]).to_numpy() / window)
+            for c in ("busy_ms", *(f"{k}_ms" for k in KINDS[1:6]))
+        ]
+    )
+    return {
+        "step_time_median": float(np.median(step_err)),
+        "step_time_p90": float(np.percentile(step_err, 90)),
+        "step_time_max": float(step_err.max()),
+        "classes_median": float(np.median(class_err)),
+        "classes_p90": float(np.percentile(class_err, 90)),
+        "classes_max": float(class_err.max()),
+        "steps": int(len(step_err)),
+    }

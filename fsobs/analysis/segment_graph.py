@@ -1,0 +1,276 @@
+"""The segment graph of an analyzed run: per rank, the chain of pieces between its matched
+collectives (DESIGN §7; what :mod:`fsobs.analysis.replay` replays).
+
+Per rank, the analyzed steps (:mod:`fsobs.analysis.bubbles`) are cut at the matched
+collectives into a chain of pieces, and every matched collective instance becomes one joint
+event of all its ranks::
+
+    rank 0  |--local------|a|=wait k=|xx|--local--------|a|=wait m===|--local--|
+    rank 1  |--local---------------|a|xx|--local---|a|xx|--local-------------|
+                                   A_k = max arrival      A_m
+    local  time the rank spends on its own: busy, host idle, other, unmatched communication,
+           and blocked time that ended for a local reason (compute resumed); kept per class,
+           so that a toggle can rescale one class (balance and the oracle: busy)
+    wait   blocked until the instance's last arrival A_k                 (ends at A'_k)
+    xx     exposed: blocked until the instance ends on this rank, e_rk    (ends at e'_rk)
+    a      the rank's arrival, at a position inside a piece
+
+A blocked piece keeps its instance only when it ended exactly at that instance's time (the last
+arrival, or its end on the rank); one that ended earlier (compute resumed under an
+asynchronous collective) is local.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from fsobs.analysis.analyze import Analysis
+from fsobs.errors import RunError
+
+KINDS = (
+    "busy",
+    "straggler_wait",
+    "exposed_comm",
+    "unattributed_comm",
+    "host_idle",
+    "other",
+    "gap",
+)
+"""Classes a local piece is made of (``gap``: between two step windows)."""
+BUSY, WAIT, EXPOSED, UNATTRIBUTED, IDLE, OTHER, GAP = range(len(KINDS))
+LOCAL = -1
+TABLE_COLUMNS = [
+    "rank",
+    "step",
+    "window_ms",
+    "busy_ms",
+    "bubble_ms",
+    *(f"{k}_ms" for k in KINDS[1:6]),
+]
+
+
+@dataclass
+class Piece:
+    """One piece of a rank's chain (ns, measured)."""
+
+    step: int
+    """The step whose window holds it; -1 between two windows."""
+    kind: int
+    """``LOCAL``, ``WAIT`` or ``EXPOSED``."""
+    lengths: np.ndarray | None = None
+    """Local: ns per class of :data:`KINDS`."""
+    parts: list[tuple[int, int]] = field(default_factory=list)
+    """Local: (class, ns) of its parts in time order (``lengths`` sums them)."""
+    length: int = 0
+    """Blocked: measured ns."""
+    owner: int = -1
+    """Blocked: the instance it waits for."""
+    arrivals: list[tuple[int, np.ndarray | int]] = field(default_factory=list)
+    """(instance, position): local: ns per class before it; blocked: ns after the start."""
+    first_of_step: bool = False
+
+
+@dataclass
+class SegmentGraph:
+    """Per rank the chain of pieces, per matched instance its ranks and transfer."""
+
+    ranks: list[int]
+    steps: list[int]
+    start_ns: dict[int, int]
+    """Per rank, the measured (clock-aligned) start of its first piece."""
+    pieces: dict[int, list[Piece]]
+    transfer_ns: dict[int, int]
+    """Per instance, ``X_k = E_k - A_k``."""
+    end_delta_ns: dict[tuple[int, int], int]
+    """Per (instance, rank), ``e_rk - E_k`` (<= 0)."""
+    members: dict[int, int]
+    """Per instance, how many ranks take part."""
+    instances: pd.DataFrame
+    """``instance, role, group, coll, step, last_arrival_ns, end_ns`` (one row each)."""
+    spans: pd.DataFrame
+    """``instance, rank, start_ns, end_ns``: each rank's measured (aligned) span."""
+    after: dict[int, int] = field(default_factory=dict)
+    """instance -> the instance whose transfer it follows (starts at ``max(A'_k, E'_j)``)."""
+    compiled: list | None = field(default=None, repr=False)
+    """The chains as plain tuples for :func:`replay` (built on first use)."""
+
+    def copy(self) -> SegmentGraph:
+        """A deep copy (to rewrite), without the compiled chains."""
+        out = copy.deepcopy(replace(self, compiled=None))
+        return out
+
+
+def build_graph(analysis: Analysis) -> SegmentGraph:
+    """The segment graph of an analyzed run (see the module docstring)."""
+    colls = analysis.collectives
+    inst = colls.instances
+    if not analysis.bubbles:
+        raise RunError("the run has no analyzed step: nothing to replay", path=analysis.run.path)
+    ranks = sorted({sb.rank for sb in analysis.bubbles})
+    pieces: dict[int, list[Piece]] = {}
+    starts: dict[int, int] = {}
+    for rank in ranks:
+        mine = inst[inst["rank"] == rank]
+        own = sorted((sb for sb in analysis.bubbles if sb.rank == rank), key=lambda b: b.window)
+        shift = int(colls.offsets_ns.get(rank, 0))
+        pieces[rank], starts[rank] = _rank_chain(own, shift, _RankColls.of(mine))
+    ends = inst.groupby("instance")["end_ns"].max()
+    last = inst.groupby("instance")["arrival_last_ns"].first()
+    delta = inst["end_ns"].to_numpy(np.int64) - inst["instance"].map(ends).to_numpy(np.int64)
+    first = inst.groupby("instance").first()
+    table = pd.DataFrame(
+        {
+            "instance": first.index.to_numpy(),
+            "role": first["role"].astype(str).to_numpy(),
+            "group": first["group"].astype(str).to_numpy(),
+            "coll": first["coll"].astype(str).to_numpy(),
+            "step": first["step"].to_numpy(),
+            "last_arrival_ns": last.reindex(first.index).to_numpy(np.int64),
+            "end_ns": ends.reindex(first.index).to_numpy(np.int64),
+        }
+    )
+    return SegmentGraph(
+        ranks=ranks,
+        steps=sorted({sb.step for sb in analysis.bubbles}),
+        start_ns=starts,
+        pieces=pieces,
+        transfer_ns={int(k): int(ends[k] - last[k]) for k in ends.index},
+        end_delta_ns={
+            (int(k), int(r)): int(d)
+            for k, r, d in zip(inst["instance"], inst["rank"], delta, strict=True)
+        },
+        members=inst.groupby("instance")["rank"].nunique().astype(int).to_dict(),
+        instances=table,
+        spans=inst[["instance", "rank", "start_ns", "end_ns"]].reset_index(drop=True),
+    )
+
+
+@dataclass(frozen=True)
+class _RankColls:
+    """One rank's matched instances (aligned ns), sorted by arrival."""
+
+    ids: np.ndarray
+    arrival: np.ndarray
+    end: np.ndarray
+    last: np.ndarray
+
+    @staticmethod
+    def of(frame: pd.DataFrame) -> _RankColls:
+        frame = frame.sort_values(["start_ns", "instance"])
+        return _RankColls(
+            ids=frame["instance"].to_numpy(np.int64),
+            arrival=frame["start_ns"].to_numpy(np.int64),
+            end=frame["end_ns"].to_numpy(np.int64),
+            last=frame["arrival_last_ns"].to_numpy(np.int64),
+        )
+
+
+def _rank_chain(own: list, shift: int, colls: _RankColls) -> tuple[list[Piece], int]:
+    """The pieces of one rank, from the interval sets of its steps (own clock - ``shift``)."""
+    elementary: list[tuple[int, int, int, int, int]] = []  # (lo, hi, kind, owner, step)
+    previous_end = None
+    for sb in own:
+        lo, hi = sb.window[0] - shift, sb.window[1] - shift
+        if previous_end is not None and lo > previous_end:
+            elementary.append((previous_end, lo, GAP, -1, -1))
+        parts = []
+        for kind, name in enumerate(KINDS[:GAP]):
+            starts, ends = sb.classes[name]
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+                if b > a:
+                    parts.append((a - shift, b - shift, kind))
+        parts.sort()
+        for a, b, kind in parts:
+            if kind == WAIT:
+                elementary.extend(_owned(a, b, kind, sb.step, colls, colls.last))
+            elif kind == EXPOSED:
+                elementary.extend(_owned(a, b, kind, sb.step, colls, colls.end))
+            else:
+                elementary.append((a, b, kind, -1, sb.step))
+        previous_end = hi if previous_end is None else max(previous_end, hi)
+    return _assemble(elementary, colls), elementary[0][0] if elementary else 0
+
+
+def _owned(
+    lo: int, hi: int, kind: int, step: int, colls: _RankColls, key: np.ndarray
+) -> list[tuple[int, int, int, int, int]]:
+    """Split a blocked interval by the instance it waits for: among the instances covering each
+    instant (``arrival <= t < target``, target: ``min(last, end)`` for a wait, ``end`` when
+    exposed), the one with the latest ``key``. A piece that ends exactly at its owner's target
+    is bound to it (owner kept); otherwise it ended for a local reason (owner -1)."""
+    target = np.minimum(colls.last, colls.end) if kind == WAIT else colls.end
+    near = np.flatnonzero((colls.arrival < hi) & (target > lo))
+    points = sorted(
+        {lo, hi}
+        | {int(p) for p in np.concatenate([colls.arrival[near], target[near]]) if lo < p < hi}
+    )
+    out: list[tuple[int, int, int, int, int]] = []
+    for a, b in zip(points[:-1], points[1:], strict=True):
+        cover = near[(colls.arrival[near] <= a) & (target[near] > a)]
+        pick = cover[np.lexsort((colls.ids[cover], -key[cover]))[0]] if len(cover) else -1
+        owner = int(colls.ids[pick]) if pick >= 0 else -1
+        if out and out[-1][3] == owner:
+            out[-1] = (out[-1][0], b, kind, owner, step)
+        else:
+            out.append((a, b, kind, owner, step))
+    bound = []
+    for a, b, k, owner, s in out:
+        if owner >= 0:
+            pos = int(np.flatnonzero(colls.ids == owner)[0])
+            if b != int(target[pos]):
+                owner = -1
+        bound.append((a, b, k, owner, s))
+    return bound
+
+
+def _assemble(elementary: list[tuple[int, int, int, int, int]], colls: _RankColls) -> list[Piece]:
+    """Merge runs of local parts into local pieces and attach the arrivals."""
+    pieces: list[Piece] = []
+    bounds: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+    last_step = None
+    for lo, hi, kind, owner, step in elementary:
+        first = step >= 0 and step != last_step
+        if step >= 0:
+            last_step = step
+        if owner >= 0:
+            pieces.append(Piece(step, kind, length=hi - lo, owner=owner, first_of_step=first))
+            bounds.append((lo, hi, []))
+            continue
+        if pieces and pieces[-1].kind == LOCAL and pieces[-1].step == step and not first:
+            pieces[-1].lengths[kind] += hi - lo
+            pieces[-1].parts.append((kind, hi - lo))
+            bounds[-1] = (bounds[-1][0], hi, [*bounds[-1][2], (lo, hi, kind)])
+            continue
+        lengths = np.zeros(len(KINDS), np.int64)
+        lengths[kind] = hi - lo
+        pieces.append(
+            Piece(step, LOCAL, lengths=lengths, parts=[(kind, hi - lo)], first_of_step=first)
+        )
+        bounds.append((lo, hi, [(lo, hi, kind)]))
+    _attach(pieces, bounds, colls)
+    return pieces
+
+
+def _attach(
+    pieces: list[Piece], bounds: list[tuple[int, int, list[tuple[int, int, int]]]], c: _RankColls
+) -> None:
+    """Each arrival of the rank goes to the piece that holds it (before the first piece: the
+    first one, at a negative distance; after the last: the last one, past its end)."""
+    if not pieces:
+        return
+    lows = np.array([b[0] for b in bounds], np.int64)
+    for inst, when in zip(c.ids.tolist(), c.arrival.tolist(), strict=True):
+        i = max(int(np.searchsorted(lows, when, "right")) - 1, 0)
+        piece, (lo, hi, parts) = pieces[i], bounds[i]
+        if piece.kind != LOCAL or when < lo:
+            piece.arrivals.append((inst, int(when - lo)))
+            continue
+        before = np.zeros(len(KINDS), np.int64)
+        for a, b, kind in parts:
+            before[kind] += max(0, min(b, when) - a)
+        before[GAP] += max(0, when - hi)  # past the rank's last piece: unscaled
+        piece.arrivals.append((inst, before))

@@ -1,0 +1,483 @@
+"""What-if: predict each FreeScale toggle, and every combination, from one baseline run.
+
+Method (DESIGN §7). The run is cut into a segment graph (:mod:`fsobs.analysis.segment_graph`): per
+rank and step, local pieces (busy, host idle, ...) between the matched collectives, which are
+joint events with the ranks' arrivals and a transfer time::
+
+    rank 0  |--busy------|a|====wait====|xx|--busy------|a|xx|--busy--|
+    rank 1  |--busy-------------------|a|xx|--busy--|a|=wait=|xx|--busy--|
+                                       A_k = last arrival,  end = A_k + X_k
+
+First the graph is replayed unchanged: it must give back the measured step times and classes
+(the replay check, :func:`fsobs.analysis.replay.replay_error`). Then each toggle changes the
+graph and the graph is replayed; a combination applies all of its changes in one replay, its
+effect is never the sum of single ones:
+
+- ``balance``: optim's planner re-splits every recorded global batch (the job's own cost
+  model); each rank's busy time becomes ``s_r · P(new share) · eta``, with ``P`` the cost
+  model fitted on the run, ``s_r`` the rank's speed and ``eta`` a residual resampled from the
+  run's (:mod:`fsobs.analysis.whatif_model`); on a CPU run the planner's time is added as host
+  time (the training thread plans).
+- ``priority_overlap``: embedding communication ahead of dense communication
+  (:mod:`fsobs.analysis.whatif_priority`).
+- ``sm_free``: compute no longer slowed by communication: each rank's busy time loses the
+  measured contention of its step.
+
+The ``oracle`` gives every rank the same compute in every step (the step's mean busy time), no
+toggle: what is left of the straggler wait then comes from neither data nor noise. Replays in
+which only the data (``P``) or only the noise (``s_r · eta``) differs between the ranks split
+the wait between the two.
+
+Intervals: every draw resamples the residuals (the baseline is replayed with the same draw, so
+a reduction compares like with like), and the steps are resampled with replacement; the
+interval is the central ``confidence`` share of ``1 - bubble(toggles) / bubble(baseline)``.
+Everything here is a prediction from the baseline alone: no toggled run is read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fsobs.analysis.analyze import Analysis
+from fsobs.analysis.replay import (
+    BUSY,
+    GAP,
+    KINDS,
+    Changes,
+    SegmentGraph,
+    build_graph,
+    replay,
+    replay_error,
+    replay_totals,
+)
+from fsobs.analysis.whatif_model import (
+    Calibration,
+    calibrate,
+    noise_draws,
+    partition_model,
+    resplit,
+)
+from fsobs.analysis.whatif_priority import prioritize
+from fsobs.errors import RunError
+from optim.balance import CostModel
+
+TOGGLES = ("balance", "priority_overlap", "sm_free")
+CLASSES = KINDS[1:6]
+REPLAY_GATE = {"step_time_median": 0.03, "step_time_p90": 0.08}
+"""The replay must reproduce the run this closely (issue 13) for the predictions to hold."""
+_PIECE_BUDGET = 3_000_000
+"""Piece visits the draws may take in all (large runs get fewer draws)."""
+
+
+@dataclass
+class Prediction:
+    """One combination of toggles, predicted (never measured)."""
+
+    toggles: tuple[str, ...]
+    bubble_ms_per_step: float
+    bubble_reduction: float
+    bubble_reduction_interval: tuple[float, float]
+    by_class: dict[str, dict[str, float]]
+    """class -> ``{"ms_per_step", "reduction"}``."""
+    step_time_ms_p50: float
+    step_time_ms_p50_interval: tuple[float, float]
+    same_noise_reduction: float
+    """The reduction with the run's own residuals, not resampled."""
+
+
+@dataclass
+class WhatIf:
+    """The what-if of one baseline run (see the module docstring)."""
+
+    run: dict[str, Any]
+    baseline: dict[str, float]
+    replay: dict[str, Any]
+    calibration: dict[str, Any]
+    predictions: list[Prediction]
+    oracle: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    draws: int = 0
+    confidence: float = 0.95
+
+
+@dataclass
+class _Setup:
+    graph: SegmentGraph
+    measured: pd.DataFrame
+    cal: Calibration | None
+    partition: CostModel | None
+    busy_ns: np.ndarray
+    contention_ns: np.ndarray
+
+
+def available_toggles(analysis: Analysis) -> tuple[str, ...]:
+    """The toggles this run can predict (balance needs step sidecars with per-sample lengths)."""
+    sidecar = analysis.run.sidecar
+    if sidecar is None or sidecar.empty:
+        return TOGGLES[1:]
+    return TOGGLES
+
+
+def whatif(
+    analysis: Analysis,
+    toggles: tuple[str, ...] = TOGGLES,
+    *,
+    draws: int = 200,
+    seed: int = 0,
+    confidence: float = 0.95,
+    method: str = "kk",
+    cost_model: CostModel | None = None,
+    planner_ns: float | None = None,
+) -> WhatIf:
+    """Predict every non-empty combination of ``toggles`` (see the module docstring).
+
+    ``cost_model``: the balancer's model (default: the run's own, else the fitted one);
+    ``planner_ns``: the planner's time per step, added to every rank's step (default: timed
+    here on a CPU run, where it holds up the training thread; 0 on a GPU run, where the host
+    plans while the GPU works).
+    """
+    toggles = _check_toggles(toggles)
+    setup = _setup(analysis, "balance" in toggles)
+    notes = _notes(analysis, toggles, setup)
+    split = None
+    if "balance" in toggles:
+        assert setup.cal is not None
+        model = cost_model or setup.partition or setup.cal.fit.model
+        if planner_ns is None and analysis.run.device == "gpu":
+            planner_ns = 0.0
+        split = resplit(setup.cal, model, method, planner_ns)
+    prio_graph = None
+    if "priority_overlap" in toggles:
+        prio_graph, prio_notes = prioritize(setup.graph)
+        notes += [f"priority_overlap: {n}" for n in prio_notes]
+    combos = [c for n in range(1, len(toggles) + 1) for c in combinations(toggles, n)]
+    num = _num_draws(setup.graph, draws, len(combos))
+    rng = np.random.default_rng(seed)
+    etas = noise_draws(setup.cal, num, rng) if setup.cal is not None else None
+    runs = _Runner(setup, split, prio_graph)
+    base = [runs.replay((), eta) for eta in _each(etas, num)]
+    own = runs.replay((), setup.cal.eta if setup.cal is not None else None)
+    predictions = []
+    for combo in combos:
+        pred = [runs.replay(combo, eta) for eta in _each(etas, num)]
+        same = runs.replay(combo, setup.cal.eta if setup.cal is not None else None)
+        predictions.append(_predict(combo, base, pred, own, same, confidence, rng))
+    check = _replay_check(setup)
+    # what the predictions' absolute figures compare with: the baseline under the same draws
+    check["baseline_resampled_bubble_ms_per_step"] = float(
+        np.median([b["bubble_ms"].mean() for b in base])
+    )
+    return WhatIf(
+        run=_run_facts(analysis, setup),
+        baseline=_baseline(analysis, setup.measured),
+        replay=check,
+        calibration=_calibration(setup, split),
+        predictions=predictions,
+        oracle=_oracle(setup, confidence, rng),
+        notes=notes,
+        draws=num,
+        confidence=confidence,
+    )
+
+
+def _check_toggles(toggles: tuple[str, ...]) -> tuple[str, ...]:
+    unknown = [t for t in toggles if t not in TOGGLES]
+    if unknown or not toggles:
+        raise RunError(f"toggles: unknown {unknown} or none; expected some of {list(TOGGLES)}")
+    return tuple(t for t in TOGGLES if t in toggles)
+
+
+def _setup(analysis: Analysis, need_lengths: bool) -> _Setup:
+    graph = build_graph(analysis)
+    measured = analysis.steps[analysis.steps["step"].isin(graph.steps)]
+    if len(graph.steps) < 2:
+        raise RunError("the what-if needs at least 2 analyzed steps", path=analysis.run.path)
+    cal = partition = None
+    sidecar = analysis.run.sidecar
+    if sidecar is not None and not sidecar.empty:
+        try:
+            cal = calibrate(analysis, graph.ranks, graph.steps)
+            partition, _ = partition_model(sidecar, cal.fit.model)
+        except RunError:
+            if need_lengths:
+                raise
+    elif need_lengths:
+        raise RunError(
+            "balance needs step sidecars (steps.rank<R>.jsonl) with per-sample lengths; "
+            "predict the other toggles with --toggles priority_overlap,sm_free",
+            path=analysis.run.path,
+        )
+    index = pd.MultiIndex.from_product([graph.ranks, graph.steps])
+    table = measured.set_index(["rank", "step"])
+    shape = (len(graph.ranks), len(graph.steps))
+    busy = table["busy_ms"].reindex(index).fillna(0.0).to_numpy().reshape(shape) * 1e6
+    contention = table["contention_ms"].reindex(index).fillna(0.0).to_numpy().reshape(shape)
+    return _Setup(graph, measured, cal, partition, busy, contention * 1e6)
+
+
+def _num_draws(graph: SegmentGraph, draws: int, num_combos: int) -> int:
+    pieces = sum(len(p) for p in graph.pieces.values())
+    fit = _PIECE_BUDGET // max(1, pieces * (num_combos + 1))
+    return int(max(1, min(draws, max(20, fit))))
+
+
+def _each(etas: np.ndarray | None, num: int) -> list[np.ndarray | None]:
+    return [None] * num if etas is None else list(etas)
+
+
+class _Runner:
+    """Replays of the baseline and of toggle combinations for one residual draw."""
+
+    def __init__(self, setup: _Setup, split: Any, prio_graph: SegmentGraph | None) -> None:
+        self.setup, self.split, self.prio_graph = setup, split, prio_graph
+
+    def replay(self, combo: tuple[str, ...], eta: np.ndarray | None) -> dict[str, np.ndarray]:
+        s = self.setup
+        busy = s.busy_ns
+        if s.cal is not None and eta is not None:
+            predicted = self.split.predicted_ns if "balance" in combo else s.cal.predicted_ns
+            busy = s.cal.busy_for(predicted, eta)
+        if "sm_free" in combo:
+            share = np.zeros_like(s.busy_ns)
+            np.divide(s.contention_ns, s.busy_ns, where=s.busy_ns > 0, out=share)
+            busy = busy * np.clip(1.0 - share, 0.0, 1.0)
+        changes = _busy_changes(s.busy_ns, busy)
+        if "balance" in combo:
+            changes.extra_idle_ns = np.full(busy.shape, self.split.planner_ns)
+        graph = self.prio_graph if "priority_overlap" in combo else s.graph
+        return _per_step(replay_totals(graph, changes))
+
+
+def _busy_changes(measured: np.ndarray, busy: np.ndarray) -> Changes:
+    """Scale every rank's busy time in every step from ``measured`` to ``busy`` (ns)."""
+    factor = np.divide(busy, measured, where=measured > 0, out=np.ones_like(measured))
+    scale = np.ones((*measured.shape, len(KINDS)))
+    scale[:, :, BUSY] = factor
+    return Changes(scale=scale)
+
+
+def _per_step(totals: np.ndarray) -> dict[str, np.ndarray]:
+    """Per step (ms): the mean over ranks of the bubble and each class (``<class>_ms``), and
+    the step time, from replayed ``[rank, step, class]`` ns."""
+    window = totals[:, :, :GAP].sum(axis=2)
+    out = {"bubble_ms": (window - totals[:, :, BUSY]).mean(axis=0) / 1e6}
+    for i, c in enumerate(CLASSES, start=1):
+        out[f"{c}_ms"] = totals[:, :, i].mean(axis=0) / 1e6
+    out["step_time_ms"] = window.max(axis=0) / 1e6
+    return out
+
+
+def _predict(
+    combo: tuple[str, ...],
+    b: list[dict[str, np.ndarray]],
+    p: list[dict[str, np.ndarray]],
+    own_s: dict[str, np.ndarray],
+    same_s: dict[str, np.ndarray],
+    confidence: float,
+    rng: np.random.Generator,
+) -> Prediction:
+    bubble_b = np.stack([x["bubble_ms"] for x in b])
+    bubble_p = np.stack([x["bubble_ms"] for x in p])
+    ratio = _ratios(bubble_b, bubble_p)
+    by_class = {}
+    for c in CLASSES:
+        cb = np.stack([x[f"{c}_ms"] for x in b])
+        cp = np.stack([x[f"{c}_ms"] for x in p])
+        by_class[c] = {
+            "ms_per_step": float(np.median(cp.mean(axis=1))),
+            "reduction": float(np.median(_ratios(cb, cp))) if cb.sum() > 0 else math.nan,
+        }
+    steps = np.stack([x["step_time_ms"] for x in p])
+    p50 = np.median(steps, axis=1)
+    boot = _bootstrap(bubble_b, bubble_p, rng)
+    alpha = (1 - confidence) / 2
+    return Prediction(
+        toggles=combo,
+        bubble_ms_per_step=float(np.median(bubble_p.mean(axis=1))),
+        bubble_reduction=float(np.median(ratio)),
+        bubble_reduction_interval=_interval(boot, alpha),
+        by_class=by_class,
+        step_time_ms_p50=float(np.median(p50)),
+        step_time_ms_p50_interval=_interval(_bootstrap_p50(steps, rng), alpha),
+        same_noise_reduction=float(1 - same_s["bubble_ms"].sum() / own_s["bubble_ms"].sum())
+        if own_s["bubble_ms"].sum() > 0
+        else math.nan,
+    )
+
+
+def _ratios(base: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """Per draw, ``1 - Σ pred / Σ base`` over the steps."""
+    total = base.sum(axis=1)
+    return np.where(total > 0, 1 - pred.sum(axis=1) / np.where(total > 0, total, 1), np.nan)
+
+
+def _bootstrap(base: np.ndarray, pred: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Reductions over every draw with the steps resampled (paired), about 4000 in all."""
+    draws, steps = base.shape
+    per = max(1, 4000 // draws)
+    idx = rng.integers(steps, size=(draws, per, steps))
+    rows = np.arange(draws)[:, None, None]
+    b = base[rows, idx].sum(axis=2)
+    p = pred[rows, idx].sum(axis=2)
+    return (1 - p[b > 0] / b[b > 0]).reshape(-1)
+
+
+def _bootstrap_p50(steps: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    draws, num = steps.shape
+    idx = rng.integers(num, size=(draws, max(1, 2000 // draws), num))
+    return np.median(steps[np.arange(draws)[:, None, None], idx], axis=2).reshape(-1)
+
+
+def _interval(values: np.ndarray, alpha: float) -> tuple[float, float]:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return (math.nan, math.nan)
+    lo, hi = np.quantile(values, [alpha, 1 - alpha])
+    return (float(lo), float(hi))
+
+
+def _oracle(setup: _Setup, confidence: float, rng: np.random.Generator) -> dict[str, Any]:
+    """Equal compute on every rank in every step; and the wait from the data or noise alone."""
+    busy = setup.busy_ns
+    mean = busy.mean(axis=0, keepdims=True)
+    m = _per_step(replay_totals(setup.graph))
+    equal = np.broadcast_to(mean, busy.shape).copy()
+    e = _per_step(replay_totals(setup.graph, _busy_changes(busy, equal)))
+    base = m["bubble_ms"][None, :]
+    pred = e["bubble_ms"][None, :]
+    alpha = (1 - confidence) / 2
+    out: dict[str, Any] = {
+        "bubble_ms_per_step": float(pred.mean()),
+        "bubble_reduction": float(_ratios(base, pred)[0]),
+        "bubble_reduction_interval": _interval(_bootstrap(base, pred, rng), alpha),
+        "by_class": {c: float(e[f"{c}_ms"].mean()) for c in CLASSES},
+        "step_time_ms_p50": float(np.median(e["step_time_ms"])),
+        "straggler_wait_ms_per_step": float(m["straggler_wait_ms"].mean()),
+    }
+    cal = setup.cal
+    if cal is not None:
+        data = mean * cal.predicted_ns / cal.predicted_ns.mean(axis=0, keepdims=True)
+        noise_part = cal.speed[:, None] * cal.eta
+        noise = mean * noise_part / noise_part.mean(axis=0, keepdims=True)
+        wait_data = _per_step(replay_totals(setup.graph, _busy_changes(busy, data)))
+        wait_noise = _per_step(replay_totals(setup.graph, _busy_changes(busy, noise)))
+        d = float(wait_data["straggler_wait_ms"].mean())
+        n = float(wait_noise["straggler_wait_ms"].mean())
+        out["wait_from_data_ms_per_step"] = d
+        out["wait_from_noise_ms_per_step"] = n
+        out["data_share"] = d / (d + n) if d + n > 0 else math.nan
+    return out
+
+
+def _run_facts(analysis: Analysis, setup: _Setup) -> dict[str, Any]:
+    run = analysis.run
+    meta = run.meta or {}
+    return {
+        "path": str(run.path),
+        "name": meta.get("name") or (run.path.name if run.path is not None else ""),
+        "world_size": run.world_size,
+        "device": run.device,
+        "simulated": bool(meta.get("simulated", False)),
+        "steps": len(setup.graph.steps),
+        "ranks": len(setup.graph.ranks),
+    }
+
+
+def _baseline(analysis: Analysis, measured: pd.DataFrame) -> dict[str, float]:
+    keys = ("bubble_ratio", "bubble_ms_per_step", "step_time_ms_p50", "step_time_ms_p90")
+    out = {k: float(analysis.summary[k]) for k in keys}
+    for c in CLASSES:
+        out[f"{c}_ms_per_step"] = float(measured[f"{c}_ms"].mean())
+    out["busy_ms_per_step"] = float(measured["busy_ms"].mean())
+    return out
+
+
+def _replay_check(setup: _Setup) -> dict[str, Any]:
+    err = replay_error(setup.measured, replay(setup.graph))
+    passed = all(err[k] <= limit for k, limit in REPLAY_GATE.items())
+    return {**err, "gate": dict(REPLAY_GATE), "passed": passed}
+
+
+def _calibration(setup: _Setup, split: Any) -> dict[str, Any]:
+    cal = setup.cal
+    if cal is None:
+        return {"cost_fit": None}
+    m = cal.fit.model
+    out: dict[str, Any] = {
+        "cost_fit": {"c0_ns": m.c0, "a_ns": m.a, "b_ns": m.b, "r2": cal.fit.r2},
+        "rank_speed": {str(r): float(s) for r, s in zip(cal.ranks, cal.speed, strict=True)},
+        "residual_sigma": cal.residual_sigma,
+    }
+    if setup.partition is not None:
+        p = setup.partition
+        out["partition_model"] = {"c0": p.c0, "a": p.a, "b": p.b}
+    if split is not None:
+        out["imbalance_before"] = float(split.imbalance_before.mean())
+        out["imbalance_after"] = float(split.imbalance_after.mean())
+        out["planner_ms"] = split.planner_ns / 1e6
+    return out
+
+
+def _notes(analysis: Analysis, toggles: tuple[str, ...], setup: _Setup) -> list[str]:
+    meta = analysis.run.meta or {}
+    applied = {k for k, v in (meta.get("toggles") or {}).items() if (v or {}).get("applied")}
+    notes = [f"{t}: already applied in this run" for t in toggles if t in applied]
+    if "sm_free" in toggles and analysis.run.device == "cpu":
+        notes.append(
+            "sm_free: a CPU run; what is removed is the contention measured here (gloo threads "
+            "competing for cores), an analogue of SM contention, not the GPU toggle itself"
+        )
+    if setup.cal is not None and not math.isnan(setup.cal.fit.r2) and setup.cal.fit.r2 < 0.5:
+        notes.append(
+            f"the cost model explains R² = {setup.cal.fit.r2:.2f} of the busy time; the rest is "
+            "resampled as noise, so balance cannot remove it"
+        )
+    return notes
+
+
+def whatif_json(w: WhatIf) -> dict[str, Any]:
+    """The JSON object of ``fsobs whatif --json`` (NaN as null)."""
+    return _clean(
+        {
+            "run": w.run,
+            "baseline": w.baseline,
+            "replay": w.replay,
+            "calibration": w.calibration,
+            "predictions": [
+                {
+                    "toggles": list(p.toggles),
+                    "predicted": True,
+                    "bubble_ms_per_step": p.bubble_ms_per_step,
+                    "bubble_reduction": p.bubble_reduction,
+                    "bubble_reduction_interval": list(p.bubble_reduction_interval),
+                    "by_class": p.by_class,
+                    "step_time_ms_p50": p.step_time_ms_p50,
+                    "step_time_ms_p50_interval": list(p.step_time_ms_p50_interval),
+                    "same_noise_reduction": p.same_noise_reduction,
+                }
+                for p in w.predictions
+            ],
+            "oracle": {"predicted": True, **w.oracle},
+            "notes": w.notes,
+            "draws": w.draws,
+            "confidence": w.confidence,
+        }
+    )
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, float | np.floating):
+        return None if not math.isfinite(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value

@@ -1,0 +1,186 @@
+"""What the what-if learns from one baseline run: compute per rank and step, explained by the
+data and by noise, and the balance toggle's re-split (no torch).
+
+Per rank r and step s the run measured a busy time ``B_rs``. The cost model fitted on the run
+(:func:`fsobs.analysis.costfit.fit_points`, busy ns per sample) predicts ``P_rs`` from the
+rank's samples; what it does not explain is a per-rank speed and a residual::
+
+    B_rs = s_r · P_rs · eta_rs        s_r = median_s(B_rs / P_rs),   eta_rs = B_rs / (s_r P_rs)
+
+**balance** re-splits every step's global batch with optim's own planner
+(:class:`optim.plan.StepPlan`, the same call the training job makes, on the lengths in rank
+order, which is the order of the global batch under the random split) and the job's partition
+cost model (:func:`partition_model`); the rank's new busy time is ``s_r · P(new share) · eta``,
+with ``eta`` resampled from the run's residuals (:func:`noise_draws`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fsobs.analysis.analyze import Analysis
+from fsobs.analysis.costfit import CostFit, fit_points, nonnegative_lstsq
+from fsobs.errors import RunError
+from fsobs.trace.sidecar import SIDECAR_RE
+from optim.balance import CostModel
+from optim.plan import BalanceConfig, StepPlan
+
+_EXACT = 1e-6
+"""Relative residual under which a cost model reproduces the sidecar's ``est_cost``."""
+
+
+def sample_lengths(run_dir: Path | str | None) -> dict[tuple[int, int], np.ndarray]:
+    """Per (rank, step), the per-sample lengths the step sidecars list (local runs only; a
+    record with only the sums is left out)."""
+    out: dict[tuple[int, int], np.ndarray] = {}
+    if run_dir is None or not Path(run_dir).is_dir():
+        return out
+    for path in sorted(Path(run_dir).glob("steps.rank*.jsonl")):
+        match = SIDECAR_RE.match(path.name)
+        if match is None:
+            continue
+        rank = int(match.group(1))
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                if record.get("seq_lengths") is not None:
+                    out[(rank, int(record["step"]))] = np.asarray(record["seq_lengths"], np.int64)
+    return out
+
+
+def partition_model(sidecar: pd.DataFrame | None, fallback: CostModel) -> tuple[CostModel, str]:
+    """The cost model the job split its batches with: the one that reproduces every rank's
+    ``est_cost`` from its samples' ``n, ΣL, ΣL²`` (the job writes what its planner uses), else
+    ``fallback`` (the model fitted on the busy time)."""
+    if sidecar is not None and "est_cost" in sidecar and sidecar["est_cost"].notna().all():
+        x = sidecar[["num_samples", "len_sum", "len_sq_sum"]].to_numpy(np.float64)
+        y = sidecar["est_cost"].to_numpy(np.float64)
+        if len(y) >= 3 and (y > 0).any():
+            coef = nonnegative_lstsq(x, y)
+            residual = np.abs(x @ coef - y).max() / np.abs(y).max()
+            if coef.any() and residual < _EXACT:
+                return CostModel(c0=coef[0], a=coef[1], b=coef[2]), "the run's own (est_cost)"
+    return fallback, "fitted on this run's busy time"
+
+
+@dataclass
+class Calibration:
+    """Arrays are ``[rank, step]`` over ``ranks`` x ``steps`` (the replay graph's)."""
+
+    ranks: list[int]
+    steps: list[int]
+    busy_ns: np.ndarray
+    """Measured busy time."""
+    predicted_ns: np.ndarray
+    """``P_rs``: the fitted cost model on the rank's samples."""
+    speed: np.ndarray
+    """``s_r`` per rank."""
+    eta: np.ndarray
+    """Residual factors."""
+    contention_ns: np.ndarray
+    fit: CostFit
+    lengths: dict[tuple[int, int], np.ndarray]
+
+    @property
+    def residual_sigma(self) -> float:
+        """Standard deviation of ``log(eta)``."""
+        return float(np.std(np.log(self.eta)))
+
+    def busy_for(self, predicted_ns: np.ndarray, eta: np.ndarray) -> np.ndarray:
+        """``s_r · P · eta``."""
+        return self.speed[:, None] * predicted_ns * eta
+
+
+def calibrate(analysis: Analysis, ranks: list[int], steps: list[int]) -> Calibration:
+    """Fit the cost model on the run and split the busy time into speed and residuals."""
+    table = analysis.steps.set_index(["rank", "step"])
+    index = pd.MultiIndex.from_product([ranks, steps], names=["rank", "step"])
+    busy = table["busy_ms"].reindex(index).fillna(0.0).to_numpy().reshape(len(ranks), -1) * 1e6
+    contention = table["contention_ms"].reindex(index).fillna(0.0).to_numpy() * 1e6
+    sidecar = analysis.run.sidecar
+    if sidecar is None or sidecar.empty:
+        raise RunError("the run has no step sidecars: no cost model to fit", path=analysis.run.path)
+    fit = fit_points(analysis.steps, sidecar, path=analysis.run.path)
+    side = sidecar.drop_duplicates(["rank", "step"], keep="last").set_index(["rank", "step"])
+    feats = side[["num_samples", "len_sum", "len_sq_sum"]].reindex(index).fillna(0.0)
+    m = fit.model
+    coef = np.array([m.c0, m.a, m.b])
+    predicted = (feats.to_numpy(np.float64) @ coef).reshape(len(ranks), -1)
+    ok = (predicted > 0) & (busy > 0)
+    ratio = np.where(ok, busy / np.where(ok, predicted, 1.0), np.nan)
+    speed = np.nanmedian(np.where(np.isnan(ratio).all(1, keepdims=True), 1.0, ratio), axis=1)
+    eta = np.where(ok, ratio / speed[:, None], 1.0)
+    return Calibration(
+        ranks=ranks,
+        steps=steps,
+        busy_ns=busy,
+        predicted_ns=predicted,
+        speed=speed,
+        eta=eta,
+        contention_ns=contention.reshape(len(ranks), -1),
+        fit=fit,
+        lengths=sample_lengths(analysis.run.path),
+    )
+
+
+def noise_draws(cal: Calibration, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``[draw, rank, step]`` residual factors: ``log eta = u_s + v_rs`` splits into what the
+    ranks of a step share (``u_s``, the machine's pace that step: kept) and what differs between
+    them (``v_rs``, centred per step: drawn with replacement from the run's own). Drawing whole
+    ``eta`` would spread the ranks further apart than the run ever did."""
+    log = np.log(cal.eta)
+    common = log.mean(axis=0, keepdims=True)
+    pool = (log - common).reshape(-1)
+    spread = pool[rng.integers(len(pool), size=(draws, *cal.eta.shape))]
+    return np.exp(common[None] + spread)
+
+
+@dataclass
+class Resplit:
+    """The balance toggle's split of every step, and what the cost model says of it."""
+
+    predicted_ns: np.ndarray
+    """``[rank, step]``: fitted busy model on each rank's new share."""
+    imbalance_before: np.ndarray
+    imbalance_after: np.ndarray
+    """Per step, max / mean partition cost."""
+    planner_ns: float
+    """Median time of one planning call (every rank plans in plan mode)."""
+
+
+def resplit(
+    cal: Calibration, model: CostModel, method: str = "kk", planner_ns: float | None = None
+) -> Resplit:
+    """Run optim's planner on every recorded step (see the module docstring)."""
+    missing = [(r, s) for r in cal.ranks for s in cal.steps if (r, s) not in cal.lengths]
+    if missing:
+        r, s = missing[0]
+        raise RunError(
+            f"balance needs the per-sample lengths of every rank and step; the sidecar of rank "
+            f"{r} has none for step {s} ({len(missing)} (rank, step) missing)",
+        )
+    config = BalanceConfig(enabled=True, method=method)
+    fitted = cal.fit.model
+    predicted = np.zeros_like(cal.predicted_ns)
+    before, after, timings = [], [], []
+    for si, step in enumerate(cal.steps):
+        batch = np.concatenate([cal.lengths[(r, step)] for r in cal.ranks])
+        started = time.perf_counter()
+        plan = StepPlan.make(model(batch), len(cal.ranks), config)
+        timings.append((time.perf_counter() - started) * 1e9)
+        before.append(plan.imbalance_before)
+        after.append(plan.imbalance_after)
+        for ri, part in enumerate(plan.parts):
+            predicted[ri, si] = float(fitted(batch[part]).sum())
+    return Resplit(
+        predicted_ns=predicted,
+        imbalance_before=np.array(before),
+        imbalance_after=np.array(after),
+        planner_ns=float(np.median(timings)) if planner_ns is None else planner_ns,
+    )

@@ -1,0 +1,184 @@
+"""What the N-rank simulator plays: the job's shape, its noise and its communication model
+(no torch). ``SimConfig()`` is a GPU-like sequence-recommendation job; :func:`calibrate`
+derives one from a measured run (cost model, noise, lengths, transfer times)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from fsobs.analysis.analyze import Analysis
+from fsobs.analysis.replay import build_graph
+from fsobs.analysis.whatif_model import calibrate as calibrate_busy
+from fsobs.analysis.whatif_model import partition_model
+from fsobs.errors import RunError
+from fsobs.workload.lengths import PRESETS
+from optim.balance import CostModel
+
+SIM_TOGGLES = ("balance", "priority_overlap", "sm_free")
+
+
+@dataclass(kw_only=True, frozen=True)
+class SimConfig:
+    """A simulated job (times in ns). Defaults: a GPU-like HSTU job (BENCHMARKS.md states every
+    assumption); :func:`calibrate` makes one from a measured run."""
+
+    world_size: int = 8
+    steps: int = 20
+    seed: int = 0
+    batch_per_rank: int = 32
+    length_median: float = 1024.0
+    """Lognormal lengths (the ``lognormal`` preset's shape, KuaiRand-1K's mean/median)..."""
+    length_sigma: float = PRESETS["lognormal"].params["sigma"]
+    length_cap: int = 16_384
+    lengths: tuple[int, ...] = ()
+    """...unless given: then drawn from these (a measured run's, with replacement)."""
+    cost: CostModel = field(default_factory=lambda: CostModel(c0=20_000.0, a=1_000.0, b=0.5))
+    """Busy ns per sample of the data-dependent compute (embedding lookup + dense fwd/bwd)."""
+    partition: CostModel | None = None
+    """The balancer's model (default: ``cost``)."""
+    embedding_share: float = 0.15
+    """Share of that compute before the embedding output all-to-all (the lookup)."""
+    speed_sigma: float = 0.01
+    """Per-rank speed: lognormal, fixed over the steps."""
+    noise_sigma: float = 0.02
+    """Per rank and step: lognormal factor on its compute."""
+    step_sigma: float = 0.0
+    """Per step, common to every rank (the machine's pace)."""
+    host_idle_ns: float = 500_000.0
+    """Data loading before each step (GPU idle), lognormal with ``host_sigma``."""
+    host_sigma: float = 0.3
+    launch_gap_ns: int = 10_000
+    """GPU idle between a collective's end and the next kernel."""
+    memcpy_ns: int = 200_000
+    """Input copy at each step's start (GPU busy with neither compute nor communication)."""
+    chunk_ns: int = 100_000
+    """Fixed kernels: the dense prologue under the input-dist prefetch, and the update."""
+    update_chunks: int = 20
+    """The embedding update after the backward all-to-all: this many ``chunk_ns`` kernels."""
+    optimizer_ns: int = 1_000_000
+    gamma: float = 1.3
+    """Slowdown of a kernel that overlaps SM-based communication (Echo: 1.14-1.61)."""
+    a2a_ns_per_token: float = 10.0
+    """Embedding all-to-all: ns per token of the busiest rank, at (N-1)/N -> 1."""
+    ids_ns_per_token: float = 1.0
+    """Input dist (ids) all-to-all, the same way."""
+    a2a_latency_ns: float = 20_000.0
+    """Per log2(N)."""
+    allreduce_ns: float = 5_000_000.0
+    """Dense all-reduce, bandwidth part at (N-1)/N -> 1 (ring: 2 (N-1)/N · bytes / bw)."""
+    allreduce_latency_ns: float = 30_000.0
+    """Per log2(N)."""
+    ranks_per_host: int = 8
+    source: str = "default: GPU-like job (no calibration)"
+
+    def __post_init__(self) -> None:
+        for name in ("world_size", "steps", "batch_per_rank", "ranks_per_host", "update_chunks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.world_size < 2:
+            raise ValueError(f"world_size: must be >= 2, got {self.world_size}")
+        if not 0 <= self.embedding_share < 1:
+            raise ValueError(f"embedding_share: must be in [0, 1), got {self.embedding_share}")
+        if self.gamma < 1:
+            raise ValueError(f"gamma: must be >= 1, got {self.gamma}")
+
+    def draw_lengths(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        if self.lengths:
+            pool = np.asarray(self.lengths, np.int64)
+            return pool[rng.integers(len(pool), size=size)]
+        raw = rng.lognormal(math.log(self.length_median), self.length_sigma, size)
+        return np.clip(np.rint(raw), 1, self.length_cap).astype(np.int64)
+
+    @property
+    def partition_model(self) -> CostModel:
+        return self.partition or self.cost
+
+    def describe(self) -> dict[str, Any]:
+        """The parameters, JSON-ready (lengths summarised)."""
+        out = asdict(self)
+        out["lengths"] = (
+            {"count": len(self.lengths), "median": float(np.median(self.lengths))}
+            if self.lengths
+            else None
+        )
+        out["cost"] = asdict(self.cost)
+        out["partition"] = asdict(self.partition) if self.partition else None
+        return out
+
+
+def calibrate(analysis: Analysis, **overrides: Any) -> SimConfig:
+    """A :class:`SimConfig` from a measured run: its lengths, batch, fitted cost model, rank
+    speeds and residual noise, host time and transfer times (GPU-like fixed kernels kept small;
+    ``overrides`` win). The transfers are bandwidth terms fitted at the run's world size."""
+    graph = build_graph(analysis)
+    sidecar = analysis.run.sidecar
+    if sidecar is None or sidecar.empty:
+        raise RunError(
+            "calibration needs step sidecars (steps.rank<R>.jsonl)", path=analysis.run.path
+        )
+    cal = calibrate_busy(analysis, graph.ranks, graph.steps)
+    if not cal.lengths:
+        raise RunError(
+            "calibration needs per-sample lengths in the step sidecars", path=analysis.run.path
+        )
+    partition, _ = partition_model(sidecar, cal.fit.model)
+    log = np.log(cal.eta)
+    common = log.mean(axis=0)
+    w0 = len(graph.ranks)
+    comm = _transfers(graph, cal.lengths, w0)
+    steps = analysis.steps[analysis.steps["step"].isin(graph.steps)]
+    batch = int(np.median(sidecar["num_samples"]))
+    chunk = int(max(10_000, comm["x0"] / 3))
+    fixed = chunk * (3 + 4)  # about 3 prologue kernels and 4 update kernels
+    m = cal.fit.model
+    base = SimConfig(
+        world_size=w0,
+        batch_per_rank=batch,
+        lengths=tuple(int(v) for arr in cal.lengths.values() for v in arr.tolist()),
+        cost=CostModel(c0=max(0.0, m.c0 - fixed / batch), a=m.a, b=m.b),
+        partition=partition,
+        speed_sigma=float(np.std(np.log(cal.speed))),
+        noise_sigma=float(np.std(log - common[None, :])),
+        step_sigma=float(np.std(common)),
+        host_idle_ns=max(1_000.0, float(steps["host_idle_ms"].median() * 1e6)),
+        memcpy_ns=10_000,
+        chunk_ns=chunk,
+        update_chunks=4,
+        optimizer_ns=10_000,
+        a2a_ns_per_token=comm["a2a_ns_per_token"],
+        ids_ns_per_token=comm["ids_ns_per_token"],
+        allreduce_ns=comm["allreduce_ns"],
+        a2a_latency_ns=0.0,
+        allreduce_latency_ns=0.0,
+        source=f"calibrated from {analysis.run.path} ({w0} ranks, {len(graph.steps)} steps)",
+    )
+    return replace(base, **overrides)
+
+
+def _transfers(graph: Any, lengths: dict, w0: int) -> dict[str, float]:
+    """Per-token and all-reduce coefficients from the run's median transfer times per step:
+    the first embedding collective of a step is the input dist, the other embedding ones
+    the output dist (forward and backward, split in two), the dense ones the all-reduce."""
+    table = graph.instances.sort_values("last_arrival_ns")
+    x = table["instance"].map(graph.transfer_ns).astype(float)
+    table = table.assign(x=x.to_numpy())
+    emb = table[table["role"].isin(["embedding", "other"])]
+    dense = table[table["role"] == "dense"]
+    first = emb.groupby("step")["x"].first()
+    rest = emb.groupby("step")["x"].sum() - first
+    tokens = {}
+    for (_rank, step), arr in lengths.items():
+        tokens[step] = max(tokens.get(step, 0), int(arr.sum()))
+    t = float(np.median(list(tokens.values()))) if tokens else 1.0
+    share = (w0 - 1) / w0
+    ar = float(dense.groupby("step")["x"].sum().median()) if len(dense) else 0.0
+    return {
+        "x0": float(first.median()) if len(first) else 0.0,
+        "ids_ns_per_token": float(first.median()) / (t * share) if len(first) else 0.0,
+        "a2a_ns_per_token": float(rest.median()) / 2 / (t * share) if len(rest) else 0.0,
+        "allreduce_ns": ar / share,
+    }

@@ -1,0 +1,302 @@
+"""Write a simulated run in the run format (DESIGN §3): one small GPU Kineto trace per rank,
+the step sidecars, ``run.json`` (``simulated: true``) and ``truth.json`` (no torch).
+
+A rank's step is about 40 events: the ``ProfilerStep#N`` range, one launch per GPU activity
+(the link that puts the activity in its step), the activities of
+:mod:`fsobs.simulate.schedule` (NCCL kernels with the collective's args: name, group, ``Seq``,
+sizes) and FreeScale's role range around each collective's launch. Ranks are rendered in
+parallel processes, each file gzipped and written atomically.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from platform import python_version
+from typing import Any
+
+import numpy as np
+
+from fsobs.simulate.schedule import START_NS, TRUTH_CLASSES, Schedule
+from optim.markers import comm_marker
+from optim.plan import batch_digest
+
+BASE_NS = START_NS - 1_000_000_000
+COMPUTE, PREFETCH, COMM, DENSE_COMM = 7, 21, 20, 24
+_A2A = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+_AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+_SHARED: dict[str, Any] = {}
+"""The schedule, for the forked writer processes."""
+
+
+def _us(ns: int) -> str:
+    """Absolute ns -> µs after ``BASE_NS`` with three decimals (exact)."""
+    return _dur(ns - BASE_NS)
+
+
+def _dur(ns: int) -> str:
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+class _Rank:
+    """Renders one rank's events; owns its correlation ids and sequence numbers."""
+
+    def __init__(self, sched: Schedule, rank: int) -> None:
+        self.sched, self.rank = sched, rank
+        self.pid, self.tid = 1000 + rank, 1000 + rank
+        self.corr = 0
+        self.seq: dict[str, int] = {}
+        prio = "priority_overlap" in sched.toggles
+        self.groups = {"embedding": "1" if prio else "0", "dense": "2" if prio else "0"}
+        self.dense_stream = DENSE_COMM if prio else COMM
+
+    def step(self, i: int) -> list[str]:
+        s, r = self.sched, self.rank
+        t = s.t
+        t0, k1, k2 = int(t["t0"][i, r]), int(t["k1_end"][i, r]), int(t["k2_end"][i, r])
+        last = i == s.cfg.steps - 1
+        hi = int(t["k4_end"][i]) + 1000 if last else int(t["next_t0"][i, r]) - 1000
+        lo = t0 - 1000
+        self.lo, self.hi = lo, hi
+        out = [self._range("user_annotation", f"ProfilerStep#{i}", lo, hi)]
+        m = t0 + s.cfg.memcpy_ns
+        out += self._gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", COMPUTE, t0, m)
+        out += self._gpu("kernel", "embedding_lookup_kernel", COMPUTE, m, k1)
+        tokens = int(s.lengths[i][r].sum())
+        out += self._coll("embedding", "all_to_allv", COMM, k1, int(t["E1"][i]), tokens)
+        out += self._coll(
+            "embedding", "all_to_allv", PREFETCH, int(t["A0"][i]), int(t["E0"][i]), tokens
+        )
+        for start, dur in zip(s.chunk_start[i].tolist(), s.chunk_dur[i].tolist(), strict=True):
+            out += self._gpu("kernel", "fused_chunk_kernel", COMPUTE, start, start + dur)
+        out += self._gpu("kernel", "hstu_fwd_bwd_kernel", COMPUTE, int(t["k2_start"][i]), k2)
+        prio = "priority_overlap" in s.toggles
+        e2, e3 = int(t["E2"][i]), int(t["E3"][i])
+        c3 = k2 if prio else e2
+        dense = self._coll("dense", "allreduce", self.dense_stream, k2, e2, 0)
+        emb = self._coll("embedding", "all_to_allv", COMM, c3, e3, tokens)
+        out += emb + dense if prio else dense + emb
+        for start, dur in zip(s.upd_start[i].tolist(), s.upd_dur[i].tolist(), strict=True):
+            out += self._gpu("kernel", "fused_chunk_kernel", COMPUTE, start, start + dur)
+        out += self._gpu(
+            "kernel", "optimizer_kernel", COMPUTE, int(t["k4_start"][i]), int(t["k4_end"][i])
+        )
+        return out
+
+    def _range(self, cat: str, name: str, start: int, end: int) -> str:
+        return (
+            f'{{"ph":"X","cat":"{cat}","name":"{name}","pid":{self.pid},"tid":{self.tid},'
+            f'"ts":{_us(start)},"dur":{_dur(end - start)}}}'
+        )
+
+    def _at(self, start: int, lead: int) -> int:
+        """When the host launches an activity that starts at ``start`` (inside the step)."""
+        return min(max(start - lead, self.lo + 500), self.hi - 1000)
+
+    def _launch(self, start: int, cat: str, lead: int = 1000) -> tuple[int, list[str]]:
+        at = self._at(start, lead)
+        self.corr += 1
+        name = "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel"
+        event = (
+            f'{{"ph":"X","cat":"cuda_runtime","name":"{name}","pid":{self.pid},'
+            f'"tid":{self.tid},"ts":{_us(at)},"dur":0.500,"args":{{"correlation":{self.corr}}}}}'
+        )
+        return at, [event]
+
+    def _gpu(
+        self,
+        cat: str,
+        name: str,
+        stream: int,
+        start: int,
+        end: int,
+        extra: str = "",
+        lead: int = 1000,
+    ) -> list[str]:
+        _, out = self._launch(start, cat, lead)
+        device = self.rank % self.sched.cfg.ranks_per_host
+        out.append(
+            f'{{"ph":"X","cat":"{cat}","name":"{name}","pid":{device},"tid":{stream},'
+            f'"ts":{_us(start)},"dur":{_dur(end - start)},"args":{{"device":{device},'
+            f'"stream":{stream},"correlation":{self.corr}{extra}}}}}'
+        )
+        return out
+
+    def _coll(
+        self, role: str, coll: str, stream: int, start: int, end: int, tokens: int
+    ) -> list[str]:
+        group = self.groups[role]
+        self.seq[group] = self.seq.get(group, 0) + 1
+        n = self.sched.cfg.world_size
+        nelems = tokens * 64 if coll == "all_to_allv" else 1_048_576
+        desc = {"0": "default_pg", "1": "freescale_emb", "2": "freescale_dense"}[group]
+        args = (
+            f',"Collective name":"{coll}","dtype":"Float","In msg nelems":{nelems},'
+            f'"Out msg nelems":{nelems},"Group size":{n},"Process Group Name":"{group}",'
+            f'"Process Group Description":"{desc}","Seq":{self.seq[group]}'
+        )
+        # issued 3 µs ahead, so that FreeScale's range around it holds no other launch
+        at = self._at(start, 3000)
+        marker = self._range("user_annotation", comm_marker(role, group), at - 200, at + 700)
+        kernel = _A2A if coll == "all_to_allv" else _AR
+        return [marker, *self._gpu("kernel", kernel, stream, start, end, args, lead=3000)]
+
+
+def _header(sched: Schedule, rank: int) -> str:
+    cfg = sched.cfg
+    everyone = list(range(cfg.world_size))
+    groups = [
+        {
+            "pg_name": "0",
+            "pg_desc": "default_pg",
+            "backend_config": "cuda:nccl",
+            "pg_size": cfg.world_size,
+            "ranks": everyone,
+        }
+    ]
+    if "priority_overlap" in sched.toggles:
+        groups += [
+            {
+                "pg_name": name,
+                "pg_desc": desc,
+                "backend_config": "cuda:nccl",
+                "pg_size": cfg.world_size,
+                "ranks": everyone,
+            }
+            for name, desc in (("1", "freescale_emb"), ("2", "freescale_dense"))
+        ]
+    info = {
+        "backend": "nccl",
+        "rank": rank,
+        "world_size": cfg.world_size,
+        "pg_count": len(groups),
+        "pg_config": groups,
+        "nccl_version": "2.21.5",
+    }
+    return (
+        '{"schemaVersion":1,"deviceProperties":[{"id":0,"name":"simulated GPU"}],'
+        f'"distributedInfo":{json.dumps(info, separators=(",", ":"))},'
+        f'"host_name":"sim-node{rank // cfg.ranks_per_host}","traceEvents":[\n'
+    )
+
+
+def render_rank(sched: Schedule, rank: int) -> bytes:
+    """The whole trace file of one rank (uncompressed)."""
+    writer = _Rank(sched, rank)
+    events = []
+    for i in range(sched.cfg.steps):
+        events += writer.step(i)
+    tail = f'\n],"displayTimeUnit":"ms","baseTimeNanoseconds":{BASE_NS}}}\n'
+    return (_header(sched, rank) + ",\n".join(events) + tail).encode()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _write_ranks(ranks: list[int], out: str) -> int:
+    sched: Schedule = _SHARED["schedule"]
+    size = 0
+    for rank in ranks:
+        raw = render_rank(sched, rank)
+        size += len(raw)
+        _write_atomic(Path(out) / f"rank{rank}.trace.json.gz", gzip.compress(raw, 1, mtime=0))
+        _write_atomic(Path(out) / f"steps.rank{rank}.jsonl", _sidecar(sched, rank).encode())
+    return size
+
+
+def _sidecar(sched: Schedule, rank: int) -> str:
+    lines = []
+    for i, parts in enumerate(sched.lengths):
+        ids = np.arange(sum(len(p) for p in parts)) + i * 10**7  # the step's global batch
+        record = {
+            "step": i,
+            "num_samples": int(len(parts[rank])),
+            "seq_lengths": parts[rank].tolist(),
+            "est_cost": float(sched.est_cost[i, rank]),
+            "wall_start_ns": int(sched.t["t0"][i, rank]),
+            "wall_end_ns": int(sched.t["k4_end"][i]),
+            "imbalance_before": float(sched.imbalance_before[i]),
+            "imbalance_after": float(sched.imbalance_after[i]),
+            "batch_digest": batch_digest(ids),
+        }
+        lines.append(json.dumps(record, separators=(",", ":")))
+    return "\n".join(lines) + "\n"
+
+
+def write_run(sched: Schedule, out: str | Path, workers: int | None = None) -> int:
+    """Write every rank's trace and sidecar, ``run.json`` and ``truth.json`` into ``out``;
+    the uncompressed trace bytes written."""
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    n = sched.cfg.world_size
+    workers = max(1, min(n, workers or os.cpu_count() or 1))
+    chunks = [list(range(r, n, workers)) for r in range(workers)]
+    _SHARED["schedule"] = sched
+    try:
+        if workers == 1:
+            size = _write_ranks(chunks[0], str(root))
+        else:
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+                size = sum(pool.map(_write_ranks, chunks, [str(root)] * len(chunks)))
+    finally:
+        _SHARED.clear()
+    _write_atomic(root / "truth.json", json.dumps(truth_json(sched)).encode())
+    _write_atomic(
+        root / "run.json",
+        (json.dumps(run_meta(sched, root.name), indent=2, sort_keys=True) + "\n").encode(),
+    )
+    return size
+
+
+def truth_json(sched: Schedule) -> dict[str, Any]:
+    """``{"steps": [{rank, step, window_ms, busy_ms, straggler_wait_ms, ...}], "config"}``."""
+    truth = sched.truth
+    steps, ranks = truth["window"].shape
+    rows = []
+    for i in range(steps):
+        for r in range(ranks):
+            row: dict[str, Any] = {"rank": r, "step": i}
+            for key in ("window", *TRUTH_CLASSES, "contention"):
+                row[f"{key}_ms"] = int(truth[key][i, r]) / 1e6
+            rows.append(row)
+    return {"steps": rows, "toggles": sorted(sched.toggles), "config": sched.cfg.describe()}
+
+
+def run_meta(sched: Schedule, name: str) -> dict[str, Any]:
+    """``run.json`` with the keys of :func:`fsobs.collect.runmeta.build_run_meta` (which needs
+    torch's package to import) and ``simulated: true``."""
+    n = sched.cfg.world_size
+    hosts = sorted({f"sim-node{r // sched.cfg.ranks_per_host}" for r in range(n)})
+    toggles = {
+        t: {
+            "requested": t in sched.toggles,
+            "applied": t in sched.toggles,
+            "reason": "simulated policy" if t in sched.toggles else None,
+        }
+        for t in ("balance", "priority_overlap", "sm_free")
+    }
+    return {
+        "format_version": 1,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "name": name,
+        "world_size": n,
+        "backend": "nccl",
+        "device": "gpu",
+        "hosts": hosts,
+        "workload": {"simulator": sched.cfg.describe(), "steps": sched.cfg.steps},
+        "toggles": toggles,
+        "simulated": True,
+        "versions": {"python": python_version(), "torch": None, "torchrec": None},
+        "status": "complete",
+        "reason": None,
+        "ranks_present": list(range(n)),
+    }

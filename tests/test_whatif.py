@@ -1,0 +1,295 @@
+"""What-if: the segment-graph replay on hand-built graphs, the balance re-split on lengths whose
+partition is known, the oracle, predictions against simulated runs whose truth is known, CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fsobs.analysis import analyze_path
+from fsobs.analysis.costfit import CostFit
+from fsobs.analysis.replay import (
+    BUSY,
+    EXPOSED,
+    KINDS,
+    LOCAL,
+    WAIT,
+    Changes,
+    Piece,
+    SegmentGraph,
+    build_graph,
+    replay,
+    replay_error,
+)
+from fsobs.analysis.whatif import TOGGLES, whatif, whatif_json
+from fsobs.analysis.whatif_model import Calibration, partition_model, resplit
+from fsobs.cli import main
+from fsobs.errors import RunError
+from fsobs.simulate.simulator import SimConfig, simulate, truth_frame, write_run
+from optim.balance import CostModel
+
+MS = 1_000_000
+
+
+def _local(step: int, busy_ms: float, arrivals: list[int] = ()) -> Piece:
+    lengths = np.zeros(len(KINDS), np.int64)
+    lengths[BUSY] = int(busy_ms * MS)
+    at_end = lengths.copy()
+    return Piece(
+        step,
+        LOCAL,
+        lengths=lengths,
+        parts=[(BUSY, int(busy_ms * MS))],
+        arrivals=[(k, at_end) for k in arrivals],
+        first_of_step=False,
+    )
+
+
+def _two_ranks(compute: dict[int, tuple[float, float]], transfer_ms: float) -> SegmentGraph:
+    """One step, two ranks: ``busy_1 | arrive at k=0 | wait | exposed | busy_2``, measured with
+    the compute given per rank (ms)."""
+    last = max(c[0] for c in compute.values())
+    pieces = {}
+    for rank, (before, after) in compute.items():
+        chain = [_local(0, before, [0])]
+        chain[0].first_of_step = True
+        if before < last:
+            chain.append(Piece(0, WAIT, length=int((last - before) * MS), owner=0))
+        chain.append(Piece(0, EXPOSED, length=int(transfer_ms * MS), owner=0))
+        chain.append(_local(0, after))
+        pieces[rank] = chain
+    end = int((last + transfer_ms) * MS)
+    return SegmentGraph(
+        ranks=[0, 1],
+        steps=[0],
+        start_ns={0: 0, 1: 0},
+        pieces=pieces,
+        transfer_ns={0: int(transfer_ms * MS)},
+        end_delta_ns={(0, 0): 0, (0, 1): 0},
+        members={0: 2},
+        instances=pd.DataFrame(
+            {
+                "instance": [0],
+                "role": ["embedding"],
+                "group": ["0"],
+                "coll": ["all_to_all"],
+                "step": [0],
+                "last_arrival_ns": [int(last * MS)],
+                "end_ns": [end],
+            }
+        ),
+        spans=pd.DataFrame(
+            {"instance": [0, 0], "rank": [0, 1], "start_ns": [0, 0], "end_ns": [end, end]}
+        ),
+    )
+
+
+def test_replay_of_two_ranks_gives_the_waits_by_hand() -> None:
+    # rank 0 computes 10 ms, rank 1 4 ms, then a 2 ms transfer, then 5 ms each
+    graph = _two_ranks({0: (10.0, 5.0), 1: (4.0, 5.0)}, transfer_ms=2.0)
+    table = replay(graph).set_index("rank")
+    assert table.loc[1, "straggler_wait_ms"] == pytest.approx(6.0)
+    assert table.loc[0, "straggler_wait_ms"] == pytest.approx(0.0)
+    assert table.loc[0, "exposed_comm_ms"] == pytest.approx(2.0)
+    assert table.loc[1, "window_ms"] == pytest.approx(10 + 2 + 5)
+    assert table.loc[1, "bubble_ms"] == pytest.approx(8.0)
+    # rank 0's compute halved: it now arrives at 5 ms (before: 10), rank 1 at 4 ms
+    scale = np.ones((2, 1, len(KINDS)))
+    scale[0, 0, BUSY] = 0.5
+    faster = replay(graph, Changes(scale=scale)).set_index("rank")
+    assert faster.loc[1, "straggler_wait_ms"] == pytest.approx(1.0)
+    assert faster.loc[0, "straggler_wait_ms"] == pytest.approx(0.0)
+    assert faster.loc[0, "window_ms"] == pytest.approx(5 + 2 + 2.5)
+    assert faster.loc[1, "window_ms"] == pytest.approx(4 + 1 + 2 + 5)
+    # extra host time at the step's start delays the arrival too
+    extra = replay(graph, Changes(extra_idle_ns=np.array([[0.0], [3 * MS]]))).set_index("rank")
+    assert extra.loc[1, "host_idle_ms"] == pytest.approx(3.0)
+    assert extra.loc[1, "straggler_wait_ms"] == pytest.approx(3.0)
+
+
+def test_replay_error_is_zero_for_an_identical_run() -> None:
+    graph = _two_ranks({0: (3.0, 1.0), 1: (7.0, 2.0)}, transfer_ms=1.0)
+    measured = replay(graph)
+    err = replay_error(measured, replay(graph))
+    assert err["step_time_median"] == 0 and err["classes_p90"] == 0
+
+
+def _calibration(lengths: dict[tuple[int, int], list[int]], model: CostModel) -> Calibration:
+    ranks, steps = [0, 1], [0]
+    predicted = np.array([[float(model(np.array(lengths[(r, 0)])).sum())] for r in ranks])
+    fit = CostFit(model=model, r2=1.0, rmse_ms=0.0, n_points=2, points=pd.DataFrame())
+    return Calibration(
+        ranks=ranks,
+        steps=steps,
+        busy_ns=predicted.copy(),
+        predicted_ns=predicted,
+        speed=np.ones(2),
+        eta=np.ones((2, 1)),
+        contention_ns=np.zeros((2, 1)),
+        fit=fit,
+        lengths={k: np.array(v) for k, v in lengths.items()},
+    )
+
+
+def test_balance_resplits_with_the_jobs_planner() -> None:
+    # cost L²: rank 0 has 10, 10 (cost 200), rank 1 has 1, 1 (cost 2); equal counts: KK gives
+    # each rank one 10 and one 1 (cost 101 each)
+    model = CostModel(c0=0.0, a=0.0, b=1.0)
+    cal = _calibration({(0, 0): [10, 10], (1, 0): [1, 1]}, model)
+    split = resplit(cal, model, planner_ns=0.0)
+    assert split.predicted_ns[:, 0].tolist() == [101.0, 101.0]
+    assert split.imbalance_before[0] == pytest.approx(200 / 101)
+    assert split.imbalance_after[0] == pytest.approx(1.0)
+
+
+def test_balance_needs_lengths_of_every_rank() -> None:
+    model = CostModel(c0=0.0, a=0.0, b=1.0)
+    cal = _calibration({(0, 0): [10, 10], (1, 0): [1, 1]}, model)
+    del cal.lengths[(1, 0)]
+    with pytest.raises(RunError, match="per-sample lengths"):
+        resplit(cal, model)
+
+
+def test_partition_model_is_the_one_behind_est_cost() -> None:
+    job = CostModel(c0=3.0, a=2.0, b=0.5)
+    rows = []
+    for rank, lengths in enumerate(([1, 2, 3], [4, 5], [10, 1, 1, 7])):
+        arr = np.array(lengths)
+        rows.append(
+            {
+                "rank": rank,
+                "step": 0,
+                "num_samples": len(arr),
+                "len_sum": arr.sum(),
+                "len_sq_sum": (arr**2).sum(),
+                "est_cost": float(job(arr).sum()),
+            }
+        )
+    found, source = partition_model(pd.DataFrame(rows), CostModel(c0=1.0, a=0.0, b=0.0))
+    assert (found.c0, found.a, found.b) == pytest.approx((3.0, 2.0, 0.5))
+    assert "est_cost" in source
+    rows[0]["est_cost"] *= 1.5  # not a cost model any more: the fallback
+    assert partition_model(pd.DataFrame(rows), job)[1].startswith("fitted")
+
+
+QUIET = dict(
+    noise_sigma=0.0,
+    speed_sigma=0.0,
+    host_sigma=0.0,
+    chunk_ns=1_000,
+    optimizer_ns=1_000,
+    memcpy_ns=1_000,
+    batch_per_rank=16,
+)
+
+
+@pytest.fixture(scope="module")
+def sims(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A noise-free 4-rank job written under each policy (same seed: same batches)."""
+    root = tmp_path_factory.mktemp("whatif_sims")
+    cfg = SimConfig(world_size=4, steps=6, seed=3, **QUIET)
+    out = {}
+    for name, toggles in (
+        ("base", ()),
+        ("balance", ("balance",)),
+        ("priority", ("priority_overlap",)),
+    ):
+        sched = simulate(cfg, toggles)
+        write_run(sched, root / name, workers=1)
+        out[name] = root / name
+        out[f"{name}_truth"] = truth_frame(sched)
+    return out
+
+
+def _truth_bubble(truth: pd.DataFrame) -> float:
+    return float((truth["window_ms"] - truth["busy_ms"]).mean())
+
+
+def test_replay_reproduces_a_simulated_run(sims: dict) -> None:
+    analysis = analyze_path(sims["base"])
+    err = replay_error(analysis.steps, replay(build_graph(analysis)))
+    assert err["step_time_max"] < 1e-6 and err["classes_max"] < 1e-6
+
+
+def test_whatif_predicts_the_simulated_balance_and_priority(sims: dict) -> None:
+    w = whatif(analyze_path(sims["base"]), draws=20, planner_ns=0.0)
+    by = {p.toggles: p for p in w.predictions}
+    assert len(by) == 7 and w.replay["passed"]
+    truth = _truth_bubble(sims["base_truth"])
+    for toggle, key in (("balance", "balance_truth"), ("priority_overlap", "priority_truth")):
+        expected = 1 - _truth_bubble(sims[key]) / truth
+        assert by[(toggle,)].bubble_reduction == pytest.approx(expected, abs=0.02), toggle
+    lo, hi = by[("balance",)].bubble_reduction_interval
+    assert lo <= by[("balance",)].bubble_reduction <= hi
+    # noise-free: the oracle leaves (almost) no straggler wait, all of it came from the data
+    # (left: the fixed kernels, 7 µs per step, scaled with the rest of the busy time)
+    wait = w.baseline["straggler_wait_ms_per_step"]
+    assert w.oracle["by_class"]["straggler_wait"] < 1e-3 * wait
+    assert w.oracle["data_share"] == pytest.approx(1.0, abs=1e-3)
+    assert w.oracle["wait_from_noise_ms_per_step"] < 1e-3 * wait
+
+
+def test_combinations_are_replayed_together(sims: dict) -> None:
+    w = whatif(analyze_path(sims["base"]), ("balance", "priority_overlap"), draws=5, planner_ns=0.0)
+    by = {p.toggles: p for p in w.predictions}
+    assert set(by) == {("balance",), ("priority_overlap",), ("balance", "priority_overlap")}
+    both = by[("balance", "priority_overlap")].bubble_ms_per_step
+    alone = by[("balance",)].bubble_ms_per_step
+    assert both < alone
+
+
+def test_whatif_json_shape(sims: dict) -> None:
+    data = whatif_json(whatif(analyze_path(sims["base"]), ("sm_free",), draws=3))
+    assert set(data) >= {"baseline", "replay", "predictions", "oracle"}
+    pred = data["predictions"][0]
+    assert pred["predicted"] is True and pred["toggles"] == ["sm_free"]
+    assert len(pred["bubble_reduction_interval"]) == 2
+    assert data["run"]["simulated"] is True
+    json.dumps(data, allow_nan=False)
+
+
+def test_unknown_toggle_is_refused(sims: dict) -> None:
+    with pytest.raises(RunError, match="toggles"):
+        whatif(analyze_path(sims["base"]), ("fast",))
+    assert TOGGLES == ("balance", "priority_overlap", "sm_free")
+
+
+def test_cli_whatif(sims: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["whatif", str(sims["base"]), "--toggles", "balance", "--draws", "5", "--json"]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert [p["toggles"] for p in data["predictions"]] == [["balance"]]
+    assert main(["whatif", str(sims["base"]), "--toggles", "sm_free", "--draws", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "replay check (ok)" in out and "oracle" in out and "simulated" in out
+
+
+def test_cli_whatif_errors(tmp_path: Path, sims: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["whatif", str(sims["base"]), "--toggles", "faster"])
+    assert exc.value.code == 2
+    capsys.readouterr()
+    assert main(["whatif", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "rank0.trace.json.gz").write_bytes((sims["base"] / "rank0.trace.json.gz").read_bytes())
+    for rank in range(1, 4):
+        src = sims["base"] / f"rank{rank}.trace.json.gz"
+        (bare / src.name).write_bytes(src.read_bytes())
+    assert main(["whatif", str(bare)]) == 2
+    err = capsys.readouterr().err
+    assert "balance needs step sidecars" in err and err.count("\n") == 1
+    assert main(["whatif", str(bare), "--toggles", "sm_free", "--draws", "2"]) == 0
+    assert main(["whatif", str(sims["base"]), "--draws", "0"]) == 2
+
+
+def test_config_replace_keeps_quiet() -> None:
+    cfg = replace(SimConfig(**QUIET), world_size=2)
+    assert cfg.noise_sigma == 0.0 and cfg.world_size == 2
