@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,9 @@ from typing import Any
 
 from fsobs.analysis import analyze_path, compare
 from fsobs.analysis.whatif import whatif, whatif_json
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _runs import fsobs_run  # noqa: E402
 
 EXPERIMENTS = {
     "balance": ([], ["--balance"]),
@@ -40,16 +42,6 @@ def complete(out: Path) -> bool:
     """A run this benchmark wrote before (``--resume`` keeps it)."""
     meta = out / "run.json"
     return meta.exists() and json.loads(meta.read_text()).get("status") == "complete"
-
-
-def fsobs_run(out: Path, flags: list[str]) -> None:
-    if out.exists():
-        shutil.rmtree(out)
-    cmd = [sys.executable, "-m", "fsobs.cli", "run", f"--out={out}", *flags]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
-        raise SystemExit(f"benchmark: {' '.join(cmd)} failed ({done.returncode}):\n{tail}")
 
 
 def load_average() -> float:
@@ -71,6 +63,8 @@ def one(args: argparse.Namespace, world: int, seed: int, toggle: str) -> dict[st
             continue
         loads[name] = load_average()
         started = time.monotonic()
+        if (root / name).exists():
+            shutil.rmtree(root / name)  # an unfinished run of an earlier call
         fsobs_run(root / name, common + flags)
         print(
             f"  {toggle} w{world} seed{seed} {name}: {time.monotonic() - started:.0f} s "

@@ -208,3 +208,8 @@ def run_facts(entry: RunEntry, analysis: Analysis | None, error: str | None) -> 
 def has_data(analysis: Analysis | None) -> bool:
     """True when the run has at least one step with a bubble breakdown."""
     return analysis is not None and not analysis.steps.empty
+
+
+def has_sidecar(analysis: Analysis | None) -> bool:
+    """True when the run has a bubble breakdown and step sidecars (the samples' lengths)."""
+    return has_data(analysis) and analysis is not None and analysis.run.sidecar is not None

@@ -12,6 +12,7 @@ from typing import NoReturn
 import plotly.graph_objects as go
 import streamlit as st
 
+from dashboard.cache import first_with_data, load, runs
 from dashboard.store import RunEntry, find_run, resolve_store, toggles_table
 from fsobs import Analysis
 from fsobs.trace.storage import Location, as_location
@@ -76,6 +77,24 @@ def pick_run(
     entry = find_run(entries, choice)
     assert entry is not None  # the options are the store's ids
     return entry
+
+
+def open_run(
+    label: str, want: Callable[[Analysis | None], bool] | None = None
+) -> tuple[RunEntry, Analysis]:
+    """The page's run: the ``run`` picker (default: the first run satisfying ``want``, see
+    :func:`dashboard.cache.first_with_data`), analyzed, with its header; the page ends with the
+    loader's message when the run cannot be analyzed, or when the store is empty."""
+    store = current_store()
+    entries = runs(store)
+    stop_without_runs(entries)
+    kwargs = {} if want is None else {"want": want}
+    entry = pick_run(label, "run", entries, lambda: first_with_data(store, entries, **kwargs))
+    loaded = load(store, entry)
+    if loaded.analysis is None:
+        stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")
+    run_header(entry, loaded.analysis)
+    return entry, loaded.analysis
 
 
 def stop_on_error(error: str, what: str) -> NoReturn:

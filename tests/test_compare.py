@@ -23,7 +23,9 @@ import pytest
 from fsobs.analysis import Analysis, analyze_path, compare, compare_json, kpis
 from fsobs.analysis.collectives import Collectives
 from fsobs.analysis.compare import bootstrap_reduction, same_batches
-from fsobs.cli import build_parser, dashboard_app, job_args, main
+from fsobs.cli import build_parser, main
+from fsobs.cli.dashboard import dashboard_app
+from fsobs.cli.run import job_args
 from fsobs.trace.schema import Run
 from tests.kineto import kernel, launch, step, trace, write
 from tests.test_hta_agreement import REFERENCE
@@ -618,9 +620,9 @@ def test_dashboard_runs_streamlit_on_the_store(tmp_path, monkeypatch, capsys):
     class Done:
         returncode = 0
 
-    monkeypatch.setattr("fsobs.cli.dashboard_app", lambda: app)
+    monkeypatch.setattr("fsobs.cli.dashboard.dashboard_app", lambda: app)
     monkeypatch.setattr(
-        "fsobs.cli.subprocess.run", lambda cmd, env: calls.append((cmd, env)) or Done
+        "fsobs.cli.dashboard.subprocess.run", lambda cmd, env: calls.append((cmd, env)) or Done
     )
     monkeypatch.chdir(tmp_path)
     assert main(["dashboard", "--port", "8600"]) == 0
@@ -649,7 +651,7 @@ def test_dashboard_app_is_in_the_checkout():
 
 
 def test_dashboard_without_the_app(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("fsobs.cli.dashboard_app", lambda: tmp_path / "none.py")
+    monkeypatch.setattr("fsobs.cli.dashboard.dashboard_app", lambda: tmp_path / "none.py")
     assert main(["dashboard"]) == 2
     err = capsys.readouterr().err
     assert "none.py: no dashboard app here" in err and err.count("\n") == 1

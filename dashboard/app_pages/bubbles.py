@@ -7,7 +7,6 @@ from functools import partial
 import streamlit as st
 
 from dashboard import figures
-from dashboard.cache import first_with_data, load, runs
 from dashboard.ranks import (
     DEFAULT_TOP_K,
     MAX_TIMELINE_RANKS,
@@ -19,13 +18,9 @@ from dashboard.ranks import (
 from dashboard.tables import TIMELINE_PIXELS, TIMELINE_STEPS, lateness_frame, timeline_frame
 from dashboard.widgets import (
     chart,
-    current_store,
     kpi_metrics,
-    pick_run,
-    run_header,
+    open_run,
     stop,
-    stop_on_error,
-    stop_without_runs,
 )
 from fsobs import Analysis
 from fsobs.analysis.analyze import by_role
@@ -211,15 +206,7 @@ def _hta(analysis: Analysis) -> None:
 def render() -> None:
     """The page."""
     st.title("Bubbles")
-    store = current_store()
-    entries = runs(store)
-    stop_without_runs(entries)
-    entry = pick_run("Run", "run", entries, lambda: first_with_data(store, entries))
-    loaded = load(store, entry)
-    if loaded.analysis is None:
-        stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")
-    analysis = loaded.analysis
-    run_header(entry, analysis)
+    entry, analysis = open_run("Run")
     if analysis.steps.empty:
         stop("No step was recorded on every rank (no ProfilerStep): no bubble breakdown.")
     _overview(analysis)

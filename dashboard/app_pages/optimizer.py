@@ -12,24 +12,17 @@ from dashboard.balance_plan import (
     default_model,
     stored_cost_model,
 )
-from dashboard.cache import cost_fit, first_with_data, load, runs, step_lengths
+from dashboard.cache import cost_fit, step_lengths
 from dashboard.store import RunEntry
-from dashboard.tables import has_data, imbalance_steps
+from dashboard.tables import has_sidecar, imbalance_steps
 from dashboard.widgets import (
     chart,
     current_store,
-    pick_run,
-    run_header,
+    open_run,
     stop,
-    stop_on_error,
-    stop_without_runs,
 )
 from fsobs import Analysis
 from optim.balance import METHODS
-
-
-def _has_sidecar(analysis: Analysis | None) -> bool:
-    return has_data(analysis) and analysis is not None and analysis.run.sidecar is not None
 
 
 def _fit_section(entry: RunEntry, analysis: Analysis) -> CostChoice | None:
@@ -102,17 +95,7 @@ def _logged_imbalance(analysis: Analysis) -> None:
 def render() -> None:
     """The page."""
     st.title("Optimizer")
-    store = current_store()
-    entries = runs(store)
-    stop_without_runs(entries)
-    entry = pick_run(
-        "Run", "run", entries, lambda: first_with_data(store, entries, want=_has_sidecar)
-    )
-    loaded = load(store, entry)
-    if loaded.analysis is None:
-        stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")
-    analysis = loaded.analysis
-    run_header(entry, analysis)
+    entry, analysis = open_run("Run", want=has_sidecar)
     if analysis.run.sidecar is None:
         stop("This run has no step sidecars (steps.rank<R>.jsonl): nothing to fit or plan.")
     fitted = _fit_section(entry, analysis)

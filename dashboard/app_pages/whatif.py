@@ -10,16 +10,14 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures
-from dashboard.cache import comparison, first_with_data, load, runs
+from dashboard.cache import comparison, load, runs
 from dashboard.store import RunEntry, Signature
-from dashboard.tables import has_data
+from dashboard.tables import has_sidecar
 from dashboard.widgets import (
     chart,
     current_store,
-    pick_run,
-    run_header,
+    open_run,
     stop_on_error,
-    stop_without_runs,
 )
 from fsobs import Analysis, FsobsError
 from fsobs.analysis.whatif import TOGGLES, WhatIf, available_toggles, whatif
@@ -29,10 +27,6 @@ from fsobs.simulate.study import WORLD_SIZES, scale_curve, toggle_study
 STUDY_WORLD_SIZE = 256
 STUDY_STEPS = 10
 DRAWS = (50, 200)
-
-
-def _has_sidecar(analysis: Analysis | None) -> bool:
-    return has_data(analysis) and analysis is not None and analysis.run.sidecar is not None
 
 
 @st.cache_resource(max_entries=16, show_spinner="Replaying the run with each toggle...")
@@ -161,17 +155,7 @@ def _scale_section(entry: RunEntry, analysis: Analysis) -> None:
 def render() -> None:
     """The page."""
     st.title("What-if")
-    store = current_store()
-    entries = runs(store)
-    stop_without_runs(entries)
-    entry = pick_run(
-        "Baseline run", "run", entries, lambda: first_with_data(store, entries, want=_has_sidecar)
-    )
-    loaded = load(store, entry)
-    if loaded.analysis is None:
-        stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")
-    analysis = loaded.analysis
-    run_header(entry, analysis)
+    entry, analysis = open_run("Baseline run", want=has_sidecar)
     possible = available_toggles(analysis)
     left, right = st.columns([3, 1])
     chosen = left.multiselect("Toggles (every combination is predicted)", possible, possible)
@@ -180,7 +164,9 @@ def render() -> None:
         st.info("Choose at least one toggle.")
         st.stop()
     toggles = tuple(t for t in TOGGLES if t in chosen)
-    result, error = _predict(str(store), entry.run_id, entry.signature, toggles, draws, analysis)
+    result, error = _predict(
+        str(current_store()), entry.run_id, entry.signature, toggles, draws, analysis
+    )
     if result is None:
         stop_on_error(error or "unknown error", "No prediction")
     st.caption(

@@ -1,0 +1,166 @@
+"""``fsobs run``: the reference job on N ranks with torchrun (torch imported only to launch)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fsobs.cli.common import Commands, cost_model_path, example
+from fsobs.errors import FsobsError
+from optim.balance import METHODS
+from optim.config import DENSE_ORDERS
+
+BALANCE_MODES = ("plan", "shuffle")
+
+
+def add_run(commands: Commands) -> None:
+    cmd = commands.add_parser(
+        "run",
+        help="train the reference job on N ranks with torchrun, writing a run directory",
+        description="Extra torchrun flags for multi-node runs go after '--' "
+        "(e.g. -- --nnodes 2 --node-rank 0 --rdzv-endpoint host:29500). Each rank's output "
+        "goes to OUT/logs/rank<R>.log; the console shows one progress bar.",
+        epilog=example("fsobs run --world-size 2 --steps 20 --out out/demo/balanced --balance"),
+    )
+    cmd.add_argument("--world-size", type=int, required=True, help="ranks on this node")
+    cmd.add_argument("--steps", type=int, default=20)
+    cmd.add_argument("--out", required=True, help="run directory to write")
+    cmd.add_argument("--preset", default="lognormal", help="sequence-length distribution")
+    cmd.add_argument("--model-size", default="small", choices=["tiny", "small", "medium"])
+    cmd.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
+    cmd.add_argument("--num-samples", type=int, default=None, help="samples in the data set")
+    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--threads-per-rank", type=int, default=None)
+    cmd.add_argument("--no-profile", action="store_true", help="train without the profiler")
+    cmd.add_argument(
+        "--balance", action="store_true", help="balance each global batch's cost across ranks"
+    )
+    cmd.add_argument(
+        "--balance-method",
+        choices=METHODS,
+        help="partitioner for --balance (default: kk, Karmarkar-Karp)",
+    )
+    cmd.add_argument(
+        "--balance-mode",
+        choices=BALANCE_MODES,
+        help="plan: every rank plans from the lengths; shuffle: all-gather the costs and "
+        "exchange samples (default: plan)",
+    )
+    cmd.add_argument(
+        "--cost-model", metavar="FILE", help="cost model JSON for --balance (fsobs fit-cost)"
+    )
+    cmd.add_argument(
+        "--priority-overlap",
+        action="store_true",
+        help="embedding collectives on a process group of their own (high-priority stream on "
+        "NCCL), the dense all-reduce on another",
+    )
+    cmd.add_argument(
+        "--dense-order",
+        choices=DENSE_ORDERS,
+        help="with --priority-overlap: after_embedding (default: each step's dense buckets "
+        "wait for its backward embedding all-to-all), or concurrent",
+    )
+    cmd.add_argument(
+        "--sm-free",
+        action="store_true",
+        help="embedding all-to-all on the GPU copy engines (NCCL >= 2.28, one node); elsewhere "
+        "recorded as not applied, with the reason",
+    )
+    cmd.add_argument(
+        "--sync-gc",
+        action="store_true",
+        help="automatic garbage collection off; every rank collects the young generation at "
+        "the same steps (every 10)",
+    )
+    cmd.add_argument(
+        "--dense-mb",
+        type=float,
+        default=None,
+        help="add a dense block of about this many MiB to the model (a large dense all-reduce)",
+    )
+    cmd.add_argument(
+        "--ddp-bucket-mb",
+        type=int,
+        default=None,
+        help="DDP bucket size of the dense all-reduce (default: torchrec's 25)",
+    )
+    cmd.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,  # keeps `fsobs -v run ...` working
+        help="stream every rank's output to the console instead of the progress bar",
+    )
+    cmd.add_argument("rdzv", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    cmd.set_defaults(handler=_run)
+
+
+def job_args(args: argparse.Namespace) -> list[str]:
+    """The training job's flags for ``fsobs run`` (checks the balance options and the cost
+    model file, whose path is made absolute)."""
+    out = [
+        f"--steps={args.steps}",
+        f"--preset={args.preset}",
+        f"--model-size={args.model_size}",
+        f"--batch-size={args.batch_size}",
+        f"--seed={args.seed}",
+    ] + (["--no-profile"] if args.no_profile else [])
+    if args.num_samples is not None:
+        out.append(f"--num-samples={args.num_samples}")
+    for flag, value in (
+        ("--balance-method", args.balance_method),
+        ("--balance-mode", args.balance_mode),
+    ):
+        if value is not None and not args.balance:
+            raise FsobsError(f"{flag} needs --balance")
+    if args.balance:
+        out.append("--balance")
+        out.append(f"--balance-method={args.balance_method or 'kk'}")
+        out.append(f"--balance-mode={args.balance_mode or 'plan'}")
+    if args.cost_model is not None:
+        out.append(f"--cost-model={cost_model_path(args.cost_model)}")
+    if args.dense_order is not None and not args.priority_overlap:
+        raise FsobsError("--dense-order needs --priority-overlap")
+    if args.priority_overlap:
+        out += ["--priority-overlap", f"--dense-order={args.dense_order or 'after_embedding'}"]
+    if args.sm_free:
+        out.append("--sm-free")
+    if args.sync_gc:
+        out.append("--sync-gc")
+    if args.dense_mb is not None:
+        out.append(f"--dense-mb={args.dense_mb}")
+    if args.ddp_bucket_mb is not None:
+        out.append(f"--ddp-bucket-mb={args.ddp_bucket_mb}")
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    job = job_args(args)  # before torch is imported: bad flags fail fast
+    from fsobs.workload.launch import LaunchConfig, failure_report, launch, log_dir
+
+    rdzv = tuple(a for a in args.rdzv if a != "--")
+    config = LaunchConfig(
+        world_size=args.world_size,
+        out=Path(args.out),
+        threads_per_rank=args.threads_per_rank,
+        rdzv=rdzv,
+        job_args=tuple(job),
+    )
+    verbose = bool(getattr(args, "verbose", False))
+    print(
+        f"fsobs run: {args.world_size} rank(s) on this node; their output: {log_dir(config.out)}/",
+        file=sys.stderr,
+    )
+    code = launch(config, verbose=verbose)
+    if code != 0:
+        print(
+            f"fsobs: error: {args.out}: the job failed (torchrun exit code {code}); "
+            "the run is marked incomplete and what was written can be analyzed\n"
+            f"{failure_report(config.out)}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"wrote {args.out}; analyze it with: fsobs analyze {args.out}")
+    return 0
