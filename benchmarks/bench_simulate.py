@@ -2,9 +2,10 @@
 
 1. ``fsobs simulate`` speed: 256 and 1024 ranks x 20 steps (schedule + every rank's trace,
    sidecar, run.json, truth.json written by parallel processes). Goals: <= 60 s and <= 5 min.
-2. The analyzer on the 1024-rank output, in fresh processes: ``parse`` (every rank parsed and
-   dropped) and ``analyze`` (``fsobs.analyze_path``); goal: analyze <= 2x parse. The round trip
-   (analyzed classes against ``truth.json``) is checked on the same run.
+2. The analyzer on the 1024-rank output, in fresh processes (``bench_analyze.measure``):
+   ``parse`` (every rank parsed and dropped) and ``analyze`` (``fsobs.analyze_path``); goal:
+   analyze <= 2x parse. The round trip (analyzed classes against ``truth.json``) is checked on
+   the same run.
 3. The scale study (``fsobs.simulate.study``): bubble ratio against the world size (8...1024)
    under the random split, and each toggle's bubble reduction at 256 ranks, for a job calibrated
    from a measured run (``--calibrate``), the same with GPU-like noise, and the GPU-like default.
@@ -17,10 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -29,42 +29,8 @@ from fsobs.analysis import analyze_path
 from fsobs.simulate.simulator import SimConfig, calibrate, simulate, truth_error, write_run
 from fsobs.simulate.study import WORLD_SIZES, scale_curve, toggle_study
 
-
-@dataclass
-class _Parsed:
-    """What ``parse`` keeps of a rank (its identity only, as benchmarks/bench_analyze.py)."""
-
-    rank: int
-    world_size: int
-    path: Path
-    warnings: list[str]
-
-
-def _drop_events(trace) -> _Parsed:  # noqa: ANN001 (a RankTrace)
-    return _Parsed(trace.rank, trace.world_size, trace.path, list(trace.warnings))
-
-
-def worker(mode: str, run_dir: str) -> None:
-    from fsobs.trace.loader import map_run
-
-    start = time.perf_counter()
-    if mode == "parse":
-        run = map_run(run_dir, _drop_events)
-        facts = {"ranks": len(run.ranks)}
-    else:
-        analysis = analyze_path(run_dir)
-        facts = {"ranks": len(analysis.run.ranks), "bubble_ratio": analysis.summary["bubble_ratio"]}
-    print(json.dumps({"work_s": time.perf_counter() - start, **facts}))
-
-
-def timed(mode: str, run_dir: Path) -> float:
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", mode, str(run_dir)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["work_s"])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_analyze import measure  # noqa: E402
 
 
 def speed(root: Path) -> list[str]:
@@ -88,8 +54,8 @@ def speed(root: Path) -> list[str]:
             f"{'met' if total <= goal else 'missed'} |"
         )
     big = root / "sim1024"
-    parse = [timed("parse", big) for _ in range(2)]
-    analyze = [timed("analyze", big) for _ in range(2)]
+    parse = [measure("parse", big)["work_s"] for _ in range(2)]
+    analyze = [measure("analyze", big)["work_s"] for _ in range(2)]
     p, a = min(parse), min(analyze)
     err = truth_error(
         pd.DataFrame(json.loads((big / "truth.json").read_text())["steps"]), analyze_path(big).steps
@@ -144,16 +110,12 @@ def study(configs: dict[str, SimConfig], seeds: tuple[int, ...]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--calibrate", help="a measured baseline run")
     parser.add_argument("--out", default="bench_data/simulate")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-study", action="store_true")
     args = parser.parse_args()
-    if args.worker:
-        worker(*args.worker)
-        return 0
     root = Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
     if not args.skip_speed:

@@ -48,8 +48,8 @@ stragglers caused adds up to the straggler_wait class exactly.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -155,33 +155,40 @@ class RankWaits:
     priority: np.ndarray
     """Charging order for overlapping waits: latest last arrival first."""
     role: np.ndarray
-    """``embedding``, ``dense`` or ``other`` (:data:`optim.markers.ROLES`)."""
+    """Position in :data:`optim.markers.ROLES` (``embedding``, ``dense``, ``other``)."""
 
     @staticmethod
-    def of(colls: Collectives, rank: int) -> RankWaits:
-        mine = colls.instances[colls.instances["rank"] == rank].sort_values("row")
-        offset = colls.offsets_ns.get(rank, 0)
-        start = mine["start_ns"].to_numpy(np.int64) + offset
-        end = mine["end_ns"].to_numpy(np.int64) + offset
-        last = mine["arrival_last_ns"].to_numpy(np.int64) + offset
-        order = np.lexsort((mine["instance"].to_numpy(), -last))
-        priority = np.empty(len(order), np.int64)
-        priority[order] = np.arange(len(order))
-        return RankWaits(
-            rows=mine["row"].to_numpy(np.int64),
-            start=start,
-            wait_end=np.minimum(last, end),
-            end=end,
-            last_rank=mine["last_rank"].to_numpy(np.int64),
-            priority=priority,
-            role=mine["role"].to_numpy(object),
-        )
+    def of_ranks(colls: Collectives, ranks: list[int]) -> dict[int, RankWaits]:
+        """Those of each rank in ``ranks`` (none for a rank without matched collectives)."""
+        inst = colls.instances
+        rank = inst["rank"].to_numpy(np.int64)
+        shift = np.array([colls.offsets_ns.get(r, 0) for r in rank.tolist()], np.int64)
+        last = inst["arrival_last_ns"].to_numpy(np.int64) + shift
+        by_priority = np.lexsort((inst["instance"].to_numpy(), -last, rank))
+        ranked = rank[by_priority]
+        priority = np.empty(len(rank), np.int64)
+        priority[by_priority] = np.arange(len(rank)) - np.searchsorted(ranked, ranked)
+        order = np.lexsort((inst["row"].to_numpy(), rank))
+        columns = {
+            "rows": inst["row"].to_numpy(np.int64),
+            "start": inst["start_ns"].to_numpy(np.int64) + shift,
+            "wait_end": np.minimum(last, inst["end_ns"].to_numpy(np.int64) + shift),
+            "end": inst["end_ns"].to_numpy(np.int64) + shift,
+            "last_rank": inst["last_rank"].to_numpy(np.int64),
+            "priority": priority,
+            "role": pd.Categorical(inst["role"], categories=ROLES).codes.astype(np.int64),
+        }
+        columns = {name: values[order] for name, values in columns.items()}
+        first = np.searchsorted(rank[order], ranks, "left")
+        stop = np.searchsorted(rank[order], ranks, "right")
+        return {
+            r: RankWaits(**{name: values[a:b] for name, values in columns.items()})
+            for r, a, b in zip(ranks, first.tolist(), stop.tolist(), strict=True)
+        }
 
-    def select(self, rows: np.ndarray) -> np.ndarray:
-        """Positions of the matched ones among ``rows``."""
-        pos = np.searchsorted(self.rows, rows)
-        pos = pos[pos < len(self.rows)]
-        return pos[np.isin(self.rows[pos], rows)]
+    def find(self, rows: np.ndarray) -> np.ndarray:
+        """Position of each of ``rows`` among the matched collectives, -1 where unmatched."""
+        return _position(self.rows, rows)
 
 
 def step_parts(trace: RankTrace, config: BubbleConfig | None = None) -> list[StepParts]:
@@ -191,45 +198,118 @@ def step_parts(trace: RankTrace, config: BubbleConfig | None = None) -> list[Ste
     return _cpu_parts(trace, config or BubbleConfig())
 
 
-def classify(parts: StepParts, waits: RankWaits) -> StepBubbles:
-    """Split one rank's step window into the classes, given its matched collectives."""
-    lo, hi = parts.window
-    sel = waits.select(parts.comm_rows)
-    wait_set = iv.clip(iv.union(waits.start[sel], waits.wait_end[sel]), lo, hi)
-    matched = iv.merge(iv.clip(iv.union(waits.start[sel], waits.end[sel]), lo, hi), parts.transfer)
-    full = (np.array([lo]), np.array([hi]))
-    if parts.device == "gpu":
-        blocked = iv.subtract(parts.comm, parts.compute)
-        idle = iv.subtract(full, parts.everything)
-        other = iv.subtract(parts.everything, iv.merge(parts.compute, parts.comm))
-        busy = parts.compute
+def classify(parts: list[StepParts], waits: RankWaits) -> list[StepBubbles]:
+    """Split the step windows of one rank into the classes, given its matched collectives.
+
+    Every class is a pointwise formula of the rank's interval sets, each clipped to its step's
+    window, so steps with disjoint windows are classified together, in one pass over all
+    their boundaries (:func:`fsobs.analysis.intervals.segments`), and each step gets the part
+    of the result inside its window: what it would get alone. Steps whose windows overlap
+    (never on a GPU, whose windows tile the timeline) are classified one by one.
+    """
+    windows = [p.window for p in parts]
+    order = sorted(range(len(parts)), key=windows.__getitem__)
+    disjoint = all(windows[a][1] <= windows[b][0] for a, b in pairwise(order))
+    done: dict[int, StepBubbles] = {}
+    for batch in [order] if disjoint else [[i] for i in order]:
+        classified = _classify_disjoint([parts[i] for i in batch], waits)
+        done.update(zip(batch, classified, strict=True))
+    return [done[i] for i in range(len(parts))]
+
+
+def _classify_disjoint(parts: list[StepParts], waits: RankWaits) -> list[StepBubbles]:
+    """:func:`classify` for steps sorted by window, with windows that do not overlap."""
+    lo = np.array([p.window[0] for p in parts], np.int64)
+    hi = np.array([p.window[1] for p in parts], np.int64)
+    step, pos = _matched(parts, waits)
+    wait_set = _pieces(waits.start[pos], waits.wait_end[pos], lo[step], hi[step])
+    matched = _pieces(waits.start[pos], waits.end[pos], lo[step], hi[step])
+    layers = {"window": (lo, hi), "wait_set": wait_set, "matched": matched}
+    for name in ("compute", "comm", "transfer", "everything", "loading", "loader_comm"):
+        sets = [getattr(p, name) for p in parts]
+        layers[name] = (np.concatenate([s[0] for s in sets]), np.concatenate([s[1] for s in sets]))
+    bounds, cover = iv.segments(list(layers.values()))
+    classes = _formulas(parts[0].device, dict(zip(layers, cover.T, strict=True)))
+    label = np.searchsorted(lo, bounds[:-1], "right")  # the window a segment lies in
+    split = {name: _split(iv.runs(bounds, mask, label), lo) for name, mask in classes.items()}
+    charged = _charge(bounds, classes, waits, (step, pos), (wait_set, matched), len(parts))
+    return [
+        StepBubbles(
+            p.rank,
+            p.step,
+            p.window,
+            {name: split[name][k] for name in CLASSES},
+            p.contention_ns,
+            *charged[k],
+        )
+        for k, p in enumerate(parts)
+    ]
+
+
+def _matched(parts: list[StepParts], waits: RankWaits) -> tuple[np.ndarray, np.ndarray]:
+    """(step index, position in ``waits``) of every matched collective among each step's
+    communication events, by step and then position."""
+    pos = waits.find(np.concatenate([p.comm_rows for p in parts]))
+    of_step = np.repeat(np.arange(len(parts)), [len(p.comm_rows) for p in parts])
+    found = pos >= 0
+    order = np.lexsort((pos[found], of_step[found]))
+    return of_step[found][order], pos[found][order]
+
+
+def _pieces(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> iv.Intervals:
+    """Each ``[start, end)`` clipped to the window ``[lo, hi)`` of its step (empty ones kept
+    empty, so that piece i stays collective i)."""
+    clipped_start = np.maximum(start, lo)
+    return clipped_start, np.maximum(np.minimum(end, hi), clipped_start)
+
+
+def _formulas(device: str, on: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The classes as masks over elementary segments, from the layers covering each (the
+    rules of the module docstring)."""
+    matched = on["matched"] | on["transfer"]
+    if device == "gpu":
+        blocked = on["comm"] & ~on["compute"]
+        idle = on["window"] & ~on["everything"]
+        other = on["everything"] & ~(on["compute"] | on["comm"])
+        busy = on["compute"]
     else:
-        outside = iv.subtract(iv.subtract(parts.comm, parts.compute), parts.loading)
-        inside = iv.subtract(parts.loader_comm, parts.compute)
-        blocked = iv.merge(outside, inside)
-        idle = iv.subtract(iv.subtract(parts.loading, parts.compute), inside)
-        other = _EMPTY
-        busy = iv.subtract(iv.subtract(full, blocked), idle)
-    wait = iv.intersect(blocked, wait_set)
-    classes = {
+        inside = on["loader_comm"] & ~on["compute"]
+        blocked = (on["comm"] & ~on["compute"] & ~on["loading"]) | inside
+        idle = on["loading"] & ~on["compute"] & ~inside
+        other = np.zeros_like(idle)
+        busy = on["window"] & ~blocked & ~idle
+    wait = blocked & on["wait_set"]
+    return {
         "busy": busy,
         "straggler_wait": wait,
-        "exposed_comm": iv.subtract(iv.intersect(blocked, matched), wait),
-        "unattributed_comm": iv.subtract(blocked, matched),
+        "exposed_comm": blocked & matched & ~wait,
+        "unattributed_comm": blocked & ~matched,
         "host_idle": idle,
         "other": other,
     }
-    caused, by_role = _charge(classes, waits, sel)
-    return StepBubbles(
-        parts.rank, parts.step, parts.window, classes, parts.contention_ns, caused, by_role
-    )
+
+
+def _split(runs: iv.Intervals, lo: np.ndarray) -> list[iv.Intervals]:
+    """The runs of each window (every run lies inside one window; windows sorted, disjoint)."""
+    cuts = [0, *np.searchsorted(runs[0], lo[1:]).tolist(), len(runs[0])]
+    return [(runs[0][a:b], runs[1][a:b]) for a, b in pairwise(cuts)]
+
+
+Charges = tuple[dict[int, int], dict[tuple[str, str], int]]
 
 
 def _charge(
-    classes: dict[str, iv.Intervals], waits: RankWaits, sel: np.ndarray
-) -> tuple[dict[int, int], dict[tuple[str, str], int]]:
+    bounds: np.ndarray,
+    classes: dict[str, np.ndarray],
+    waits: RankWaits,
+    matched: tuple[np.ndarray, np.ndarray],
+    pieces: tuple[iv.Intervals, iv.Intervals],
+    num_steps: int,
+) -> list[Charges]:
     """Who caused each piece of straggler wait, and the role of the collective each piece of
-    wait and exposed time belongs to.
+    wait and exposed time belongs to, per step (``classes``: masks over the segments between
+    ``bounds``; ``matched``: step index and position in ``waits`` of each collective of
+    ``pieces``, its wait and its whole span clipped to the step's window).
 
     Straggler wait goes to the matched instance covering it whose last arrival is latest (the
     binding one), and so to that instance's last rank::
@@ -241,43 +321,39 @@ def _charge(
 
     Exposed time covered by several collectives goes to embedding before dense before other.
     """
-    if not len(sel):
-        return {}, {}
-    by_wait = sel[np.argsort(-waits.priority[sel], kind="stable")]  # the binding one last
-    wait_owner = _owners(classes["straggler_wait"], waits.start, waits.wait_end, by_wait)
-    rank_of_role = np.array([ROLES.index(r) for r in waits.role[sel]])
-    by_role = sel[np.argsort(-rank_of_role, kind="stable")]  # embedding last
-    exposed_owner = _owners(classes["exposed_comm"], waits.start, waits.end, by_role)
-    caused: dict[int, int] = defaultdict(int)
-    roles: dict[tuple[str, str], int] = defaultdict(int)
-    for i, ns in wait_owner.items():
-        caused[int(waits.last_rank[i])] += ns
-        roles["straggler_wait", str(waits.role[i])] += ns
-    for i, ns in exposed_owner.items():
-        roles["exposed_comm", str(waits.role[i])] += ns
-    return dict(caused), dict(roles)
+    step, pos = matched
+    by_wait = np.argsort(-waits.priority[pos], kind="stable")  # the binding one last
+    waited = _owned(bounds, classes["straggler_wait"], pieces[0], by_wait)
+    by_role = np.argsort(-waits.role[pos], kind="stable")  # embedding last
+    exposed = _owned(bounds, classes["exposed_comm"], pieces[1], by_role)
+    charges: list[Charges] = [({}, {}) for _ in range(num_steps)]
+    steps, culprits, roles = step.tolist(), waits.last_rank[pos].tolist(), waits.role[pos].tolist()
+    for i in np.flatnonzero(waited).tolist():
+        caused, by_role = charges[steps[i]]
+        culprit, key, ns = culprits[i], ("straggler_wait", ROLES[roles[i]]), int(waited[i])
+        caused[culprit] = caused.get(culprit, 0) + ns
+        by_role[key] = by_role.get(key, 0) + ns
+    for i in np.flatnonzero(exposed).tolist():
+        by_role = charges[steps[i]][1]
+        key = ("exposed_comm", ROLES[roles[i]])
+        by_role[key] = by_role.get(key, 0) + int(exposed[i])
+    return charges
 
 
-def _owners(
-    target: iv.Intervals, starts: np.ndarray, ends: np.ndarray, order: np.ndarray
-) -> dict[int, int]:
-    """ns of ``target`` covered by each interval ``[starts[i], ends[i])`` of ``order``; where
-    they overlap, the later one in ``order`` owns the piece."""
-    if not len(target[0]):
-        return {}
-    points = np.unique(np.concatenate([target[0], target[1], starts[order], ends[order]]))
-    seg_lo, seg_len = points[:-1], np.diff(points)
-    inside = np.searchsorted(target[0], seg_lo, "right") > np.searchsorted(
-        target[1], seg_lo, "right"
-    )
-    owner = np.full(len(seg_lo), -1, np.int64)
-    for i in order:
-        owner[np.searchsorted(points, starts[i]) : np.searchsorted(points, ends[i])] = i
-    owned = inside & (owner >= 0)
-    keys, which = np.unique(owner[owned], return_inverse=True)
-    totals = np.zeros(len(keys), np.int64)
-    np.add.at(totals, which.reshape(-1), seg_len[owned])
-    return {int(i): int(ns) for i, ns in zip(keys.tolist(), totals.tolist(), strict=True)}
+def _owned(
+    bounds: np.ndarray, target: np.ndarray, pieces: iv.Intervals, order: np.ndarray
+) -> np.ndarray:
+    """ns of the ``target`` segments (a mask over the segments between ``bounds``) owned by
+    each piece; where pieces overlap, the later one in ``order`` owns the segment."""
+    owner = np.full(len(target), -1, np.int64)
+    first = np.searchsorted(bounds, pieces[0]).tolist()
+    stop = np.searchsorted(bounds, pieces[1]).tolist()
+    for i in order.tolist():
+        owner[first[i] : stop[i]] = i
+    owned = target & (owner >= 0)
+    ns = np.zeros(len(pieces[0]), np.int64)
+    np.add.at(ns, owner[owned], np.diff(bounds)[owned])
+    return ns
 
 
 def bubble_intervals(
@@ -285,23 +361,16 @@ def bubble_intervals(
 ) -> list[StepBubbles]:
     """Classes of every rank for every step in ``steps`` (the steps common to all ranks)."""
     wanted = set(steps)
+    ranks = sorted(parts)
+    waits = RankWaits.of_ranks(colls, ranks)
     result = []
-    for rank in sorted(parts):
-        waits = RankWaits.of(colls, rank)
-        result.extend(classify(p, waits) for p in parts[rank] if p.step in wanted)
+    for rank in ranks:
+        result.extend(classify([p for p in parts[rank] if p.step in wanted], waits[rank]))
     return result
 
 
 def bubble_table(steps: list[StepBubbles]) -> pd.DataFrame:
     """Per rank and step, in ms: window, busy, bubble and its classes, contention beside."""
-    rows = []
-    for sb in steps:
-        row = {"rank": sb.rank, "step": sb.step, "window_ms": (sb.window[1] - sb.window[0]) / 1e6}
-        for name in CLASSES:
-            row[f"{name}_ms"] = sb.total_ns(name) / 1e6
-        row["bubble_ms"] = row["window_ms"] - row["busy_ms"]
-        row["contention_ms"] = sb.contention_ns / 1e6
-        rows.append(row)
     columns = [
         "rank",
         "step",
@@ -311,7 +380,26 @@ def bubble_table(steps: list[StepBubbles]) -> pd.DataFrame:
         *(f"{c}_ms" for c in BUBBLE_CLASSES),
         "contention_ms",
     ]
-    return pd.DataFrame(rows, columns=columns)
+    if not steps:
+        return pd.DataFrame(columns=columns)
+    table = {
+        "rank": [sb.rank for sb in steps],
+        "step": [sb.step for sb in steps],
+        "window_ms": np.array([sb.window[1] - sb.window[0] for sb in steps]) / 1e6,
+    }
+    for name in CLASSES:
+        table[f"{name}_ms"] = _total_ns([sb.classes[name] for sb in steps]) / 1e6
+    table["bubble_ms"] = table["window_ms"] - table["busy_ms"]
+    table["contention_ms"] = np.array([sb.contention_ns for sb in steps]) / 1e6
+    return pd.DataFrame(table, columns=columns)
+
+
+def _total_ns(sets: list[iv.Intervals]) -> np.ndarray:
+    """Total length of each canonical set (what :meth:`StepBubbles.total_ns` gives one)."""
+    pieces = np.concatenate([s[1] for s in sets]) - np.concatenate([s[0] for s in sets])
+    running = np.concatenate([[0], np.cumsum(pieces)])
+    bounds = np.cumsum([0, *(len(s[0]) for s in sets)])
+    return running[bounds[1:]] - running[bounds[:-1]]
 
 
 ROLE_CLASSES = ("straggler_wait", "exposed_comm")
@@ -338,8 +426,11 @@ def _spans(frame: pd.DataFrame) -> iv.Intervals:
     return iv.union(start, start + frame["dur_ns"].to_numpy())
 
 
-def _gpu_windows(gpu: pd.DataFrame) -> dict[int, tuple[int, int]]:
-    """GPU window of every step: from its first GPU event to the next step's first one.
+def _gpu_windows(
+    step: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> dict[int, tuple[int, int]]:
+    """GPU window of every step (``step``, ``start``, ``end``: those of the rank's GPU events):
+    from its first GPU event to the next step's first one.
 
     Consecutive windows tile the GPU timeline, so a gap between steps (data loading, a late
     launch) counts once, as host_idle of the step before it, and work of two steps that overlap
@@ -348,54 +439,65 @@ def _gpu_windows(gpu: pd.DataFrame) -> dict[int, tuple[int, int]]:
         step 1 work |====|  |===|         step 2 work  |===| |====|
         window 1    [-----------------)   window 2     [----------]
     """
-    mine = gpu[gpu["step"] >= 0]
-    first = mine.groupby("step")["ts_ns"].min().sort_values()
-    last = (mine["ts_ns"] + mine["dur_ns"]).groupby(mine["step"]).max()
-    starts = first.to_numpy()
-    windows = {}
-    for i, step in enumerate(first.index):
-        end = starts[i + 1] if i + 1 < len(starts) else last[step]
-        windows[int(step)] = (int(starts[i]), int(max(end, starts[i])))
-    return windows
+    mine = step >= 0
+    steps, which = np.unique(step[mine], return_inverse=True)
+    first = np.full(len(steps), np.iinfo(np.int64).max)
+    np.minimum.at(first, which, start[mine])
+    last = np.full(len(steps), np.iinfo(np.int64).min)
+    np.maximum.at(last, which, end[mine])
+    order = np.argsort(first, kind="quicksort")  # as pandas' sort_values
+    starts = first[order].tolist()
+    ends = [*starts[1:], int(last[order[-1]])] if len(order) else []
+    return {
+        int(s): (lo, max(hi, lo))
+        for s, lo, hi in zip(steps[order].tolist(), starts, ends, strict=True)
+    }
 
 
 def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     ev = trace.events
-    gpu = ev[(ev["stream"] >= 0) & ev["kind"].isin(_GPU_WORK)]
-    kind = gpu["kind"].to_numpy()
-    start = gpu["ts_ns"].to_numpy()
-    end = start + gpu["dur_ns"].to_numpy()
-    is_compute, is_comm = kind == "compute", kind == "comm"
-    is_transfer = is_comm & np.isin(gpu.index.to_numpy(), _transfer_rows(trace))
-    sm_comm = is_comm & (gpu["cat"] == "kernel").to_numpy()  # copy engines take no SMs
+    rows = np.flatnonzero((ev["stream"].to_numpy() >= 0) & _is_in(ev["kind"], _GPU_WORK))
+    start = ev["ts_ns"].to_numpy()[rows]
+    end = start + ev["dur_ns"].to_numpy()[rows]
+    is_compute = _is_in(ev["kind"], ("compute",))[rows]
+    is_comm = _is_in(ev["kind"], ("comm",))[rows]
+    is_transfer = is_comm & np.isin(rows, _transfer_rows(trace))
+    sm_comm = is_comm & _is_in(ev["cat"], ("kernel",))[rows]  # copy engines take no SMs
     contention = _contention(
         end[is_compute] - start[is_compute],
-        _like(gpu[is_compute]),
+        _like(ev, rows[is_compute]),
         (start[is_compute], end[is_compute]),
         iv.union(start[sm_comm], end[sm_comm]),
     )
-    launched_in = gpu.loc[is_compute, "step"].to_numpy()
+    step = ev["step"].to_numpy()[rows]
+    compute = iv.union(start[is_compute], end[is_compute])
+    comm = iv.union(start[is_comm], end[is_comm])
+    transfer = iv.union(start[is_transfer], end[is_transfer])
+    everything = iv.union(start, end)
+    comm_rows, comm_start, comm_end = rows[is_comm], start[is_comm], end[is_comm]
     out = []
-    for step, (lo, hi) in _gpu_windows(gpu).items():
-        sel = (start < hi) & (end > lo)
-        comm = sel & is_comm
+    for s, (lo, hi) in _gpu_windows(step, start, end).items():
         out.append(
             StepParts(
                 rank=trace.rank,
-                step=step,
+                step=s,
                 device="gpu",
                 window=(lo, hi),
-                compute=iv.clip(iv.union(start[sel & is_compute], end[sel & is_compute]), lo, hi),
-                comm=iv.clip(iv.union(start[comm], end[comm]), lo, hi),
-                comm_rows=gpu.index.to_numpy()[comm],
-                transfer=iv.clip(
-                    iv.union(start[comm & is_transfer], end[comm & is_transfer]), lo, hi
-                ),
-                everything=iv.clip(iv.union(start[sel], end[sel]), lo, hi),
-                contention_ns=int(contention[launched_in == step].sum()),
+                compute=iv.clip(compute, lo, hi),
+                comm=iv.clip(comm, lo, hi),
+                comm_rows=comm_rows[(comm_start < hi) & (comm_end > lo)],
+                transfer=iv.clip(transfer, lo, hi),
+                everything=iv.clip(everything, lo, hi),
+                contention_ns=int(contention[step[is_compute] == s].sum()),
             )
         )
     return out
+
+
+def _is_in(column: pd.Series, values: tuple[str, ...]) -> np.ndarray:
+    """Row mask of a categorical column: its value is one of ``values`` (never when NaN)."""
+    hit = np.array([c in values for c in column.cat.categories] + [False])
+    return hit[column.cat.codes.to_numpy()]
 
 
 def _main_thread(ev: pd.DataFrame, marks: pd.DataFrame) -> object:
@@ -437,7 +539,7 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     chosen = is_compute_name[codes] if len(codes) else np.zeros(0, bool)
     compute = tree.innermost(chosen)
     op_start = tree.start[chosen]
-    like = _like(ops.iloc[tree.rows[chosen]])
+    like = _like(ev, ops.index.to_numpy()[tree.rows[chosen]])
     contention = _contention(
         tree.self_ns()[chosen], like, (op_start, tree.end[chosen]), iv.union(comm_start, comm_end)
     )
@@ -473,12 +575,17 @@ def _transfer_rows(trace: RankTrace) -> np.ndarray:
     return colls.loc[~colls["coll"].isin(SYNC_COLLECTIVES), "row"].to_numpy()
 
 
-def _like(events: pd.DataFrame) -> np.ndarray:
-    """One code per kind of op or kernel: its name and, where recorded, its shapes."""
-    pairs = np.stack([events["name"].cat.codes.to_numpy(), events["shape_key"].to_numpy()], 1)
-    return (
-        np.unique(pairs, axis=0, return_inverse=True)[1].reshape(-1) if len(pairs) else pairs[:, 0]
-    )
+def _like(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """One code per kind of op or kernel at ``rows`` of ``events``: its name and, where
+    recorded, its shapes."""
+    name = events["name"].cat.codes.to_numpy()[rows]
+    shape = events["shape_key"].to_numpy()[rows]
+    order = np.lexsort((shape, name))
+    new = np.ones(len(rows), bool)
+    new[1:] = (np.diff(name[order]) != 0) | (np.diff(shape[order]) != 0)
+    code = np.empty(len(rows), np.int64)
+    code[order] = np.cumsum(new) - 1
+    return code
 
 
 def _contention(
@@ -500,8 +607,24 @@ def _contention(
     start, end = spans
     pos = np.searchsorted(comm[0], end, "left") - 1
     overlaps = (pos >= 0) & (comm[1][np.maximum(pos, 0)] > start)
-    alone = pd.Series(dur[~overlaps]).groupby(names[~overlaps]).median()
-    baseline = pd.Series(names).map(alone).to_numpy(np.float64)
-    extra = dur - baseline
+    extra = dur - _median_of(dur[~overlaps], names[~overlaps], names)
     extra = np.where(overlaps & ~np.isnan(extra), np.maximum(extra, 0), 0)
     return extra.astype(np.int64)
+
+
+def _median_of(values: np.ndarray, labels: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Median (float64) of the ``values`` with each label of ``wanted``, NaN for a label
+    without values. As pandas' group median: the middle value, or the mean of the middle two."""
+    order = np.lexsort((values, labels))
+    ordered = values[order].astype(np.float64)
+    groups, first, count = np.unique(labels[order], return_index=True, return_counts=True)
+    median = (ordered[first + (count - 1) // 2] + ordered[first + count // 2]) / 2
+    return np.append(median, np.nan)[_position(groups, wanted)]  # -1: the NaN
+
+
+def _position(ordered: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Position of each of ``values`` in ``ordered`` (sorted, distinct), -1 where absent."""
+    if not len(ordered):
+        return np.full(len(values), -1, np.int64)
+    at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
+    return np.where(ordered[at] == values, at, -1)

@@ -40,6 +40,7 @@ from the end times of the matched collectives, which finish within microseconds 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -128,39 +129,51 @@ def match_collectives(run: Run[RankSummary]) -> Collectives:
 
 
 def rank_collectives(trace: RankTrace) -> pd.DataFrame:
-    """One rank's synchronising collectives with their instance keys (see the module doc)."""
-    rank = trace.rank
+    """One rank's synchronising collectives with their instance keys (see the module doc),
+    in arrival order."""
     colls = trace.collectives
-    colls = colls[colls["coll"].isin(SYNC_COLLECTIVES)]
-    ev = trace.events.loc[colls["row"].to_numpy()]
+    colls = colls[colls["coll"].isin(SYNC_COLLECTIVES).to_numpy()]
+    rows = colls["row"].to_numpy()
+    start = arrivals(trace, colls)
+    end = trace.events["ts_ns"].to_numpy()[rows] + trace.events["dur_ns"].to_numpy()[rows]
+    order = np.argsort(start, kind="stable")
     group = colls["pg_name"].astype(object).where(colls["pg_name"].notna(), DEFAULT_GROUP)
     frame = pd.DataFrame(
         {
-            "rank": rank,
-            "group": group.astype(str).to_numpy(),
-            "coll": colls["coll"].astype(str).to_numpy(),
-            "seq": colls["seq"].to_numpy(),
-            "row": colls["row"].to_numpy(),
-            "step": ev["step"].to_numpy(),
-            "start_ns": arrivals(trace, colls),
-            "end_ns": (ev["ts_ns"] + ev["dur_ns"]).to_numpy(),
-            "in_nelems": colls["in_nelems"].to_numpy(),
-            "msg_bytes": colls["msg_bytes"].to_numpy(),
-            "pg_ranks": colls["pg_ranks"].astype(object).to_numpy(),
-            "pg_desc": colls["pg_desc"].astype(object).to_numpy(),
-            "role": colls["role"].astype(object).to_numpy(),
+            "rank": trace.rank,
+            "group": group.astype(str).to_numpy()[order],
+            "coll": colls["coll"].astype(str).to_numpy()[order],
+            "seq": colls["seq"].to_numpy()[order],
+            "row": rows[order],
+            "step": trace.events["step"].to_numpy()[rows][order],
+            "start_ns": start[order],
+            "end_ns": end[order],
+            "in_nelems": colls["in_nelems"].to_numpy()[order],
+            "msg_bytes": colls["msg_bytes"].to_numpy()[order],
+            "pg_ranks": colls["pg_ranks"].astype(object).to_numpy()[order],
+            "pg_desc": colls["pg_desc"].astype(object).to_numpy()[order],
+            "role": colls["role"].astype(object).to_numpy()[order],
         }
-    ).sort_values("start_ns", kind="stable")
-    by_seq = frame["seq"] >= 0
-    ordinal = frame.groupby(["group", "coll", "step"], sort=False).cumcount()
-    frame["key"] = np.where(
-        by_seq,
-        "seq " + frame["seq"].astype(str),
-        frame["coll"] + " @" + frame["step"].astype(str) + " #" + ordinal.astype(str),
     )
-    duplicate = frame.groupby(["group", "key"], sort=False).cumcount()
-    frame.loc[duplicate > 0, "key"] += "." + duplicate[duplicate > 0].astype(str)
+    frame["key"] = _instance_keys(frame)
     return frame
+
+
+def _instance_keys(frame: pd.DataFrame) -> np.ndarray:
+    """``seq <n>`` where the trace has NCCL's Seq, else ``<coll> @<step> #<ordinal>`` (the
+    ordinal counting this rank's collectives of that group, collective and step in arrival
+    order); a key seen before in the same group gets ``.1``, ``.2``, ..."""
+    ordinal: dict[tuple[str, str, int], int] = defaultdict(int)
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    keys = []
+    columns = (frame[c].tolist() for c in ("group", "coll", "step", "seq"))
+    for group, coll, step, seq in zip(*columns, strict=True):
+        key = f"seq {seq}" if seq >= 0 else f"{coll} @{step} #{ordinal[group, coll, step]}"
+        ordinal[group, coll, step] += 1
+        repeat = seen[group, key]
+        seen[group, key] += 1
+        keys.append(f"{key}.{repeat}" if repeat else key)
+    return np.array(keys, dtype=object)
 
 
 GROUP_ROLES = {"freescale_emb": "embedding", "freescale_dense": "dense"}
@@ -185,7 +198,7 @@ def arrivals(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:
     """When each collective of ``colls`` (rows of ``trace.collectives``) arrived on this rank:
     its enqueue on gloo (the rank asked; a queue delay after that is the collective's own
     time), else the start of its event (an NCCL kernel starts when the rank reaches it)."""
-    start = trace.events.loc[colls["row"].to_numpy(), "ts_ns"].to_numpy()
+    start = trace.events["ts_ns"].to_numpy()[colls["row"].to_numpy()]
     enqueue = colls["enqueue_ns"].to_numpy()
     return np.where(enqueue >= 0, np.minimum(enqueue, start), start)
 

@@ -75,7 +75,7 @@ class HtaView:
 
     rank: int
     frame: pd.DataFrame
-    """Columns: event_index, ts, end (µs), stream, correlation, name, cat, ts_runtime."""
+    """Columns: ts, end (µs), stream, name, cat, ts_runtime."""
 
 
 @dataclass
@@ -88,6 +88,15 @@ class HtaMetrics:
 
 
 @dataclass
+class HtaRows:
+    """One rank's rows of the three tables of :class:`HtaMetrics`."""
+
+    temporal: dict[str, float]
+    overlap: dict[str, float]
+    idle: list[dict[str, object]]
+
+
+@dataclass
 class RankHta:
     """One rank's metrics, computed where its events are (a parser worker).
 
@@ -96,27 +105,83 @@ class RankHta:
     """
 
     step_names: frozenset[str]
-    variants: dict[bool, HtaMetrics]
-    """filtered? -> metrics."""
+    variants: dict[bool, HtaRows]
+    """filtered? -> rows."""
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One rank's events as HTA loads them (rule 1), as arrays in trace order."""
+
+    event_index: np.ndarray
+    ts: np.ndarray
+    end: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+    kind: np.ndarray
+    """:func:`kernel_type` of the name."""
+    is_step: np.ndarray
+    """The name is a ProfilerStep's."""
+    is_gpu: np.ndarray
+    idle_kernel: np.ndarray
+    """The category is one the idle-time breakdown looks at."""
+    step_names: frozenset[str]
+    """The distinct ProfilerStep names."""
+
+    @staticmethod
+    def of(trace: RankTrace) -> _Rows:
+        ev = trace.events
+        cat = ev["cat"].cat.codes.to_numpy()
+        keep = np.flatnonzero(cat >= 0)
+        names = [str(n) for n in ev["name"].cat.categories]
+        name = ev["name"].cat.codes.to_numpy()[keep]
+        stream = ev["stream"].to_numpy()[keep]
+        correlation = ev["correlation"].to_numpy()[keep]
+        is_step = np.array(["ProfilerStep" in n for n in names], bool)
+        is_sync = np.array([n in _GPU_SYNC_NAMES for n in names], bool)
+        idle_cats = np.array([c in _IDLE_KERNEL_CATS for c in ev["cat"].cat.categories], bool)
+        return _Rows(
+            event_index=ev["event_index"].to_numpy()[keep],
+            ts=ev["hta_ts"].to_numpy()[keep],
+            end=ev["hta_end"].to_numpy()[keep],
+            stream=stream,
+            correlation=correlation,
+            kind=np.array([kernel_type(n) for n in names], object)[name],
+            is_step=is_step[name],
+            is_gpu=((stream >= 0) & (correlation >= 0)) | is_sync[name],
+            idle_kernel=idle_cats[cat[keep]],
+            step_names=frozenset(names[c] for c in np.unique(name[is_step[name]]).tolist()),
+        )
 
 
 def rank_hta(trace: RankTrace) -> RankHta:
     """HTA's metrics of one rank, for each filter decision the run as a whole may take."""
-    frame = _raw_view(trace)
-    frame["ts_runtime"] = _runtime_ts_index(frame)
-    names = frozenset(n for n in frame["name"].unique() if "ProfilerStep" in n)
+    rows = _Rows.of(trace)
+    runtime_index = _runtime_ts_index(rows)
     variants = {}
-    for filtered in (True,) if len(names) >= 2 else (False, True):
-        kept = _filter(frame, names) if filtered else frame
-        kept = kept.reset_index(drop=True)
-        kept["ts_runtime"] = _resolve_runtime_ts(kept)
-        views = {trace.rank: HtaView(rank=trace.rank, frame=kept)}
-        variants[filtered] = HtaMetrics(
-            temporal_breakdown=temporal_breakdown(views),
-            comm_comp_overlap=comm_comp_overlap(views),
-            idle_time_breakdown=idle_time_breakdown(views),
-        )
-    return RankHta(step_names=names, variants=variants)
+    for filtered in (True,) if len(rows.step_names) >= 2 else (False, True):
+        kept = _filter(rows) if filtered else np.arange(len(rows.ts))
+        runtime = _resolve_runtime_ts(rows, kept, runtime_index[kept])
+        variants[filtered] = _metric_rows(trace.rank, rows, kept, runtime)
+    return RankHta(step_names=rows.step_names, variants=variants)
+
+
+def _metric_rows(rank: int, rows: _Rows, kept: np.ndarray, runtime: np.ndarray) -> HtaRows:
+    """The three tables' rows of one rank's ``kept`` rows (positions, in HTA's row order;
+    ``runtime``: the ts of each one's launch)."""
+    gpu = np.flatnonzero(rows.stream[kept] != -1)  # positions in kept
+    kernels = gpu[rows.idle_kernel[kept[gpu]]]
+    ts, end, kind = rows.ts[kept[gpu]], rows.end[kept[gpu]], rows.kind[kept[gpu]]
+    return HtaRows(
+        temporal=_temporal_row(rank, ts, end, kind),
+        overlap=_overlap_row(rank, ts, end, kind),
+        idle=_idle_rows(
+            rank,
+            *(column[kept[kernels]] for column in (rows.ts, rows.end, rows.stream)),
+            runtime[kernels],
+            DEFAULT_KERNEL_DELAY_US,
+        ),
+    )
 
 
 def combine_hta(ranks: dict[int, RankHta]) -> HtaMetrics:
@@ -124,75 +189,66 @@ def combine_hta(ranks: dict[int, RankHta]) -> HtaMetrics:
     names = frozenset().union(*(r.step_names for r in ranks.values()))
     chosen = [ranks[r].variants[len(names) >= 2] for r in sorted(ranks)]
     return HtaMetrics(
-        *(
-            _stack([getattr(m, table) for m in chosen])
-            for table in ("temporal_breakdown", "comm_comp_overlap", "idle_time_breakdown")
-        )
+        temporal_breakdown=_temporal_table([rows.temporal for rows in chosen]),
+        comm_comp_overlap=_overlap_table([rows.overlap for rows in chosen]),
+        idle_time_breakdown=_idle_table([row for rows in chosen for row in rows.idle]),
     )
 
 
-def _stack(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """The rows of ``frames`` in order (a rank's all-NaN row included, keeping float dtypes)."""
-    rows = [row for frame in frames for row in frame.to_dict("records")]
-    return pd.DataFrame(rows, columns=frames[0].columns).astype(frames[0].dtypes.to_dict())
+def _runtime_ts_index(rows: _Rows) -> np.ndarray:
+    """HTA's ``index_correlation``: the event index of the partner event, else min(corr, 0).
 
-
-def _raw_view(trace: RankTrace) -> pd.DataFrame:
-    ev = trace.events
-    keep = ev["cat"].notna().to_numpy()
-    frame = pd.DataFrame(
-        {
-            "event_index": ev["event_index"].to_numpy()[keep],
-            "ts": ev["hta_ts"].to_numpy()[keep],
-            "end": ev["hta_end"].to_numpy()[keep],
-            "stream": ev["stream"].to_numpy()[keep],
-            "correlation": ev["correlation"].to_numpy()[keep],
-            "name": ev["name"].astype(object).to_numpy()[keep],
-            "cat": ev["cat"].astype(object).to_numpy()[keep],
-        }
-    )
-    frame["is_gpu"] = ((frame["stream"] >= 0) & (frame["correlation"] >= 0)) | frame["name"].isin(
-        _GPU_SYNC_NAMES
-    )
-    return frame
-
-
-def _runtime_ts_index(frame: pd.DataFrame) -> np.ndarray:
-    """HTA's ``index_correlation``: the event index of the partner event, else min(corr, 0)."""
-    corr = frame["correlation"].to_numpy()
+    A GPU row's partner is the last CPU row (in trace order) with its correlation id."""
+    corr = rows.correlation
     index_corr = np.minimum(corr, 0)
     has = corr != -1
-    cpu = frame.loc[has & ~frame["is_gpu"], ["event_index", "correlation"]]
-    gpu = frame.loc[has & frame["is_gpu"], ["event_index", "correlation"]]
-    last_cpu = cpu.drop_duplicates("correlation", keep="last").set_index("correlation")
-    partner = gpu["correlation"].map(last_cpu["event_index"])
-    matched = partner.notna().to_numpy()
-    index_corr[gpu.index.to_numpy()[matched]] = partner.to_numpy()[matched].astype(np.int64)
+    cpu = np.flatnonzero(has & ~rows.is_gpu)[::-1]  # last first
+    gpu = np.flatnonzero(has & rows.is_gpu)
+    ids, last = np.unique(corr[cpu], return_index=True)
+    at = _lookup(ids, corr[gpu])
+    index_corr[gpu[at >= 0]] = rows.event_index[cpu[last[at[at >= 0]]]]
     return index_corr
 
 
-def _filter(frame: pd.DataFrame, step_names: set[str]) -> pd.DataFrame:
-    """Rule 2: drop the last step's CPU rows and every GPU row whose launch was dropped."""
-    cpu = frame[~frame["is_gpu"]]
-    gpu = frame[frame["is_gpu"]]
-    last_start = cpu.loc[cpu["name"].isin(step_names), "ts"].max()
-    cpu_kept = cpu[cpu["ts"] < last_start]
-    counts = cpu_kept["correlation"].value_counts()
-    repeat = gpu["correlation"].map(counts).fillna(0).to_numpy(np.int64)
-    gpu_kept = gpu.loc[gpu.index.repeat(repeat)]
-    return pd.concat([gpu_kept, cpu_kept], axis=0)
+def _filter(rows: _Rows) -> np.ndarray:
+    """Rule 2: the kept rows (positions), GPU rows first. The last step's CPU rows are dropped,
+    and each GPU row is kept once per kept CPU row with its correlation id (so a kernel whose
+    launch is dropped disappears with it)."""
+    cpu = np.flatnonzero(~rows.is_gpu)
+    gpu = np.flatnonzero(rows.is_gpu)
+    steps = rows.ts[cpu[rows.is_step[cpu]]]
+    cpu_kept = cpu[rows.ts[cpu] < steps.max()] if len(steps) else cpu[:0]
+    launches = np.sort(rows.correlation[cpu_kept])
+    corr = rows.correlation[gpu]
+    repeat = np.searchsorted(launches, corr, "right") - np.searchsorted(launches, corr, "left")
+    return np.concatenate([np.repeat(gpu, repeat), cpu_kept])
 
 
-def _resolve_runtime_ts(kept: pd.DataFrame) -> np.ndarray:
-    """ts of the row whose event index is ``index_correlation`` (NaN when absent)."""
-    first = kept.drop_duplicates("event_index").set_index("event_index")["ts"]
-    return kept["ts_runtime"].map(first).to_numpy(np.float64)
+def _resolve_runtime_ts(rows: _Rows, kept: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """ts of the first kept row whose event index is ``index`` (NaN when absent)."""
+    ids, first = np.unique(rows.event_index[kept], return_index=True)
+    at = _lookup(ids, index)
+    return np.where(at >= 0, rows.ts[kept][first[np.maximum(at, 0)]], np.nan)
+
+
+def _lookup(sorted_ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Position of each value in ``sorted_ids`` (distinct, sorted), -1 when absent."""
+    if not len(sorted_ids):
+        return np.full(len(values), -1, np.int64)
+    at = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
+    return np.where(sorted_ids[at] == values, at, -1)
 
 
 def _kernel_types(frame: pd.DataFrame) -> np.ndarray:
     names = frame["name"]
     per_name = {n: kernel_type(n) for n in names.unique()}
     return names.map(per_name).to_numpy()
+
+
+def _gpu_rows(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ts, end and kernel type of a view's GPU rows (``stream != -1``), in its row order."""
+    gpu = frame[frame["stream"] != -1]
+    return gpu["ts"].to_numpy(), gpu["end"].to_numpy(), _kernel_types(gpu)
 
 
 def temporal_breakdown(views: dict[int, HtaView]) -> pd.DataFrame:
@@ -211,29 +267,33 @@ def temporal_breakdown(views: dict[int, HtaView]) -> pd.DataFrame:
     event of negative length can count -1 µs, and ``non_compute`` can come out negative where
     HTA itself stops on ``assert non_compute_time >= 0``.
     """
-    rows = []
-    for rank, view in views.items():
-        gpu = view.frame[view.frame["stream"] != -1]
-        if gpu.empty:
-            rows.append({"rank": rank} | dict.fromkeys(_TB_VALUES, np.nan))
-            continue
-        starts, ends = _hta_merge(gpu["ts"].to_numpy(), gpu["end"].to_numpy())
-        # That merge sorts HTA's frame in place: the computation rows are taken (and sorted
-        # again, ties included) in the order it left.
-        gpu = gpu.iloc[_hta_argsort(gpu["ts"].to_numpy())]
-        kernel_time = float(ends[-1] - starts[0])  # HTA: merged.iloc[-1].end - .iloc[0].ts
-        idle = kernel_time - _hta_length(starts, ends)
-        comp = gpu[_kernel_types(gpu) == "COMPUTATION"]
-        compute = _hta_length(*_hta_merge(comp["ts"].to_numpy(), comp["end"].to_numpy()))
-        rows.append(
-            {
-                "rank": rank,
-                "idle_time_us": idle,
-                "compute_time_us": compute,
-                "non_compute_time_us": kernel_time - compute - idle,
-                "kernel_time_us": kernel_time,
-            }
-        )
+    return _temporal_table(
+        [_temporal_row(rank, *_gpu_rows(view.frame)) for rank, view in views.items()]
+    )
+
+
+def _temporal_row(rank: int, ts: np.ndarray, end: np.ndarray, kind: np.ndarray) -> dict[str, float]:
+    """:func:`temporal_breakdown` of one rank's GPU rows (in HTA's row order)."""
+    if not len(ts):
+        return {"rank": rank} | dict.fromkeys(_TB_VALUES, np.nan)
+    starts, ends = _hta_merge(ts, end)
+    # That merge sorts HTA's frame in place: the computation rows are taken (and sorted
+    # again, ties included) in the order it left.
+    order = _hta_argsort(ts)
+    kernel_time = float(ends[-1] - starts[0])  # HTA: merged.iloc[-1].end - .iloc[0].ts
+    idle = kernel_time - _hta_length(starts, ends)
+    comp = order[kind[order] == "COMPUTATION"]
+    compute = _hta_length(*_hta_merge(ts[comp], end[comp]))
+    return {
+        "rank": rank,
+        "idle_time_us": idle,
+        "compute_time_us": compute,
+        "non_compute_time_us": kernel_time - compute - idle,
+        "kernel_time_us": kernel_time,
+    }
+
+
+def _temporal_table(rows: list[dict[str, float]]) -> pd.DataFrame:
     result = pd.DataFrame(rows, columns=["rank", *_TB_VALUES])
     for part in ("idle_time", "compute_time", "non_compute_time"):
         ratio = result[f"{part}_us"] / result["kernel_time_us"]
@@ -257,22 +317,28 @@ def comm_comp_overlap(views: dict[int, HtaView]) -> pd.DataFrame:
     communication start/end, +2/-2 at a computation one; overlapped where the running sum is 3),
     and the unions are HTA's (:func:`_hta_merge`), negative-length groups included.
     """
-    rows = []
-    for rank, view in views.items():
-        gpu = view.frame[view.frame["stream"] != -1]
-        types = _kernel_types(gpu)
-        comp = _hta_merge(*(gpu.loc[types == "COMPUTATION", c].to_numpy() for c in ("ts", "end")))
-        comm = _hta_merge(*(gpu.loc[types == "COMMUNICATION", c].to_numpy() for c in ("ts", "end")))
-        times = np.concatenate([comm[0], comm[1], comp[0], comp[1]]).astype(np.float64)
-        steps = np.repeat([1, -1, 2, -2], [len(comm[0])] * 2 + [len(comp[0])] * 2)
-        order = np.argsort(times, kind="stable")  # ties cannot change the sum
-        times, running = times[order], np.cumsum(steps[order])
-        both = np.flatnonzero(running[:-1] == 3)
-        overlapped = float((times[both + 1] - times[both]).sum())
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = np.float64(overlapped) / np.float64(_hta_length(*comm))
-        # HTA rounds a Series: numpy's rounding, which can differ from Python's round().
-        rows.append({"rank": rank, "comp_comm_overlap_pctg": float(np.round(100 * ratio, 2))})
+    return _overlap_table(
+        [_overlap_row(rank, *_gpu_rows(view.frame)) for rank, view in views.items()]
+    )
+
+
+def _overlap_row(rank: int, ts: np.ndarray, end: np.ndarray, kind: np.ndarray) -> dict[str, float]:
+    """:func:`comm_comp_overlap` of one rank's GPU rows (in HTA's row order)."""
+    comp = _hta_merge(ts[kind == "COMPUTATION"], end[kind == "COMPUTATION"])
+    comm = _hta_merge(ts[kind == "COMMUNICATION"], end[kind == "COMMUNICATION"])
+    times = np.concatenate([comm[0], comm[1], comp[0], comp[1]]).astype(np.float64)
+    steps = np.repeat([1, -1, 2, -2], [len(comm[0])] * 2 + [len(comp[0])] * 2)
+    order = np.argsort(times, kind="stable")  # ties cannot change the sum
+    times, running = times[order], np.cumsum(steps[order])
+    both = np.flatnonzero(running[:-1] == 3)
+    overlapped = float((times[both + 1] - times[both]).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.float64(overlapped) / np.float64(_hta_length(*comm))
+    # HTA rounds a Series: numpy's rounding, which can differ from Python's round().
+    return {"rank": rank, "comp_comm_overlap_pctg": float(np.round(100 * ratio, 2))}
+
+
+def _overlap_table(rows: list[dict[str, float]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "comp_comm_overlap_pctg"])
 
 
@@ -326,27 +392,55 @@ def idle_time_breakdown(
     - ``kernel_wait``: otherwise, when the gap is under ``consecutive_kernel_delay_us``;
     - ``other``: the rest.
     """
-    parts = []
+    rows = []
     for rank, view in views.items():
         frame = view.frame
         kernels = frame[(frame["stream"] != -1) & frame["cat"].isin(_IDLE_KERNEL_CATS)]
-        for stream in kernels["stream"].unique():
-            part = _stream_idle(kernels[kernels["stream"] == stream], consecutive_kernel_delay_us)
-            part.insert(0, "stream", int(stream))
-            part.insert(0, "rank", rank)
-            parts.append(part)
-    columns = ["rank", "stream", "idle_category", "idle_time_us", "idle_time_ratio"]
-    if not parts:
-        return pd.DataFrame(columns=columns)
-    return pd.concat(parts, ignore_index=True)[columns]
+        columns = (kernels[c].to_numpy() for c in ("ts", "end", "stream", "ts_runtime"))
+        rows += _idle_rows(rank, *columns, consecutive_kernel_delay_us)
+    return _idle_table(rows)
 
 
-def _stream_idle(kernels: pd.DataFrame, delay: float) -> pd.DataFrame:
-    ts = _as_hta_dtype(kernels["ts"].to_numpy())
-    order = np.argsort(ts, kind="quicksort")  # pandas sort_values' default, ties included
-    ts = kernels["ts"].to_numpy()[order]
-    end = kernels["end"].to_numpy()[order]
-    runtime = kernels["ts_runtime"].to_numpy()[order]
+def _idle_rows(
+    rank: int,
+    ts: np.ndarray,
+    end: np.ndarray,
+    stream: np.ndarray,
+    runtime: np.ndarray,
+    delay: float,
+) -> list[dict[str, object]]:
+    """:func:`idle_time_breakdown` of one rank's kernels (in HTA's row order), streams in the
+    order they first appear."""
+    streams, first = np.unique(stream, return_index=True)
+    rows: list[dict[str, object]] = []
+    for s in streams[np.argsort(first)].tolist():
+        mine = stream == s
+        present, sums, ratio = _stream_idle(ts[mine], end[mine], runtime[mine], delay)
+        rows += [
+            {
+                "rank": rank,
+                "stream": s,
+                "idle_category": _IDLE_CATEGORIES[c],
+                "idle_time_us": us,
+                "idle_time_ratio": share,
+            }
+            for c, us, share in zip(present, sums.tolist(), ratio.tolist(), strict=True)
+        ]
+    return rows
+
+
+def _idle_table(rows: list[dict[str, object]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        rows, columns=["rank", "stream", "idle_category", "idle_time_us", "idle_time_ratio"]
+    )
+
+
+def _stream_idle(
+    ts: np.ndarray, end: np.ndarray, runtime: np.ndarray, delay: float
+) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """The idle categories present on one stream, their idle time (µs) and share, rounded."""
+    order = np.argsort(_as_hta_dtype(ts), kind="quicksort")  # pandas' default, ties included
+    ts, end, runtime = ts[order], end[order], runtime[order]
     prev_end = np.concatenate([[np.nan], end[:-1]])
     gap = ts - prev_end
     with np.errstate(invalid="ignore"):
@@ -358,13 +452,7 @@ def _stream_idle(kernels: pd.DataFrame, delay: float) -> pd.DataFrame:
     total = sums.sum()
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = sums / total
-    return pd.DataFrame(
-        {
-            "idle_category": [_IDLE_CATEGORIES[c] for c in present],
-            "idle_time_us": np.round(sums, 2),
-            "idle_time_ratio": np.round(ratio, 2),
-        }
-    )
+    return present, np.round(sums, 2), np.round(ratio, 2)
 
 
 def _as_hta_dtype(ts: np.ndarray) -> np.ndarray:

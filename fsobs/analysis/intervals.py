@@ -1,11 +1,23 @@
-"""Interval-set arithmetic on numpy arrays (any numeric dtype).
+"""Interval-set arithmetic on numpy arrays (any numeric dtype; integer ns stay exact).
 
-An interval set is a pair ``(starts, ends)`` of equal-length arrays. :func:`union` turns any
-set into the canonical form (sorted, disjoint, touching intervals merged); the set operations
-take and return canonical sets.
+An interval set is a pair ``(starts, ends)`` of equal-length arrays of half-open intervals
+``[starts[i], ends[i])``. :func:`union` turns any set into the canonical form (sorted,
+disjoint, touching intervals merged); the set operations take and return canonical sets.
+
+Any boolean formula over several sets is evaluated the same way, in one pass: cut the line
+at every boundary of every set into elementary segments (:func:`segments`), where membership
+in each set is constant, combine the memberships segment by segment, and join the kept
+segments back into intervals (:func:`runs`)::
+
+    a            |=======|        |===|
+    b                |=======|
+    bounds       0   1   2   3    4   5     segments 0 to 4 between them
+    a and not b  |===|            |===|     segments 0 and 4 kept
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,17 +50,48 @@ def covered(iv: Intervals, points: np.ndarray) -> np.ndarray:
     return np.searchsorted(iv[0], points, "right") > np.searchsorted(iv[1], points, "right")
 
 
+def segments(layers: Sequence[Intervals]) -> tuple[np.ndarray, np.ndarray]:
+    """Cut the line at every boundary of every set in ``layers``.
+
+    Returns ``bounds`` (the distinct boundaries, sorted) and ``cover``, a boolean matrix with
+    one row per elementary segment ``[bounds[i], bounds[i + 1])`` and one column per layer:
+    whether the layer covers that segment. A layer need not be canonical (its intervals may
+    overlap, touch or be empty; each needs ``start <= end``). No boundary lies inside a
+    segment, so membership anywhere in it is membership at its start: nothing is probed at a
+    midpoint (a float64 is exact to 256 ns only around 1.8e18 ns).
+    """
+    starts = np.concatenate([layer[0] for layer in layers])
+    ends = np.concatenate([layer[1] for layer in layers])
+    bounds = np.unique(np.concatenate([starts, ends]))
+    num_layers = len(layers)
+    if len(bounds) < 2:
+        return bounds, np.zeros((0, num_layers), dtype=bool)
+    column = np.repeat(np.arange(num_layers), [len(layer[0]) for layer in layers])
+    size = len(bounds) * num_layers
+    opened = np.bincount(np.searchsorted(bounds, starts) * num_layers + column, minlength=size)
+    closed = np.bincount(np.searchsorted(bounds, ends) * num_layers + column, minlength=size)
+    depth = np.cumsum((opened - closed).reshape(len(bounds), num_layers), axis=0)
+    return bounds, depth[:-1] > 0
+
+
+def runs(bounds: np.ndarray, keep: np.ndarray, label: np.ndarray | None = None) -> Intervals:
+    """The canonical set of the elementary segments where ``keep`` holds (:func:`segments`):
+    consecutive kept segments joined into one interval, unless ``label`` (one value per
+    segment) differs between them. With labels, each run lies within one label and runs of
+    different labels may touch."""
+    joined = keep[1:] & keep[:-1]
+    if label is not None:
+        joined &= label[1:] == label[:-1]
+    first = np.flatnonzero(keep & ~np.concatenate([[False], joined]))
+    last = np.flatnonzero(keep & ~np.concatenate([joined, [False]]))
+    return bounds[first], bounds[last + 1]
+
+
 def _combine(a: Intervals, b: Intervals, keep: str) -> Intervals:
-    points = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
-    if len(points) < 2:
-        return points[:0], points[:0]
-    lo, hi = points[:-1], points[1:]
-    # No boundary lies inside [lo, hi) and the intervals are half-open, so membership at lo is
-    # membership of the whole piece. (Probing at a float midpoint instead is wrong for absolute
-    # ns times: at ~1.8e18 a float64 is exact to 256 ns only.)
-    in_a, in_b = covered(a, lo), covered(b, lo)
+    bounds, cover = segments([a, b])
+    in_a, in_b = cover[:, 0], cover[:, 1]
     mask = {"and": in_a & in_b, "minus": in_a & ~in_b, "or": in_a | in_b}[keep]
-    return union(lo[mask], hi[mask])
+    return runs(bounds, mask)
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:

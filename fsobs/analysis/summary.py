@@ -98,15 +98,16 @@ def overview_row(trace: RankTrace) -> dict[str, Any]:
     """rank, host, device, num_events, num_steps, step_time_ms_mean, num_comm_events,
     comm_time_ms (sum of communication event durations; they may overlap)."""
     ev = trace.events
-    steps = ev[ev["kind"] == "step"]
-    comm = ev[ev["kind"] == "comm"]
+    dur = ev["dur_ns"].to_numpy()
+    steps = dur[(ev["kind"] == "step").to_numpy()]
+    comm = dur[(ev["kind"] == "comm").to_numpy()]
     return {
         "rank": trace.rank,
         "host": trace.host_name or "",
         "device": trace.device,
         "num_events": len(ev),
         "num_steps": len(steps),
-        "step_time_ms_mean": steps["dur_ns"].mean() / 1e6 if len(steps) else float("nan"),
+        "step_time_ms_mean": steps.mean() / 1e6 if len(steps) else float("nan"),
         "num_comm_events": len(comm),
-        "comm_time_ms": comm["dur_ns"].sum() / 1e6,
+        "comm_time_ms": comm.sum() / 1e6,
     }
