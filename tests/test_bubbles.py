@@ -649,3 +649,21 @@ def test_cpu_op_waiting_inside_a_collective_is_a_bubble(tmp_path):
     table = _table(run)
     _row(table, 0, 1, window=100, busy=50, straggler_wait=40, exposed_comm=10)
     _row(table, 1, 1, window=100, busy=90, exposed_comm=10)
+
+
+def test_an_analyzed_run_keeps_the_classes_not_the_step_parts():
+    """The summaries hand their step parts over to the classification and hold none after it;
+    every common step of every rank is classified, the same as from fresh summaries."""
+    from fsobs.analysis import analyze_summary, summarize_path
+    from fsobs.report import to_json
+
+    source = REFERENCE / "synthetic_gloo_a2a_straggler_4rank"
+    run = summarize_path(source)
+    steps = {r: [p.step for p in s.parts] for r, s in run.ranks.items()}
+    assert all(steps.values())
+    analysis = analyze_summary(run)
+    assert all(s.parts == [] for s in analysis.run.ranks.values())
+    want = sorted((r, st) for r, own in steps.items() for st in own if st in set(run.steps))
+    assert sorted((sb.rank, sb.step) for sb in analysis.bubbles) == want
+    assert len(want) == len(run.rank_ids) * len(run.steps)
+    assert to_json(analysis) == to_json(fsobs.analyze_path(source))

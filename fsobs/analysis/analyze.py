@@ -70,9 +70,13 @@ def analyze(run: Run[RankTrace], config: BubbleConfig | None = None) -> Analysis
 
 
 def analyze_summary(run: Run[RankSummary]) -> Analysis:
-    """Collectives, bubbles per rank and step, stragglers, attribution, KPIs and HTA metrics."""
+    """Collectives, bubbles per rank and step, stragglers, attribution, KPIs and HTA metrics.
+
+    Analyzes ``run`` once: the summaries hand their step parts over to the classification
+    (:meth:`RankSummary.take_parts`)."""
     colls = match_collectives(run)
-    bubbles = bubble_intervals({r: s.parts for r, s in run.ranks.items()}, run.steps, colls)
+    parts = {r: s.take_parts() for r, s in run.ranks.items()}
+    bubbles = bubble_intervals(parts, run.steps, colls)
     steps = bubble_table(bubbles)
     stragglers = find_stragglers(bubbles, run.rank_ids)
     has_sidecar = run.sidecar is not None and not run.sidecar.empty

@@ -359,13 +359,17 @@ def _owned(
 def bubble_intervals(
     parts: dict[int, list[StepParts]], steps: list[int], colls: Collectives
 ) -> list[StepBubbles]:
-    """Classes of every rank for every step in ``steps`` (the steps common to all ranks)."""
+    """Classes of every rank for every step in ``steps`` (the steps common to all ranks).
+
+    Consumes ``parts``: each rank's entry leaves the dict once it is classified, so that its
+    interval sets can be freed while the next ranks are classified."""
     wanted = set(steps)
     ranks = sorted(parts)
     waits = RankWaits.of_ranks(colls, ranks)
     result = []
     for rank in ranks:
-        result.extend(classify([p for p in parts[rank] if p.step in wanted], waits[rank]))
+        mine = [p for p in parts.pop(rank) if p.step in wanted]
+        result.extend(classify(mine, waits[rank]))
     return result
 
 

@@ -43,9 +43,18 @@ class RankSummary:
     sync_collectives: pd.DataFrame
     """See :func:`fsobs.analysis.collectives.rank_collectives`."""
     parts: list[StepParts]
+    """The per-step interval sets; empty once the run is analyzed (:meth:`take_parts`)."""
     hta: RankHta | None
     """None on CPU-only ranks."""
     warnings: list[str] = field(default_factory=list)
+
+    def take_parts(self) -> list[StepParts]:
+        """Hand the step parts over and drop them here: the analysis classifies each rank once
+        and frees its parts as it goes, so their sets and the classes built from them are not
+        all held at once (and an analyzed run, as the dashboard caches it, keeps only the
+        classes)."""
+        parts, self.parts = self.parts, []
+        return parts
 
 
 def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> RankSummary:
