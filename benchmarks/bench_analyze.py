@@ -96,12 +96,15 @@ def measure(mode: str, trace_dir: Path) -> dict[str, float]:
     return result | {"rss_mib": peaks["rss"] / 2**20, "pss_mib": peaks["pss"] / 2**20}
 
 
-def ensure_run(data_dir: Path) -> Path:
-    out = data_dir / "synthetic_64x20"
-    if not any(out.glob("*.json.gz")):
+def ensure_run(data_dir: Path, num_ranks: int = RUN["num_ranks"]) -> Path:
+    """``data_dir/synthetic_<N>x<steps>``: the run of :data:`RUN` with ``num_ranks`` ranks,
+    written unless all its files are there."""
+    out = data_dir / f"synthetic_{num_ranks}x{RUN['num_steps']}"
+    if len(list(out.glob("*.json.gz"))) != num_ranks:
         from fsobs.simulate import write_gpu_run
 
-        write_gpu_run(out, **RUN)
+        print(f"  writing {out} ...", file=sys.stderr, flush=True)
+        write_gpu_run(out, **(RUN | {"num_ranks": num_ranks}))
     return out
 
 

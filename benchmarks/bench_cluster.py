@@ -33,8 +33,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_analyze import RUN, ensure_run  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-STEPS, KERNELS, SEED = 20, 200, 0
 ENGINES = ("local", "cluster")
 
 
@@ -93,18 +95,6 @@ def _cluster_cpu_s() -> float:
     return total
 
 
-def ensure_run(data_dir: Path, num_ranks: int) -> Path:
-    out = data_dir / f"synthetic_{num_ranks}x{STEPS}"
-    if len(list(out.glob("*.json.gz"))) != num_ranks:
-        from fsobs.simulate import write_gpu_run
-
-        print(f"  writing {out} ...", file=sys.stderr, flush=True)
-        write_gpu_run(
-            out, num_ranks=num_ranks, num_steps=STEPS, kernels_per_step=KERNELS, seed=SEED
-        )
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="timed pairs at the largest size")
@@ -147,7 +137,10 @@ def _report(
     repeats: int,
 ) -> None:
     med = {k: {f: statistics.median(m[f] for m in v) for f in v[0]} for k, v in rows.items()}
-    print(f"Runs: N ranks x {STEPS} steps, {KERNELS} kernels per step, seed {SEED}.\n")
+    print(
+        f"Runs: N ranks x {RUN['num_steps']} steps, {RUN['kernels_per_step']} kernels per step, "
+        f"seed {RUN['seed']}.\n"
+    )
     print(
         "| ranks | MB gzipped | engine | work s | CPU s (all processes) "
         "| client peak RSS MiB | after imports MiB |"

@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fsobs.collect.pauses import StepMonitor
@@ -45,12 +46,12 @@ def monitor_us(repeats: int = 20_000) -> tuple[float, float]:
     """The step monitor's cost in µs: one ``begin``/``end`` pair, and what its GC callback adds
     to one young-generation collection (the median of 5 rounds each)."""
 
-    def per_call(fn: object, n: int) -> float:
+    def per_call(fn: Callable[[], object], n: int) -> float:
         rounds = []
         for _ in range(5):
             start = time.perf_counter_ns()
             for _ in range(n):
-                fn()  # type: ignore[operator]
+                fn()
             rounds.append((time.perf_counter_ns() - start) / n / 1e3)
         return statistics.median(rounds)
 

@@ -159,11 +159,11 @@ def main() -> int:
     args = parser.parse_args()
     results = []
     started = time.monotonic()
+    out = Path(args.out)
     for world in (int(w) for w in args.world_sizes.split(",")):
         for seed in (int(s) for s in args.seeds.split(",")):
             for toggle in args.toggles.split(","):
                 results.append(one(args, world, seed, toggle))
-                out = Path(args.out)
                 (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     print(tables(results))
     print(

@@ -45,12 +45,12 @@ class Loaded:
     error: str | None
 
 
-def runs(store: Path) -> list[RunEntry]:
+def runs(store: Location) -> list[RunEntry]:
     """The store's runs (a directory scan: cheap, done on every rerun so uploads show up)."""
     return list_runs(store)
 
 
-def load(store: Path, entry: RunEntry) -> Loaded:
+def load(store: Location, entry: RunEntry) -> Loaded:
     """The analysis of one run (parsed at most once per signature)."""
     analysis, error = _analyze(str(store), entry.run_id, entry.signature)
     return Loaded(entry, analysis, error)
@@ -70,7 +70,7 @@ def remember_upload(store: Path, run_id: str, analysis: Analysis) -> None:
     disk_cache.write(store, run_id, folder_signature(folder), disk_cache.relocate(analysis, folder))
 
 
-def facts(store: Path, entry: RunEntry, *, analyze: bool) -> dict[str, Any]:
+def facts(store: Location, entry: RunEntry, *, analyze: bool) -> dict[str, Any]:
     """The runs-table row; the analysis is run only if ``analyze`` or it was already done."""
     if analyze or is_analyzed(store, entry):
         loaded = load(store, entry)
@@ -78,13 +78,13 @@ def facts(store: Path, entry: RunEntry, *, analyze: bool) -> dict[str, Any]:
     return run_facts(entry, None, "not analyzed yet (large): open it on the Bubbles page")
 
 
-def is_cheap(store: Path, entry: RunEntry) -> bool:
+def is_cheap(store: Location, entry: RunEntry) -> bool:
     """Small enough to analyze unasked (:data:`AUTO_ANALYZE_BYTES`), or analyzed already."""
     return entry.trace_bytes <= AUTO_ANALYZE_BYTES or is_analyzed(store, entry)
 
 
 def first_with_data(
-    store: Path,
+    store: Location,
     entries: Sequence[RunEntry],
     *,
     skip: str | None = None,

@@ -60,8 +60,8 @@ class SMFreeConfig:
     ``efficiency`` (NCCL's ``NCCL_CTA_POLICY_EFFICIENCY`` on the embedding group: fewer SMs,
     not zero; recorded as such)."""
     capacity: int | None = None
-    """Elements per peer chunk of the padded all-to-all; None: from the balancer's bound, else
-    the largest chunk seen so far, grown when exceeded."""
+    """Rows per peer chunk of the padded all-to-all to start from (grown when a call needs
+    more); None: the largest chunk seen so far."""
 
     def __post_init__(self) -> None:
         if self.fallback not in ("none", "efficiency"):

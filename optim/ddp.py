@@ -91,11 +91,14 @@ class DenseHookState:
     """``fp16`` / ``bf16`` compression (torchrec's ``allreduce_comm_precision``), or None."""
     gate: DenseGate | None = None
     marker: str = field(init=False)
+    scale: float = field(init=False)
+    """``1 / world_size`` of the group, the factor on an uncompressed bucket."""
 
     def __post_init__(self) -> None:
         if self.precision is not None and self.precision not in _COMPRESS:
             raise ValueError(f"precision: fp16, bf16 or None, got {self.precision!r}")
         self.marker = comm_marker("dense", self.group.group_name)
+        self.scale = 1.0 / dist.get_world_size(self.group)
 
 
 def dense_hook(state: DenseHookState, bucket: dist.GradBucket) -> Future[torch.Tensor]:
@@ -107,7 +110,7 @@ def dense_hook(state: DenseHookState, bucket: dist.GradBucket) -> Future[torch.T
             if state.precision is not None:
                 return _COMPRESS[state.precision](state.group, bucket)
             tensor = bucket.buffer()
-            tensor.mul_(1.0 / dist.get_world_size(state.group))
+            tensor.mul_(state.scale)
             work = dist.all_reduce(tensor, group=state.group, async_op=True)
             return work.get_future().then(lambda done: done.value()[0])
 

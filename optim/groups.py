@@ -26,10 +26,7 @@ from typing import Any
 import torch.distributed as dist
 
 from optim.config import FreeScaleConfig, ToggleStatus
-
-EMB_DESC = "freescale_emb"
-DENSE_DESC = "freescale_dense"
-BALANCE_DESC = "freescale_balance"
+from optim.markers import BALANCE_DESC, DENSE_DESC, EMB_DESC
 
 
 @dataclass(frozen=True)

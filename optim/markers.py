@@ -10,6 +10,9 @@
 - ``## fsobs:data ##`` around the preparation of a step's input (batch build, balance plan,
   shuffle exchange): a data-loader range for the CPU bubble classes.
 - ``## fsobs:balance ##`` around the balance toggle's work inside it.
+
+The descriptions of FreeScale's process groups (``optim.groups``) are here too: NCCL traces
+record them, and they give each collective its role.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ MARKER_SUFFIX = " ##"
 DATA_MARKER = "## fsobs:data ##"
 BALANCE_MARKER = "## fsobs:balance ##"
 ROLES = ("embedding", "dense", "other")
+EMB_DESC = "freescale_emb"
+DENSE_DESC = "freescale_dense"
+BALANCE_DESC = "freescale_balance"
 
 
 def comm_marker(role: str, pg_name: str) -> str:

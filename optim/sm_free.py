@@ -185,7 +185,8 @@ def setup_sm_free(config: SMFreeConfig, priority: PriorityConfig) -> tuple[SMFre
     status, mode = decide(config, cap)
     options = nccl_options(mode, priority.enabled) if cap.backend == "nccl" else None
     if mode is not None:
-        symm_mem = __import__("torch.distributed._symmetric_memory", fromlist=["set_backend"])
+        import torch.distributed._symmetric_memory as symm_mem
+
         symm_mem.set_backend("NCCL")
     return SMFreeSetup(config, status, mode), options
 
@@ -198,14 +199,20 @@ def chunk_offsets(splits: Sequence[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.asarray(splits, dtype=np.int64))])
 
 
-def pad_chunks(tensor: torch.Tensor, splits: Sequence[int], capacity: int) -> torch.Tensor:
+def pad_chunks(
+    tensor: torch.Tensor, splits: Sequence[int], capacity: int, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """``[sum(splits), ...]`` -> ``[len(splits) * capacity, ...]``: chunk j at row j·capacity,
-    zeros after it. Raises ValueError when a chunk exceeds the capacity."""
+    zeros after it (into ``out`` when given). Raises ValueError when a chunk exceeds the
+    capacity."""
     if max(splits, default=0) > capacity:
         raise ValueError(f"capacity: a chunk of {max(splits)} rows exceeds {capacity}")
     if int(sum(splits)) != tensor.shape[0]:
         raise ValueError(f"splits: sum {sum(splits)} != {tensor.shape[0]} rows")
-    out = tensor.new_zeros((len(splits) * capacity, *tensor.shape[1:]))
+    if out is None:
+        out = tensor.new_zeros((len(splits) * capacity, *tensor.shape[1:]))
+    else:
+        out.zero_()
     offsets = chunk_offsets(splits)
     for j, n in enumerate(splits):
         out[j * capacity : j * capacity + n] = tensor[offsets[j] : offsets[j] + n]
@@ -281,7 +288,7 @@ class SMFreePath:
         recv_splits = list(output_split_sizes or [output.shape[0] // world] * world)
         capacity = self._agree_capacity(max(send_splits + recv_splits, default=0))
         send, recv = self._symmetric(capacity * world, input)
-        send.copy_(pad_chunks(input, send_splits, capacity))
+        pad_chunks(input, send_splits, capacity, out=send)
         work = dist.all_to_all_single(recv, send, group=self.group, async_op=True)
         row_bytes = input[0].numel() * input.element_size() if input.shape[0] else 0
         useful, sent = padding_overhead(send_splits, capacity, row_bytes)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 import plotly.graph_objects as go
 
 CLASS_COLORS = {
@@ -54,3 +57,15 @@ def finish(
         fig.update_xaxes(automargin=False)
         fig.update_yaxes(automargin=False)
     return fig
+
+
+def error_bars(
+    values: Iterable[float], lo: Iterable[float], hi: Iterable[float]
+) -> dict[str, object]:
+    """Asymmetric error bars (in %) from fractions and their interval; a side whose bound or
+    value is NaN gets none."""
+    up, down = [], []
+    for v, low, high in zip(values, lo, hi, strict=True):
+        up.append(0.0 if math.isnan(high) or math.isnan(v) else 100 * (high - v))
+        down.append(0.0 if math.isnan(low) or math.isnan(v) else 100 * (v - low))
+    return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "visible": True}

@@ -7,7 +7,14 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.figures._style import CLASS_COLORS, CONTROL_COLOR, TEST_COLOR, finish, label
+from dashboard.figures._style import (
+    CLASS_COLORS,
+    CONTROL_COLOR,
+    TEST_COLOR,
+    error_bars,
+    finish,
+    label,
+)
 from fsobs.analysis.bubbles import BUBBLE_CLASSES
 
 
@@ -25,12 +32,7 @@ def bubble_reduction(
     values = [overall, *by_class.values()]
     intervals = [ci, *(by_class_ci[n] for n in by_class)]
     y = [100 * v if not math.isnan(v) else 0.0 for v in values]
-    up, down = [], []
-    for v, (lo, hi) in zip(values, intervals, strict=True):
-        known = not (math.isnan(lo) or math.isnan(hi) or math.isnan(v))
-        up.append(100 * (hi - v) if known else 0.0)
-        down.append(100 * (v - lo) if known else 0.0)
-    error = {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "visible": True}
+    error = error_bars(values, (lo for lo, _ in intervals), (hi for _, hi in intervals))
     text = [f"{v:.0%}" if not math.isnan(v) else "n/a (not in control)" for v in values]
     fig = go.Figure(
         go.Bar(

@@ -8,21 +8,9 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.figures._style import CONTROL_COLOR, TEST_COLOR, finish
+from dashboard.figures._style import CONTROL_COLOR, TEST_COLOR, error_bars, finish
 
 PREDICTED_COLOR = "#9467bd"
-
-
-def _errors(values: pd.Series, lo: pd.Series, hi: pd.Series) -> dict[str, object]:
-    up = [
-        100 * (h - v) if not (math.isnan(h) or math.isnan(v)) else 0.0
-        for v, h in zip(values, hi, strict=True)
-    ]
-    down = [
-        100 * (v - low) if not (math.isnan(low) or math.isnan(v)) else 0.0
-        for v, low in zip(values, lo, strict=True)
-    ]
-    return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "visible": True}
 
 
 def whatif_reductions(frame: pd.DataFrame) -> go.Figure:
@@ -36,7 +24,7 @@ def whatif_reductions(frame: pd.DataFrame) -> go.Figure:
         go.Bar(
             x=frame["label"],
             y=100 * frame["predicted"],
-            error_y=_errors(frame["predicted"], frame["lo"], frame["hi"]),
+            error_y=error_bars(frame["predicted"], frame["lo"], frame["hi"]),
             name="predicted (from this run)",
             marker_color=PREDICTED_COLOR,
             text=[f"{v:.0%}" for v in frame["predicted"]],
@@ -47,7 +35,7 @@ def whatif_reductions(frame: pd.DataFrame) -> go.Figure:
             go.Bar(
                 x=frame["label"],
                 y=100 * frame["measured"],
-                error_y=_errors(frame["measured"], frame["measured_lo"], frame["measured_hi"]),
+                error_y=error_bars(frame["measured"], frame["measured_lo"], frame["measured_hi"]),
                 name="measured A/B",
                 marker_color=TEST_COLOR,
                 text=["" if math.isnan(v) else f"{v:.0%}" for v in frame["measured"]],
@@ -96,7 +84,9 @@ def toggles_at_scale(study: pd.DataFrame, world_size: int) -> go.Figure:
         go.Bar(
             x=[t.replace("+", " + ") for t in rows["toggles"]],
             y=100 * rows["bubble_reduction"],
-            error_y=_errors(rows["bubble_reduction"], rows["reduction_min"], rows["reduction_max"]),
+            error_y=error_bars(
+                rows["bubble_reduction"], rows["reduction_min"], rows["reduction_max"]
+            ),
             marker_color=PREDICTED_COLOR,
             text=[f"{v:.0%}" for v in rows["bubble_reduction"]],
             name="simulated",

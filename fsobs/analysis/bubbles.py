@@ -188,7 +188,7 @@ class RankWaits:
 
     def find(self, rows: np.ndarray) -> np.ndarray:
         """Position of each of ``rows`` among the matched collectives, -1 where unmatched."""
-        return _position(self.rows, rows)
+        return iv.position(self.rows, rows)
 
 
 def step_parts(trace: RankTrace, config: BubbleConfig | None = None) -> list[StepParts]:
@@ -623,12 +623,4 @@ def _median_of(values: np.ndarray, labels: np.ndarray, wanted: np.ndarray) -> np
     ordered = values[order].astype(np.float64)
     groups, first, count = np.unique(labels[order], return_index=True, return_counts=True)
     median = (ordered[first + (count - 1) // 2] + ordered[first + count // 2]) / 2
-    return np.append(median, np.nan)[_position(groups, wanted)]  # -1: the NaN
-
-
-def _position(ordered: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Position of each of ``values`` in ``ordered`` (sorted, distinct), -1 where absent."""
-    if not len(ordered):
-        return np.full(len(values), -1, np.int64)
-    at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
-    return np.where(ordered[at] == values, at, -1)
+    return np.append(median, np.nan)[iv.position(groups, wanted)]  # -1: the NaN

@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.trace.schema import RankTrace, Run
+from optim.markers import DENSE_DESC, EMB_DESC
 
 if TYPE_CHECKING:
     from fsobs.analysis.summary import RankSummary
@@ -176,7 +177,7 @@ def _instance_keys(frame: pd.DataFrame) -> np.ndarray:
     return np.array(keys, dtype=object)
 
 
-GROUP_ROLES = {"freescale_emb": "embedding", "freescale_dense": "dense"}
+GROUP_ROLES = {EMB_DESC: "embedding", DENSE_DESC: "dense"}
 """Process-group descriptions FreeScale gives its groups (``optim.groups``) -> role."""
 
 

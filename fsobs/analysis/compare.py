@@ -99,10 +99,10 @@ def compare(
         raise ValueError(f"confidence: must be in (0, 1), got {confidence}")
     if n_boot < 1:
         raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
-    boot = _Bootstrap(NEGLIGIBLE * _mean_window(control.steps), confidence, n_boot, seed)
     same, batch_warnings = same_batches(control.run, test.run)
     per_c, per_t = _per_step_means(control.steps), _per_step_means(test.steps)
-    boot.paired = bool(same) and per_c.index.equals(per_t.index)
+    paired = bool(same) and per_c.index.equals(per_t.index)
+    boot = _Bootstrap(NEGLIGIBLE * _mean_window(control.steps), confidence, n_boot, seed, paired)
     c, t = control.summary, test.summary
     reductions = {
         name: boot.reduction(per_c[f"{name}_ms"], per_t[f"{name}_ms"])
@@ -139,7 +139,8 @@ class _Bootstrap:
     confidence: float
     n_boot: int
     seed: int
-    paired: bool = False
+    paired: bool
+    """Whether both runs trained the same batches on the same steps (steps resampled in pairs)."""
 
     def reduction(self, control: pd.Series, test: pd.Series) -> tuple[float, tuple[float, float]]:
         """``1 - mean(test) / mean(control)`` over steps and its bootstrap CI (NaNs when the

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fsobs.analysis import intervals as iv
 from fsobs.trace.schema import RankTrace
 
 _COMM_RE = re.compile(r"(^nccl)")
@@ -205,7 +206,7 @@ def _runtime_ts_index(rows: _Rows) -> np.ndarray:
     cpu = np.flatnonzero(has & ~rows.is_gpu)[::-1]  # last first
     gpu = np.flatnonzero(has & rows.is_gpu)
     ids, last = np.unique(corr[cpu], return_index=True)
-    at = _lookup(ids, corr[gpu])
+    at = iv.position(ids, corr[gpu])
     index_corr[gpu[at >= 0]] = rows.event_index[cpu[last[at[at >= 0]]]]
     return index_corr
 
@@ -227,16 +228,8 @@ def _filter(rows: _Rows) -> np.ndarray:
 def _resolve_runtime_ts(rows: _Rows, kept: np.ndarray, index: np.ndarray) -> np.ndarray:
     """ts of the first kept row whose event index is ``index`` (NaN when absent)."""
     ids, first = np.unique(rows.event_index[kept], return_index=True)
-    at = _lookup(ids, index)
+    at = iv.position(ids, index)
     return np.where(at >= 0, rows.ts[kept][first[np.maximum(at, 0)]], np.nan)
-
-
-def _lookup(sorted_ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Position of each value in ``sorted_ids`` (distinct, sorted), -1 when absent."""
-    if not len(sorted_ids):
-        return np.full(len(values), -1, np.int64)
-    at = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
-    return np.where(sorted_ids[at] == values, at, -1)
 
 
 def _kernel_types(frame: pd.DataFrame) -> np.ndarray:

@@ -112,3 +112,11 @@ def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
     ends = np.minimum(iv[1], hi)
     keep = ends > starts
     return starts[keep], ends[keep]
+
+
+def position(ordered: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Position of each of ``values`` in ``ordered`` (sorted, distinct), -1 where absent."""
+    if not len(ordered):
+        return np.full(len(values), -1, np.int64)
+    at = np.minimum(np.searchsorted(ordered, values), len(ordered) - 1)
+    return np.where(ordered[at] == values, at, -1)

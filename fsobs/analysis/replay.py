@@ -101,8 +101,8 @@ def replay_totals(graph: SegmentGraph, changes: Changes | None = None) -> np.nda
 
 
 _ONES = (1.0,) * len(KINDS)
-_CompiledPiece = tuple[int, int, tuple[float, ...], int, int, list, bool]
-"""(kind, step index or -1, lengths, length, owner, arrivals, first_of_step)."""
+_CompiledPiece = tuple[int, int, tuple[float, ...], int, list, bool]
+"""(kind, step index or -1, lengths, owner, arrivals, first_of_step)."""
 
 
 def _compiled(graph: SegmentGraph) -> list[list[_CompiledPiece]]:
@@ -115,7 +115,6 @@ def _compiled(graph: SegmentGraph) -> list[list[_CompiledPiece]]:
                     p.kind,
                     index.get(p.step, -1),
                     tuple(float(v) for v in p.lengths) if p.lengths is not None else (),
-                    p.length,
                     p.owner,
                     [
                         (k, tuple(float(v) for v in pos) if isinstance(pos, np.ndarray) else pos)
@@ -157,7 +156,7 @@ class _Run:
         moved = False
         t = self.time[ri]
         while self.index[ri] < len(chain):
-            kind, si, lengths, _, owner, arrivals, first = chain[self.index[ri]]
+            kind, si, lengths, owner, arrivals, first = chain[self.index[ri]]
             factors = self.factors[ri][si] if si >= 0 else _ONES
             totals = self.totals[ri][si] if si >= 0 else None
             if not self.arrived[ri]:

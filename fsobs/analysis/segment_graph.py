@@ -100,8 +100,7 @@ class SegmentGraph:
 
     def copy(self) -> SegmentGraph:
         """A deep copy (to rewrite), without the compiled chains."""
-        out = copy.deepcopy(replace(self, compiled=None))
-        return out
+        return copy.deepcopy(replace(self, compiled=None))
 
 
 def build_graph(analysis: Analysis) -> SegmentGraph:

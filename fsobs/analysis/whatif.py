@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fsobs.analysis._json import plain
 from fsobs.analysis.analyze import Analysis
 from fsobs.analysis.replay import (
     BUSY,
@@ -58,9 +59,11 @@ from fsobs.analysis.replay import (
 )
 from fsobs.analysis.whatif_model import (
     Calibration,
+    Resplit,
     calibrate,
     noise_draws,
     partition_model,
+    rank_step_ns,
     resplit,
 )
 from fsobs.analysis.whatif_priority import prioritize
@@ -160,13 +163,14 @@ def whatif(
     num = _num_draws(setup.graph, draws, len(combos))
     rng = np.random.default_rng(seed)
     etas = noise_draws(setup.cal, num, rng) if setup.cal is not None else None
+    own_eta = setup.cal.eta if setup.cal is not None else None
     runs = _Runner(setup, split, prio_graph)
     base = [runs.replay((), eta) for eta in _each(etas, num)]
-    own = runs.replay((), setup.cal.eta if setup.cal is not None else None)
+    own = runs.replay((), own_eta)
     predictions = []
     for combo in combos:
         pred = [runs.replay(combo, eta) for eta in _each(etas, num)]
-        same = runs.replay(combo, setup.cal.eta if setup.cal is not None else None)
+        same = runs.replay(combo, own_eta)
         predictions.append(_predict(combo, base, pred, own, same, confidence, rng))
     check = _replay_check(setup)
     # what the predictions' absolute figures compare with: the baseline under the same draws
@@ -213,12 +217,9 @@ def _setup(analysis: Analysis, need_lengths: bool) -> _Setup:
             "predict the other toggles with --toggles priority_overlap,sm_free",
             path=analysis.run.path,
         )
-    index = pd.MultiIndex.from_product([graph.ranks, graph.steps])
-    table = measured.set_index(["rank", "step"])
-    shape = (len(graph.ranks), len(graph.steps))
-    busy = table["busy_ms"].reindex(index).fillna(0.0).to_numpy().reshape(shape) * 1e6
-    contention = table["contention_ms"].reindex(index).fillna(0.0).to_numpy().reshape(shape)
-    return _Setup(graph, measured, cal, partition, busy, contention * 1e6)
+    busy = rank_step_ns(measured, "busy_ms", graph.ranks, graph.steps)
+    contention = rank_step_ns(measured, "contention_ms", graph.ranks, graph.steps)
+    return _Setup(graph, measured, cal, partition, busy, contention)
 
 
 def _num_draws(graph: SegmentGraph, draws: int, num_combos: int) -> int:
@@ -234,7 +235,9 @@ def _each(etas: np.ndarray | None, num: int) -> list[np.ndarray | None]:
 class _Runner:
     """Replays of the baseline and of toggle combinations for one residual draw."""
 
-    def __init__(self, setup: _Setup, split: Any, prio_graph: SegmentGraph | None) -> None:
+    def __init__(
+        self, setup: _Setup, split: Resplit | None, prio_graph: SegmentGraph | None
+    ) -> None:
         self.setup, self.split, self.prio_graph = setup, split, prio_graph
 
     def replay(self, combo: tuple[str, ...], eta: np.ndarray | None) -> dict[str, np.ndarray]:
@@ -404,7 +407,7 @@ def _replay_check(setup: _Setup) -> dict[str, Any]:
     return {**err, "gate": dict(REPLAY_GATE), "passed": passed}
 
 
-def _calibration(setup: _Setup, split: Any) -> dict[str, Any]:
+def _calibration(setup: _Setup, split: Resplit | None) -> dict[str, Any]:
     cal = setup.cal
     if cal is None:
         return {"cost_fit": None}
@@ -476,8 +479,4 @@ def _clean(value: Any) -> Any:
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_clean(v) for v in value]
-    if isinstance(value, float | np.floating):
-        return None if not math.isfinite(value) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
+    return plain(value)

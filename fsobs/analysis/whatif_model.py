@@ -27,7 +27,8 @@ import pandas as pd
 from fsobs.analysis.analyze import Analysis
 from fsobs.analysis.costfit import CostFit, fit_points, nonnegative_lstsq
 from fsobs.errors import RunError
-from fsobs.trace.sidecar import SIDECAR_RE
+from fsobs.trace.sidecar import sidecar_files
+from fsobs.trace.storage import read_text
 from optim.balance import CostModel
 from optim.plan import BalanceConfig, StepPlan
 
@@ -41,17 +42,23 @@ def sample_lengths(run_dir: Path | str | None) -> dict[tuple[int, int], np.ndarr
     out: dict[tuple[int, int], np.ndarray] = {}
     if run_dir is None or not Path(run_dir).is_dir():
         return out
-    for path in sorted(Path(run_dir).glob("steps.rank*.jsonl")):
-        match = SIDECAR_RE.match(path.name)
-        if match is None:
-            continue
-        rank = int(match.group(1))
-        for line in path.read_text(encoding="utf-8").splitlines():
+    for path, rank in sidecar_files(Path(run_dir)):
+        for line in read_text(path).splitlines():
             if line.strip():
                 record = json.loads(line)
                 if record.get("seq_lengths") is not None:
                     out[(rank, int(record["step"]))] = np.asarray(record["seq_lengths"], np.int64)
     return out
+
+
+def rank_step_ns(
+    steps: pd.DataFrame, column: str, ranks: list[int], step_ids: list[int]
+) -> np.ndarray:
+    """``[rank, step]`` ns of a ms column of ``Analysis.steps`` over ``ranks`` x ``step_ids``
+    (0 where a rank has no such step)."""
+    index = pd.MultiIndex.from_product([ranks, step_ids], names=["rank", "step"])
+    values = steps.set_index(["rank", "step"])[column].reindex(index).fillna(0.0).to_numpy()
+    return values.reshape(len(ranks), -1) * 1e6
 
 
 def partition_model(sidecar: pd.DataFrame | None, fallback: CostModel) -> tuple[CostModel, str]:
@@ -99,10 +106,8 @@ class Calibration:
 
 def calibrate(analysis: Analysis, ranks: list[int], steps: list[int]) -> Calibration:
     """Fit the cost model on the run and split the busy time into speed and residuals."""
-    table = analysis.steps.set_index(["rank", "step"])
     index = pd.MultiIndex.from_product([ranks, steps], names=["rank", "step"])
-    busy = table["busy_ms"].reindex(index).fillna(0.0).to_numpy().reshape(len(ranks), -1) * 1e6
-    contention = table["contention_ms"].reindex(index).fillna(0.0).to_numpy() * 1e6
+    busy = rank_step_ns(analysis.steps, "busy_ms", ranks, steps)
     sidecar = analysis.run.sidecar
     if sidecar is None or sidecar.empty:
         raise RunError("the run has no step sidecars: no cost model to fit", path=analysis.run.path)
@@ -123,7 +128,7 @@ def calibrate(analysis: Analysis, ranks: list[int], steps: list[int]) -> Calibra
         predicted_ns=predicted,
         speed=speed,
         eta=eta,
-        contention_ns=contention.reshape(len(ranks), -1),
+        contention_ns=rank_step_ns(analysis.steps, "contention_ms", ranks, steps),
         fit=fit,
         lengths=sample_lengths(analysis.run.path),
     )

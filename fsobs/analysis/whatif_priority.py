@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.replay import EXPOSED, LOCAL, Piece, SegmentGraph
+from fsobs.analysis.replay import BUSY, EXPOSED, LOCAL, Piece, SegmentGraph
 
 QUEUE_SLACK_NS = 50_000
 
@@ -158,7 +158,7 @@ def _after_first_busy(chain: list[Piece], after: int) -> int | None:
     for kind, ns in piece.parts:
         cut += 1
         done += ns
-        if kind == 0:  # busy
+        if kind == BUSY:
             break
     if cut >= len(piece.parts):
         return i + 1

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from fsobs.analysis.whatif import TOGGLES, whatif, whatif_json
 from fsobs.cli.common import (
     Commands,
     add_load_options,
@@ -23,15 +24,13 @@ from fsobs.errors import FsobsError
 from fsobs.trace import LoadConfig
 from optim.balance import CostModel
 
-TOGGLE_NAMES = ("balance", "priority_overlap", "sm_free")
-
 
 def _toggle_list(text: str) -> tuple[str, ...]:
     names = tuple(t.strip().replace("-", "_") for t in text.split(",") if t.strip())
-    unknown = [t for t in names if t not in TOGGLE_NAMES]
+    unknown = [t for t in names if t not in TOGGLES]
     if unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown toggle(s) {unknown}, expected some of {','.join(TOGGLE_NAMES)}"
+            f"unknown toggle(s) {unknown}, expected some of {','.join(TOGGLES)}"
         )
     return names
 
@@ -49,7 +48,7 @@ def add_whatif(commands: Commands) -> None:
     cmd.add_argument(
         "--toggles",
         type=_toggle_list,
-        default=TOGGLE_NAMES,
+        default=TOGGLES,
         help="comma-separated toggles; every combination of them is predicted "
         "(default: %(default)s)",
     )
@@ -64,8 +63,6 @@ def add_whatif(commands: Commands) -> None:
 
 
 def _whatif(args: argparse.Namespace) -> int:
-    from fsobs.analysis.whatif import whatif, whatif_json
-
     if args.draws < 1:
         raise FsobsError(f"--draws must be >= 1, got {args.draws}")
     model = CostModel.from_json(cost_model_path(args.cost_model)) if args.cost_model else None

@@ -12,8 +12,9 @@
 With the step's wall time (the sidecar's ``wall_start_ns``/``wall_end_ns``), ``wall - cpu``
 is the time the thread was off the CPU: waiting in a collective (the trace says how long) or
 preempted. Each GC pause is also a range in the trace, ``## fsobs:gc gen<N> ##``, so the
-timeline shows it. A callback costs a few µs per collection; the job runs the monitor whenever
-it profiles (``benchmarks/bench_profiler_overhead.py`` measures both together).
+timeline shows it. A callback costs a few µs per collection; the job runs the monitor on every
+step, profiled or not, and writes its fields and ranges only when it profiles
+(``benchmarks/bench_profiler_overhead.py`` times the monitor on its own).
 """
 
 from __future__ import annotations

@@ -11,14 +11,15 @@ from typing import Any
 import numpy as np
 
 from fsobs.analysis.analyze import Analysis
-from fsobs.analysis.replay import build_graph
+from fsobs.analysis.replay import SegmentGraph, build_graph
+from fsobs.analysis.whatif import TOGGLES
 from fsobs.analysis.whatif_model import calibrate as calibrate_busy
 from fsobs.analysis.whatif_model import partition_model
 from fsobs.errors import RunError
 from fsobs.workload.lengths import PRESETS
 from optim.balance import CostModel
 
-SIM_TOGGLES = ("balance", "priority_overlap", "sm_free")
+SIM_TOGGLES = TOGGLES
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -159,7 +160,9 @@ def calibrate(analysis: Analysis, **overrides: Any) -> SimConfig:
     return replace(base, **overrides)
 
 
-def _transfers(graph: Any, lengths: dict, w0: int) -> dict[str, float]:
+def _transfers(
+    graph: SegmentGraph, lengths: dict[tuple[int, int], np.ndarray], w0: int
+) -> dict[str, float]:
     """Per-token and all-reduce coefficients from the run's median transfer times per step:
     the first embedding collective of a step is the input dist, the other embedding ones
     the output dist (forward and backward, split in two), the dense ones the all-reduce."""

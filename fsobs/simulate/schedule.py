@@ -71,10 +71,6 @@ class Schedule:
     truth: dict[str, np.ndarray]
     """ns per [step, rank]: ``window`` and :data:`TRUTH_CLASSES`, ``contention``."""
 
-    @property
-    def num_ranks(self) -> int:
-        return self.cfg.world_size
-
 
 def plan(cfg: SimConfig, toggles: frozenset[str] = frozenset()) -> Schedule:
     """Draw the data and noise, split the batches, and time every rank and step."""
@@ -156,23 +152,7 @@ def _time(
     d1 = np.rint(compute * cfg.embedding_share).astype(np.int64)
     d2 = np.rint(compute).astype(np.int64) - d1
     per_rank = {k: np.zeros((s, n), np.int64) for k in ("t0", "k1_end", "k2_end", "next_t0")}
-    per_step = {
-        k: np.zeros(s, np.int64)
-        for k in (
-            "A1",
-            "E1",
-            "A0",
-            "E0",
-            "k2_start",
-            "A2",
-            "E2",
-            "A3",
-            "E3",
-            "upd_start",
-            "k4_start",
-            "k4_end",
-        )
-    }
+    rows: list[dict[str, int]] = []
     chunk_dur = np.zeros((s, num_chunks), np.int64)
     upd_dur = np.zeros((s, cfg.update_chunks), np.int64)
     t0 = np.full(n, START_NS, np.int64)
@@ -200,23 +180,25 @@ def _time(
         upd_end = upd_start + int(upd_dur[i].sum())
         k4_start = max(upd_end, E2) + g
         k4_end = k4_start + cfg.optimizer_ns
-        for key, value in (
-            ("A1", A1),
-            ("E1", E1),
-            ("A0", A0),
-            ("E0", E0),
-            ("k2_start", k2_start),
-            ("A2", A2),
-            ("E2", E2),
-            ("A3", A3),
-            ("E3", E3),
-            ("upd_start", upd_start),
-            ("k4_start", k4_start),
-            ("k4_end", k4_end),
-        ):
-            per_step[key][i] = value
+        rows.append(
+            {
+                "A1": A1,
+                "E1": E1,
+                "A0": A0,
+                "E0": E0,
+                "k2_start": k2_start,
+                "A2": A2,
+                "E2": E2,
+                "A3": A3,
+                "E3": E3,
+                "upd_start": upd_start,
+                "k4_start": k4_start,
+                "k4_end": k4_end,
+            }
+        )
         t0 = k4_end + np.maximum(np.rint(host[i]).astype(np.int64), 1_000)
         per_rank["next_t0"][i] = t0
+    per_step = {k: np.array([row[k] for row in rows], np.int64) for k in rows[0]}
     times = {**per_rank, **per_step}
     chunk_start = per_step["A0"][:, None] + np.cumsum(chunk_dur, axis=1) - chunk_dur
     upd_start = per_step["upd_start"][:, None] + np.cumsum(upd_dur, axis=1) - upd_dur

@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from fsobs.simulate._kineto_ops import us
+from fsobs.simulate.config import SIM_TOGGLES
 from fsobs.simulate.schedule import START_NS, TRUTH_CLASSES, Schedule
-from optim.markers import comm_marker
+from optim.markers import DENSE_DESC, EMB_DESC, comm_marker
 from optim.plan import batch_digest
 
 BASE_NS = START_NS - 1_000_000_000
@@ -36,11 +38,7 @@ _SHARED: dict[str, Any] = {}
 
 def _us(ns: int) -> str:
     """Absolute ns -> µs after ``BASE_NS`` with three decimals (exact)."""
-    return _dur(ns - BASE_NS)
-
-
-def _dur(ns: int) -> str:
-    return f"{ns // 1000}.{ns % 1000:03d}"
+    return us(ns - BASE_NS)
 
 
 class _Rank:
@@ -91,22 +89,22 @@ class _Rank:
     def _range(self, cat: str, name: str, start: int, end: int) -> str:
         return (
             f'{{"ph":"X","cat":"{cat}","name":"{name}","pid":{self.pid},"tid":{self.tid},'
-            f'"ts":{_us(start)},"dur":{_dur(end - start)}}}'
+            f'"ts":{_us(start)},"dur":{us(end - start)}}}'
         )
 
     def _at(self, start: int, lead: int) -> int:
         """When the host launches an activity that starts at ``start`` (inside the step)."""
         return min(max(start - lead, self.lo + 500), self.hi - 1000)
 
-    def _launch(self, start: int, cat: str, lead: int = 1000) -> tuple[int, list[str]]:
+    def _launch(self, start: int, cat: str, lead: int = 1000) -> str:
+        """The runtime call that launches an activity at ``start``; takes a new correlation id."""
         at = self._at(start, lead)
         self.corr += 1
         name = "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel"
-        event = (
+        return (
             f'{{"ph":"X","cat":"cuda_runtime","name":"{name}","pid":{self.pid},'
             f'"tid":{self.tid},"ts":{_us(at)},"dur":0.500,"args":{{"correlation":{self.corr}}}}}'
         )
-        return at, [event]
 
     def _gpu(
         self,
@@ -118,14 +116,14 @@ class _Rank:
         extra: str = "",
         lead: int = 1000,
     ) -> list[str]:
-        _, out = self._launch(start, cat, lead)
+        launch = self._launch(start, cat, lead)
         device = self.rank % self.sched.cfg.ranks_per_host
-        out.append(
+        return [
+            launch,
             f'{{"ph":"X","cat":"{cat}","name":"{name}","pid":{device},"tid":{stream},'
-            f'"ts":{_us(start)},"dur":{_dur(end - start)},"args":{{"device":{device},'
-            f'"stream":{stream},"correlation":{self.corr}{extra}}}}}'
-        )
-        return out
+            f'"ts":{_us(start)},"dur":{us(end - start)},"args":{{"device":{device},'
+            f'"stream":{stream},"correlation":{self.corr}{extra}}}}}',
+        ]
 
     def _coll(
         self, role: str, coll: str, stream: int, start: int, end: int, tokens: int
@@ -134,7 +132,7 @@ class _Rank:
         self.seq[group] = self.seq.get(group, 0) + 1
         n = self.sched.cfg.world_size
         nelems = tokens * 64 if coll == "all_to_allv" else 1_048_576
-        desc = {"0": "default_pg", "1": "freescale_emb", "2": "freescale_dense"}[group]
+        desc = {"0": "default_pg", "1": EMB_DESC, "2": DENSE_DESC}[group]
         args = (
             f',"Collective name":"{coll}","dtype":"Float","In msg nelems":{nelems},'
             f'"Out msg nelems":{nelems},"Group size":{n},"Process Group Name":"{group}",'
@@ -168,7 +166,7 @@ def _header(sched: Schedule, rank: int) -> str:
                 "pg_size": cfg.world_size,
                 "ranks": everyone,
             }
-            for name, desc in (("1", "freescale_emb"), ("2", "freescale_dense"))
+            for name, desc in (("1", EMB_DESC), ("2", DENSE_DESC))
         ]
     info = {
         "backend": "nccl",
@@ -282,7 +280,7 @@ def run_meta(sched: Schedule, name: str) -> dict[str, Any]:
             "applied": t in sched.toggles,
             "reason": "simulated policy" if t in sched.toggles else None,
         }
-        for t in ("balance", "priority_overlap", "sm_free")
+        for t in SIM_TOGGLES
     }
     return {
         "format_version": 1,

@@ -63,7 +63,9 @@ def toggle_study(
     """One row per toggle combination (the baseline first): its KPIs and the bubble reduction
     against the baseline of the same seed, mean over the seeds (``reduction_min/max``: their
     range)."""
-    combos = [()] + [c for k in (1, 2, 3) for c in combinations(SIM_TOGGLES, k)]
+    combos = [()] + [
+        c for k in range(1, len(SIM_TOGGLES) + 1) for c in combinations(SIM_TOGGLES, k)
+    ]
     rows = []
     for seed in seeds:
         base_cfg = replace(cfg, world_size=world_size, seed=seed)

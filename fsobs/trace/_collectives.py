@@ -72,6 +72,16 @@ class _Enclosing:
         pos = int(np.searchsorted(starts, when, side="right")) - 1
         return int(rows[pos]) if pos >= 0 and ends[pos] >= when else -1
 
+    def covers(self, thread: np.ndarray, when: np.ndarray) -> np.ndarray:
+        """``find(thread[i], when[i]) >= 0`` for every ``i``, at once."""
+        out = np.zeros(len(when), dtype=bool)
+        for tid, (starts, ends, _) in self._by_tid.items():
+            mine = np.flatnonzero(thread == tid)
+            pos = np.searchsorted(starts, when[mine], side="right") - 1
+            inside = pos >= 0
+            out[mine[inside]] = ends[pos[inside]] >= when[mine[inside]]
+        return out
+
 
 def _name_mask(events: pd.DataFrame, test: Callable[[str], bool]) -> np.ndarray:
     """Row mask of events whose name passes ``test`` (evaluated once per distinct name)."""
@@ -101,14 +111,10 @@ def communication_launches(events: pd.DataFrame) -> np.ndarray:
     tid = events["tid"].cat.codes.to_numpy()
     enclosing = _Enclosing(ts, ts + events["dur_ns"].to_numpy(), tid, context)
     launches = _launches(events, on_cpu)
-    corr = events["correlation"].to_numpy()
-    hits = [
-        row
-        for row in candidates
-        if (launch := launches.get(int(corr[row]))) is not None
-        and enclosing.find(int(tid[launch]), int(ts[launch])) >= 0
-    ]
-    return np.asarray(hits, dtype=np.int64)
+    corr = events["correlation"].to_numpy()[candidates].tolist()
+    launch = np.array([launches.get(c, -1) for c in corr], dtype=np.int64)
+    candidates, launch = candidates[launch >= 0], launch[launch >= 0]
+    return candidates[enclosing.covers(tid[launch], ts[launch])]
 
 
 def build_collectives(events: pd.DataFrame, structs: dict[int, Event]) -> pd.DataFrame:

@@ -68,7 +68,7 @@ def read_sidecars(run_dir: Location) -> pd.DataFrame | None:
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def read_step_lengths(run_dir: str | Path | Location, step: int) -> dict[int, np.ndarray]:
+def read_step_lengths(run_dir: str | Location, step: int) -> dict[int, np.ndarray]:
     """Per rank, the per-sample lengths (int64) of ``step``, from the sidecars that list them
     (a rank whose record has only the sums, or lacks the step, is left out)."""
     out: dict[int, np.ndarray] = {}
@@ -137,7 +137,7 @@ def _row(record: dict, rank: int) -> dict[str, float | int | str | None]:
         "len_sq_sum": len_sq_sum,
         "len_max": len_max,
     }
-    for name in _OPTIONAL_FLOATS:
+    for name in (*_OPTIONAL_FLOATS, *_OPTIONAL_PAUSES):
         value = record.get(name)
         row[name] = float(value) if value is not None else float("nan")
     digest = record.get("batch_digest")
@@ -146,7 +146,4 @@ def _row(record: dict, rank: int) -> dict[str, float | int | str | None]:
     row["wall_ms"] = (
         (int(end) - int(start)) / 1e6 if start is not None and end is not None else None
     )
-    for name in _OPTIONAL_PAUSES:
-        value = record.get(name)
-        row[name] = float(value) if value is not None else float("nan")
     return row

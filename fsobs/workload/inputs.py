@@ -22,7 +22,13 @@ import numpy as np
 from torch.autograd.profiler import record_function
 
 from fsobs.workload.batch import Batch, collate
-from fsobs.workload.data import Sample, SyntheticHistories, pack_sample, unpack_sample
+from fsobs.workload.data import (
+    Sample,
+    SyntheticHistories,
+    pack_sample,
+    random_split,
+    unpack_sample,
+)
 from optim.freescale import FreeScale, StepShare
 from optim.markers import DATA_MARKER
 from optim.plan import batch_digest
@@ -51,9 +57,8 @@ class StepInputs:
         self, data: SyntheticHistories, batches: Sequence[np.ndarray], freescale: FreeScale
     ) -> None:
         self.data, self.batches, self.fs = data, batches, freescale
-        self._shuffle = freescale.config.balance.enabled and freescale.config.balance.mode == (
-            "shuffle"
-        )
+        balance = freescale.config.balance
+        self._shuffle = balance.enabled and balance.mode == "shuffle"
 
     def __iter__(self) -> Iterator[tuple[Batch, StepInput]]:
         for step, global_batch in enumerate(self.batches):
@@ -66,8 +71,7 @@ class StepInputs:
         if not self._shuffle:
             share = self.fs.split(step, self.data.lengths[global_batch])
             return [self.data.sample(int(i)) for i in global_batch[share.positions]], share
-        world, rank = self.fs.world_size, self.fs.rank
-        mine = np.array_split(global_batch, world)[rank]
+        mine = random_split(global_batch, self.fs.world_size, self.fs.rank)
         samples = [self.data.sample(int(i)) for i in mine]
         lengths = np.array([s.length for s in samples], dtype=np.int64)
         rows, share = self.fs.exchange(step, [pack_sample(s) for s in samples], lengths)
