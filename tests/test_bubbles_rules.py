@@ -738,3 +738,49 @@ def test_gloo_collectives_are_paired_with_their_enqueues_first_in_first_out(tmp_
     table = _table(run)
     # in flight [2, 6) and [10, 40): 34 µs; rank 0 alone: nothing to wait for, all exposed
     _row(table, 0, 1, window=100, busy=66, exposed_comm=34)
+
+
+def test_a_gloo_collective_belongs_to_the_step_that_asked_for_it(tmp_path):
+    """Both ranks enqueue an all_reduce late in step 1 (at 40) and one in step 2 (at 70). Rank
+    0's worker starts the first only after step 1 ended; rank 1's before. Keyed by the step of
+    the worker's start, rank 0 would have two all_reduces in step 2 and pair its first [55, 60)
+    with rank 1's second [72, 80), which began after it ended. Keyed by the step of the
+    enqueue, each pairs with its twin.
+
+    ::
+
+        t (µs)    0       40 42    50 55 60   70 72 75 80     100
+        step      |1                |2                           |
+        main              |c|                  |c|              enqueues at 40 and 70
+        r0 gloo                        |xxxx|      |xxxx|        [55, 60), [75, 80)
+        r1 gloo              |xxxxxxxxxxxx|     |xxxxxx|         [42, 60), [72, 80)
+    """
+    steps = ((1, 0, 50), (2, 50, 50))
+    docs = [
+        _cpu_doc(
+            rank,
+            [
+                _op("c10d::allreduce_", 40, 1),
+                _op("c10d::allreduce_", 70, 1),
+                _gloo("all_reduce", first, 60 - first),
+                _gloo("all_reduce", second, 80 - second),
+            ],
+            steps=steps,
+        )
+        for rank, first, second in ((0, 55, 75), (1, 42, 72))
+    ]
+    run = _load(tmp_path, docs)
+    colls = analyze(run).collectives
+    assert colls.problems.empty
+    inst = colls.instances.sort_values(["instance", "rank"])
+    base = run[0].base_time_ns
+    got = [
+        (int(i), int(r), int(s), (a - base) / 1000, (e - base) / 1000)
+        for i, r, s, a, e in inst[["instance", "rank", "step", "start_ns", "end_ns"]].values
+    ]
+    assert got == [
+        (0, 0, 1, 40, 60),
+        (0, 1, 1, 40, 60),
+        (1, 0, 2, 70, 80),
+        (1, 1, 2, 70, 80),
+    ]

@@ -3,16 +3,18 @@
 Matching: every synchronising communication event of every rank gets an instance key
 
 - ``(group, seq)`` when the trace carries NCCL's per-group ``Seq`` (PyTorch >= 2.2);
-A collective arrives on a rank when the rank asks for it: on gloo its enqueue (the gloo event
-itself starts only when a worker takes it from the group's queue, so a queue delay is part of
-the collective, not of the rank's lateness), else the start of its event.
-
 - otherwise ``(group, collective, step, ordinal)``: the k-th all_reduce of a group in step s on
   one rank is the k-th all_reduce of that group in step s on every other rank. Counting within
   the step keeps one extra collective on one rank (the tail of one caught before the first
-  step, a collective only one rank issued) from shifting the pairs of later steps. A gloo
+  step, a collective only one rank issued) from shifting the pairs of later steps. The step is
+  the one the rank asked for the collective in: on gloo the step holding its enqueue, since a
+  worker may start it after that step ended on one rank and before on another. A gloo
   collective's group comes from the trace when the job marked it (:mod:`fsobs.trace`), else all
   of a gloo run's collectives count as one group.
+
+A collective arrives on a rank when the rank asks for it: on gloo its enqueue (the gloo event
+itself starts only when a worker takes it from the group's queue, so a queue delay is part of
+the collective, not of the rank's lateness), else the start of its event.
 
 An instance is used only when it is whole and consistent; otherwise it is reported in
 ``problems`` and never paired:
@@ -146,7 +148,7 @@ def rank_collectives(trace: RankTrace) -> pd.DataFrame:
             "coll": colls["coll"].astype(str).to_numpy()[order],
             "seq": colls["seq"].to_numpy()[order],
             "row": rows[order],
-            "step": trace.events["step"].to_numpy()[rows][order],
+            "step": _issue_steps(trace, colls)[order],
             "start_ns": start[order],
             "end_ns": end[order],
             "in_nelems": colls["in_nelems"].to_numpy()[order],
@@ -193,6 +195,24 @@ def _roles(run: Run[RankSummary], raw: pd.DataFrame) -> np.ndarray:
     role = raw["role"].where(raw["role"].notna(), raw["pg_desc"].map(GROUP_ROLES))
     role = role.where(role.notna(), raw["group"].map(by_name))
     return role.fillna("other").to_numpy(object)
+
+
+def _issue_steps(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:
+    """The step in which each collective of ``colls`` was asked for: on gloo the step window
+    holding its enqueue (its worker may start it after the step ended, and the step of that
+    start differs between ranks), else the step of its event."""
+    events = trace.events
+    step = events["step"].to_numpy()[colls["row"].to_numpy()]
+    marks = events[(events["kind"] == "step").to_numpy() & (events["device"] == "cpu").to_numpy()]
+    enqueue = colls["enqueue_ns"].to_numpy()
+    if marks.empty or not (enqueue >= 0).any():
+        return step
+    marks = marks.sort_values("ts_ns")
+    lo = marks["ts_ns"].to_numpy()
+    hi = lo + marks["dur_ns"].to_numpy()
+    pos = np.searchsorted(lo, enqueue, side="right") - 1
+    inside = (enqueue >= 0) & (pos >= 0) & (enqueue < hi[np.maximum(pos, 0)])
+    return np.where(inside, marks["step"].to_numpy()[np.maximum(pos, 0)], step)
 
 
 def arrivals(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:
