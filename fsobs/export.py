@@ -30,6 +30,7 @@ from typing import BinaryIO
 
 import msgspec
 
+from fsobs.analysis.bubble_store import BubbleStore
 from fsobs.analysis.bubbles import StepBubbles
 from fsobs.analysis.summary import RankSummary
 from fsobs.errors import FsobsError, TraceFormatError
@@ -51,7 +52,7 @@ class ExportError(FsobsError):
 
 def export_run(
     run: Run[RankSummary],
-    steps: list[StepBubbles],
+    bubbles: BubbleStore,
     out_dir: Path,
     *,
     overwrite: bool = False,
@@ -65,14 +66,11 @@ def export_run(
     out_dir = Path(out_dir)
     plan = _plan(run, out_dir, overwrite)
     out_dir.mkdir(parents=True, exist_ok=True)
-    by_rank: dict[int, list[StepBubbles]] = {}
-    for sb in steps:
-        by_rank.setdefault(sb.rank, []).append(sb)
     written = []
     for rank in run.rank_ids:
         trace = run[rank]
         target = out_dir / _trace_name(rank)
-        extra = bubble_events(trace, by_rank.get(rank, []))
+        extra = bubble_events(trace, bubbles.of_rank(rank))
         _atomic_write(
             target, lambda f, t=trace, e=extra: _write_trace(f, t, e, max_trace_bytes), gz=True
         )

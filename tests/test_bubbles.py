@@ -12,8 +12,12 @@ compute overlaps ``~`` or ``x`` it is busy. ``m`` memcpy, blank: nothing.
 
 from __future__ import annotations
 
+import gc
+import pickle
+import weakref
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -651,19 +655,44 @@ def test_cpu_op_waiting_inside_a_collective_is_a_bubble(tmp_path):
     _row(table, 1, 1, window=100, busy=90, exposed_comm=10)
 
 
-def test_an_analyzed_run_keeps_the_classes_not_the_step_parts():
-    """The summaries hand their step parts over to the classification and hold none after it;
-    every common step of every rank is classified, the same as from fresh summaries."""
+def test_the_step_parts_and_the_classes_wait_on_disk_one_rank_each():
+    """summarize_path spills every rank's step parts to a file as it arrives; the analysis
+    takes them back a rank at a time and keeps none, and keeps the classes in a store on disk,
+    one blob per rank, read on demand; the files close with their objects. Every common step
+    of every rank is classified, the same as from fresh summaries."""
     from fsobs.analysis import analyze_summary, summarize_path
+    from fsobs.analysis.spill import Spilled
     from fsobs.report import to_json
 
     source = REFERENCE / "synthetic_gloo_a2a_straggler_4rank"
     run = summarize_path(source)
-    steps = {r: [p.step for p in s.parts] for r, s in run.ranks.items()}
+    spilled = [s.parts for s in run.ranks.values()]
+    assert all(isinstance(p, Spilled) for p in spilled)
+    spill = spilled[0].file  # type: ignore[union-attr]
+    assert {p.file for p in spilled} == {spill}  # type: ignore[union-attr]
+    pieces = sorted((p.offset, p.size) for p in spilled)  # type: ignore[union-attr]
+    assert [o for o, _ in pieces] == [0, *np.cumsum([n for _, n in pieces])[:-1].tolist()]
+    assert spill.size == sum(n for _, n in pieces)
+    steps = {
+        r: [p.step for p in pickle.loads(s.parts.read())]  # type: ignore[union-attr]
+        for r, s in run.ranks.items()
+    }
     assert all(steps.values())
     analysis = analyze_summary(run)
-    assert all(s.parts == [] for s in analysis.run.ranks.values())
+    assert all(s.parts is None for s in analysis.run.ranks.values())
+    with pytest.raises(RuntimeError, match="taken already"):
+        analysis.run[0].take_parts()
     want = sorted((r, st) for r, own in steps.items() for st in own if st in set(run.steps))
     assert sorted((sb.rank, sb.step) for sb in analysis.bubbles) == want
-    assert len(want) == len(run.rank_ids) * len(run.steps)
+    assert len(analysis.bubbles) == len(want) == len(run.rank_ids) * len(run.steps)
+    assert analysis.bubbles.ranks == run.rank_ids
+    assert [(sb.rank, sb.step) for sb in analysis.bubbles.of_ranks([2, 0])] == [
+        (r, st) for r in (2, 0) for st in run.steps
+    ]
+    store = weakref.ref(analysis.bubbles._file)  # type: ignore[arg-type]
+    assert store() is not spill and store().size == analysis.bubbles.nbytes > 0  # type: ignore[union-attr]
     assert to_json(analysis) == to_json(fsobs.analyze_path(source))
+    parts = weakref.ref(spill)
+    del spilled, spill, run, analysis
+    gc.collect()
+    assert parts() is None and store() is None  # their finalizers closed the files

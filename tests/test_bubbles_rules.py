@@ -13,6 +13,7 @@ import pytest
 
 import fsobs
 from fsobs.analysis import analyze
+from fsobs.analysis.bubbles import step_times
 from fsobs.analysis.stragglers import StragglerConfig, find_stragglers
 from fsobs.report import findings
 from tests.kineto import step, thread_name, trace, write, x
@@ -284,7 +285,7 @@ def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path)
     table = _table(run)
     _row(table, 0, 1, window=100, busy=70, straggler_wait=15, exposed_comm=15)
     _row(table, 1, 1, window=100, busy=64, straggler_wait=16, exposed_comm=20)
-    strag = find_stragglers(result.bubbles, run.rank_ids, TINY)
+    strag = find_stragglers(result.caused, step_times(result.steps), run.rank_ids, TINY)
     assert strag.per_step.loc[0, "rank"] == 0  # caused 16 µs, rank 1 caused 15
     assert strag.per_rank["wait_caused_ms"].tolist() == pytest.approx([0.016, 0.015])
 
@@ -372,7 +373,7 @@ def test_overlapping_waits_are_charged_once_to_the_binding_last_rank(tmp_path):
     result = analyze(run)
     bubbles = {sb.rank: sb for sb in result.bubbles}
     assert bubbles[0].caused_ns == {1: 10_000, 2: 20_000}
-    strag = find_stragglers(result.bubbles, run.rank_ids, TINY)
+    strag = find_stragglers(result.caused, step_times(result.steps), run.rank_ids, TINY)
     assert strag.per_step[["step", "rank", "wait_caused_ms"]].values.tolist() == [[1, 2, 0.02]]
     assert strag.per_rank["wait_caused_ms"].tolist() == pytest.approx([0, 0.01, 0.02])
     total = result.steps["straggler_wait_ms"].sum()
@@ -395,7 +396,7 @@ def test_equal_waits_are_a_tie_and_tiny_waits_name_no_straggler(tmp_path):
     rank1 = [_gloo("all_reduce", 10, 10), _gloo("all_reduce", 20, 20), _gloo("all_reduce", 105, 5)]
     run = _load(tmp_path, [_cpu_doc(0, rank0, steps=steps), _cpu_doc(1, rank1, steps=steps)])
     result = analyze(run)
-    strag = find_stragglers(result.bubbles, run.rank_ids, TINY)
+    strag = find_stragglers(result.caused, step_times(result.steps), run.rank_ids, TINY)
     first, second = strag.per_step.to_dict("records")
     assert pd.isna(first["rank"]) and first["tied_ranks"] == [0, 1]
     assert first["wait_caused_ms"] == pytest.approx(0.01)

@@ -28,7 +28,7 @@ from fsobs.analysis import analyze_summary, summarize_rank
 from fsobs.cli import main
 from fsobs.errors import EmptyRunError, FsobsError, TraceReadError
 from fsobs.report import to_json
-from fsobs.trace import cluster
+from fsobs.trace import cluster, loader
 from fsobs.trace.cluster import ClusterError, scheduler_address
 from fsobs.trace.loader import map_run
 from fsobs.trace.schema import RankTrace
@@ -261,6 +261,47 @@ def test_progress_is_reported_from_the_cluster(scheduler: str) -> None:
         progress=lambda done, total: seen.append((done, total)),
     )
     assert seen == [(i, 4) for i in range(5)]
+
+
+def _keep_log(config: LoadConfig) -> list[tuple[str, int]]:
+    """map_run with a ``keep`` that marks what it keeps: the events it saw, in order."""
+    events: list[tuple[str, int]] = []
+
+    def keep(summary: Any) -> Any:
+        events.append(("keep", summary.rank))
+        summary.kept_by = os.getpid()
+        return summary
+
+    run = map_run(
+        REFERENCE / SETS[0],
+        summarize_rank,
+        config,
+        progress=lambda done, total: events.append(("progress", done)),
+        keep=keep,
+    )
+    assert [getattr(s, "kept_by", None) for s in run.ranks.values()] == [os.getpid()] * 4
+    return events
+
+
+def _arrival_order(events: list[tuple[str, int]]) -> None:
+    """Each rank is kept the moment it arrives, before the next one is reported, once."""
+    assert events[0] == ("progress", 0)
+    kept = [rank for kind, rank in events if kind == "keep"]
+    assert sorted(kept) == [0, 1, 2, 3]
+    assert [kind for kind, _ in events[1:]] == ["keep", "progress"] * 4
+    assert [n for kind, n in events if kind == "progress"] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["in-process", "fork-pool"])
+def test_keep_runs_here_as_each_rank_arrives(pool: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if pool:
+        monkeypatch.setattr(loader, "_PARALLEL_MIN_BYTES", 0)
+    _arrival_order(_keep_log(LoadConfig(workers=2 if pool else 1, scheduler="local")))
+
+
+@pytest.mark.multiprocess
+def test_keep_runs_here_as_each_rank_arrives_from_the_cluster(scheduler: str) -> None:
+    _arrival_order(_keep_log(LoadConfig(scheduler=scheduler)))
 
 
 @pytest.mark.multiprocess

@@ -21,6 +21,8 @@ import pandas as pd
 import pytest
 
 from fsobs.analysis import Analysis, analyze_path, compare, compare_json, kpis
+from fsobs.analysis.bubble_store import BubbleStore
+from fsobs.analysis.bubbles import caused_table
 from fsobs.analysis.collectives import Collectives
 from fsobs.analysis.compare import bootstrap_reduction, same_batches
 from fsobs.cli import build_parser, main
@@ -81,8 +83,9 @@ def _analysis(
         run=run,  # type: ignore[arg-type]
         overview=pd.DataFrame(),
         collectives=colls,
-        bubbles=[],
+        bubbles=BubbleStore(),
         steps=steps,
+        caused=caused_table([]),
         stragglers=None,  # type: ignore[arg-type]
         attribution=None,
         causes=None,

@@ -14,6 +14,7 @@ import pytest
 
 from fsobs import load_run
 from fsobs.analysis import analyze_path
+from fsobs.analysis.bubble_store import BubbleStore
 from fsobs.analysis.bubbles import bubble_table
 from fsobs.cli import main
 from fsobs.export import CATEGORY, PID, ExportError, export_run
@@ -218,7 +219,7 @@ def test_exact_timestamps_in_both_time_bases(tmp_path):
 def test_empty_event_list_and_plain_json_input(tmp_path):
     k.write(tmp_path / "run" / "t.json", k.trace([]))
     run = load_run(tmp_path / "run")
-    export_run(run, [], tmp_path / "out")
+    export_run(run, BubbleStore(), tmp_path / "out")
     doc = _strict(gzip.decompress((tmp_path / "out" / "rank0.trace.json.gz").read_bytes()))
     assert {e["ph"] for e in doc["traceEvents"]} == {"M"}
     again = load_run(tmp_path / "out").warnings
@@ -285,7 +286,7 @@ def test_refuses_to_mix_with_another_runs_files(tmp_path, capsys):
     assert "rank0.json.gz" in _one_error_line(capsys)
     run = load_run(GLOO)
     with pytest.raises(ExportError):
-        export_run(run, [], out)
+        export_run(run, BubbleStore(), out)
     assert sorted(p.name for p in out.iterdir()) == ["rank0.json.gz"]
 
 

@@ -104,8 +104,7 @@ def _timeline(analysis: Analysis, *, run_id: str, ranks: list[int]) -> None:
             f"The timeline draws the first {len(drawn)} of the {len(ranks)} chosen ranks; "
             "choose fewer ranks above to see the others."
         )
-    chosen = set(drawn)
-    bubbles = [b for b in analysis.bubbles if b.rank in chosen]
+    bubbles = analysis.bubbles.of_ranks(drawn)
     bars = timeline_frame(bubbles, window, analysis.collectives.offsets_ns)
     chart(figures.step_timeline(bars, window, num_ranks=len(analysis.run.ranks)), "timeline")
     count = bars.attrs["num_intervals"]

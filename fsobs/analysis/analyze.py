@@ -8,13 +8,14 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.attribution import Attribution, attribute
+from fsobs.analysis.bubble_store import BubbleStore
 from fsobs.analysis.bubbles import (
     BUBBLE_CLASSES,
     BubbleConfig,
-    StepBubbles,
-    bubble_intervals,
-    bubble_table,
-    role_table,
+    RankWaits,
+    StepTables,
+    classify,
+    step_times,
 )
 from fsobs.analysis.causes import Causes, straggler_causes
 from fsobs.analysis.collectives import Collectives, match_collectives
@@ -36,10 +37,13 @@ class Analysis:
     """Per-rank facts, see :func:`fsobs.analysis.summary.overview_row`."""
     collectives: Collectives
     """Collectives matched across ranks, clock offsets, unmatched instances."""
-    bubbles: list[StepBubbles]
-    """Interval sets of every bubble class per rank and step (for export and timelines)."""
+    bubbles: BubbleStore
+    """Interval sets of every bubble class per rank and step (for export and timelines), read
+    from disk a rank at a time."""
     steps: pd.DataFrame
     """Per rank and step, ms: see :func:`fsobs.analysis.bubbles.bubble_table`."""
+    caused: pd.DataFrame
+    """Who waited for whom: see :func:`fsobs.analysis.bubbles.caused_table`."""
     stragglers: Stragglers
     attribution: Attribution | None
     """How much of the straggler wait the input data explains; None without step sidecars."""
@@ -73,12 +77,10 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
     """Collectives, bubbles per rank and step, stragglers, attribution, KPIs and HTA metrics.
 
     Analyzes ``run`` once: the summaries hand their step parts over to the classification
-    (:meth:`RankSummary.take_parts`)."""
+    (:meth:`RankSummary.take_parts`), a rank at a time."""
     colls = match_collectives(run)
-    parts = {r: s.take_parts() for r, s in run.ranks.items()}
-    bubbles = bubble_intervals(parts, run.steps, colls)
-    steps = bubble_table(bubbles)
-    stragglers = find_stragglers(bubbles, run.rank_ids)
+    bubbles, steps, roles, caused = _classify_ranks(run, colls)
+    stragglers = find_stragglers(caused, step_times(steps), run.rank_ids)
     has_sidecar = run.sidecar is not None and not run.sidecar.empty
     hta = {r: s.hta for r, s in run.ranks.items() if s.hta is not None}
     return Analysis(
@@ -87,13 +89,30 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
         collectives=colls,
         bubbles=bubbles,
         steps=steps,
+        caused=caused,
         stragglers=stragglers,
         attribution=attribute(run.sidecar, stragglers, colls) if has_sidecar else None,
         causes=straggler_causes(steps, run.sidecar, stragglers),
         summary=kpis(steps, colls),
-        roles=role_table(bubbles),
+        roles=roles,
         hta=combine_hta(hta) if hta else None,
     )
+
+
+def _classify_ranks(
+    run: Run[RankSummary], colls: Collectives
+) -> tuple[BubbleStore, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Classify the steps common to all ranks (``run.steps``), a rank at a time: the class
+    interval sets go to a :class:`BubbleStore`, and only the numbers of the per-step tables stay
+    in memory (:class:`~fsobs.analysis.bubbles.StepTables`)."""
+    wanted = set(run.steps)
+    waits = RankWaits.of_ranks(colls, run.rank_ids)
+    store, tables = BubbleStore(), StepTables()
+    for rank, summary in run.ranks.items():
+        classes = classify([p for p in summary.take_parts() if p.step in wanted], waits[rank])
+        tables.add(classes)
+        store.put(rank, classes)
+    return store, *tables.frames()
 
 
 def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
@@ -132,8 +151,3 @@ def by_role(roles: pd.DataFrame) -> dict[str, dict[str, float]]:
         str(role): {f"{c.removesuffix('_ms')}_ms_per_step": float(v) for c, v in row.items()}
         for role, row in means.iterrows()
     }
-
-
-def step_times(steps: pd.DataFrame) -> pd.Series:
-    """The step time of each step (ms, indexed by step): its longest window over the ranks."""
-    return steps.groupby("step")["window_ms"].max().rename("step_time_ms")

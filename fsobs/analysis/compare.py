@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis._json import plain
-from fsobs.analysis.analyze import Analysis, step_times
-from fsobs.analysis.bubbles import BUBBLE_CLASSES, ROLE_CLASSES
+from fsobs.analysis.analyze import Analysis
+from fsobs.analysis.bubbles import BUBBLE_CLASSES, ROLE_CLASSES, step_times
 from fsobs.trace.schema import Run
 from optim.markers import ROLES
 

@@ -109,12 +109,12 @@ def build_graph(analysis: Analysis) -> SegmentGraph:
     inst = colls.instances
     if not analysis.bubbles:
         raise RunError("the run has no analyzed step: nothing to replay", path=analysis.run.path)
-    ranks = sorted({sb.rank for sb in analysis.bubbles})
+    ranks = analysis.bubbles.ranks
     pieces: dict[int, list[Piece]] = {}
     starts: dict[int, int] = {}
     for rank in ranks:
         mine = inst[inst["rank"] == rank]
-        own = sorted((sb for sb in analysis.bubbles if sb.rank == rank), key=lambda b: b.window)
+        own = sorted(analysis.bubbles.of_rank(rank), key=lambda b: b.window)
         shift = int(colls.offsets_ns.get(rank, 0))
         pieces[rank], starts[rank] = _rank_chain(own, shift, _RankColls.of(mine))
     ends = inst.groupby("instance")["end_ns"].max()
@@ -134,7 +134,7 @@ def build_graph(analysis: Analysis) -> SegmentGraph:
     )
     return SegmentGraph(
         ranks=ranks,
-        steps=sorted({sb.step for sb in analysis.bubbles}),
+        steps=sorted(set(analysis.steps["step"].tolist())),
         start_ns=starts,
         pieces=pieces,
         transfer_ns={int(k): int(ends[k] - last[k]) for k in ends.index},

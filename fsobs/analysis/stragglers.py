@@ -27,8 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.bubbles import StepBubbles
-
 
 @dataclass(kw_only=True, frozen=True)
 class StragglerConfig:
@@ -54,26 +52,18 @@ class Stragglers:
     """The most frequent straggler, None without any (or when two ranks share that count)."""
 
 
-def caused_table(bubbles: list[StepBubbles]) -> pd.DataFrame:
-    """step, rank (who waited), culprit (who caused it), wait_ns: straggler_wait, charged."""
-    rows = [
-        (sb.step, sb.rank, culprit, ns)
-        for sb in bubbles
-        for culprit, ns in sb.caused_ns.items()
-        if ns > 0
-    ]
-    return pd.DataFrame(rows, columns=["step", "rank", "culprit", "wait_ns"])
-
-
 def find_stragglers(
-    bubbles: list[StepBubbles], ranks: list[int], config: StragglerConfig | None = None
+    caused: pd.DataFrame,
+    step_ms: pd.Series,
+    ranks: list[int],
+    config: StragglerConfig | None = None,
 ) -> Stragglers:
-    """Straggler per step and per rank (see the module docstring)."""
+    """Straggler per step and per rank (see the module docstring), from the
+    :func:`~fsobs.analysis.bubbles.caused_table` of the run and the time of each step (ms,
+    indexed by step: :func:`fsobs.analysis.bubbles.step_times`)."""
     config = config or StragglerConfig()
-    caused = caused_table(bubbles)
-    step_ms = _step_times(bubbles)
     by_step = caused.groupby(["step", "culprit"])["wait_ns"].sum()
-    rows = [_step_row(step, by_step, step_ms[step], config) for step in sorted(step_ms)]
+    rows = [_step_row(int(step), by_step, float(ms), config) for step, ms in step_ms.items()]
     per_step = pd.DataFrame(rows, columns=["step", "rank", "wait_caused_ms", "tied_ranks", "note"])
     per_step["rank"] = per_step["rank"].astype("Int64")
     counts = per_step["rank"].dropna().astype(int).value_counts()
@@ -92,14 +82,6 @@ def find_stragglers(
     share = counts.max() / counts.sum()
     verdict = "stable" if culprit is not None and share >= config.stable_share else "rotating"
     return Stragglers(per_step, per_rank, verdict, culprit)
-
-
-def _step_times(bubbles: list[StepBubbles]) -> dict[int, float]:
-    """Step time (ms) of each step: its longest window over the ranks."""
-    out: dict[int, float] = {}
-    for sb in bubbles:
-        out[sb.step] = max(out.get(sb.step, 0.0), (sb.window[1] - sb.window[0]) / 1e6)
-    return out
 
 
 def _step_row(

@@ -5,10 +5,16 @@ to a :class:`RankSummary` (its synchronising collectives, the per-step interval 
 :mod:`fsobs.analysis.bubbles`, its HTA metrics and a few facts), in the parser's worker process
 when the run is loaded with :func:`summarize_path`; only the summaries reach the parent. The
 collective matching, the waits and the KPIs then work on summaries alone.
+
+The interval sets grow with the rank's events, so they travel pickled, and
+:func:`summarize_path` writes each rank's to disk (:mod:`fsobs.analysis.spill`) the moment it
+arrives: the parent's memory grows with the number of ranks by their collectives and a few
+facts only. The classification reads them back a rank at a time (:meth:`RankSummary.take_parts`).
 """
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -19,6 +25,7 @@ import pandas as pd
 from fsobs.analysis.bubbles import BubbleConfig, StepParts, step_parts
 from fsobs.analysis.collectives import rank_collectives
 from fsobs.analysis.hta_compat import RankHta, rank_hta
+from fsobs.analysis.spill import Spilled, SpillFile
 from fsobs.trace.loader import LoadConfig, Progress, Source, map_run
 from fsobs.trace.schema import ProcessGroup, RankTrace, Run
 
@@ -42,19 +49,27 @@ class RankSummary:
     """Row of the per-rank overview table (see :func:`overview_row`)."""
     sync_collectives: pd.DataFrame
     """See :func:`fsobs.analysis.collectives.rank_collectives`."""
-    parts: list[StepParts]
-    """The per-step interval sets; empty once the run is analyzed (:meth:`take_parts`)."""
+    parts: bytes | Spilled | None
+    """The per-step interval sets (:func:`~fsobs.analysis.bubbles.step_parts`), pickled, or
+    the file they were spilled to (:meth:`spill`); None once taken (:meth:`take_parts`)."""
     hta: RankHta | None
     """None on CPU-only ranks."""
     warnings: list[str] = field(default_factory=list)
 
+    def spill(self, to: SpillFile) -> RankSummary:
+        """Move the step parts to disk (``to``); returns this summary."""
+        if isinstance(self.parts, bytes):
+            self.parts = to.put(self.parts)
+        return self
+
     def take_parts(self) -> list[StepParts]:
-        """Hand the step parts over and drop them here: the analysis classifies each rank once
-        and frees its parts as it goes, so their sets and the classes built from them are not
-        all held at once (and an analyzed run, as the dashboard caches it, keeps only the
-        classes)."""
-        parts, self.parts = self.parts, []
-        return parts
+        """Hand the step parts over and drop them here: the analysis
+        classifies each rank once, a rank at a time, so the parts of all ranks are never in
+        memory together (and an analyzed run, as the dashboard caches it, keeps none)."""
+        parts, self.parts = self.parts, None
+        if parts is None:
+            raise RuntimeError(f"the step parts of rank {self.rank} were taken already")
+        return pickle.loads(parts.read() if isinstance(parts, Spilled) else parts)
 
 
 def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> RankSummary:
@@ -73,7 +88,7 @@ def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> Rank
         step_source=trace.step_source,
         overview=overview_row(trace),
         sync_collectives=rank_collectives(trace),
-        parts=step_parts(trace, config),
+        parts=pickle.dumps(step_parts(trace, config), pickle.HIGHEST_PROTOCOL),
         hta=rank_hta(trace) if device == "gpu" else None,
         warnings=list(trace.warnings),
     )
@@ -98,9 +113,11 @@ def summarize_path(
     config: BubbleConfig | None = None,
     progress: Progress | None = None,
 ) -> Run[RankSummary]:
-    """Load and reduce a run rank by rank, in parallel, never holding all event tables;
-    ``progress(done, total)`` as ranks are parsed (:func:`fsobs.trace.loader.map_run`)."""
-    return map_run(source, partial(summarize_rank, config=config), load, progress)
+    """Load and reduce a run rank by rank, in parallel, never holding all event tables, each
+    rank's step parts spilled to a temporary file as it arrives; ``progress(done, total)`` as
+    ranks are parsed (:func:`fsobs.trace.loader.map_run`)."""
+    keep = partial(RankSummary.spill, to=SpillFile())
+    return map_run(source, partial(summarize_rank, config=config), load, progress, keep=keep)
 
 
 def overview_row(trace: RankTrace) -> dict[str, Any]:

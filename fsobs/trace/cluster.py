@@ -53,9 +53,16 @@ class DaskCluster:
 
     address: str
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T], progress: Progress) -> list[R]:
-        """``[fn(item) for item in items]`` as cluster tasks; ``progress(done, total)`` once
-        with 0 done, then as each task's result arrives."""
+    def map(
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        progress: Progress,
+        keep: Callable[[R], R],
+    ) -> list[R]:
+        """``[keep(fn(item)) for item in items]``, ``fn`` as cluster tasks and ``keep`` here as
+        each result arrives; ``progress(done, total)`` once with 0 done, then as each task's
+        result arrives."""
         total = len(items)
         progress(0, total)
         if not items:
@@ -72,8 +79,9 @@ class DaskCluster:
             finished = distributed.as_completed(futures, loop=client.loop)
             for done, future in enumerate(finished, start=1):
                 i = index[future.key]
-                outcomes[i] = _outcome(future, items[i], distributed)
+                outcome = _outcome(future, items[i], distributed)
                 future.release()  # the result is here: the cluster may drop it
+                outcomes[i] = outcome if isinstance(outcome, BaseException) else keep(outcome)
                 progress(done, total)
             for outcome in outcomes:  # the first failure in file order raises
                 if isinstance(outcome, BaseException):

@@ -60,6 +60,7 @@ class _RankLike(Protocol):
 
 
 R = TypeVar("R", bound=_RankLike)
+T = TypeVar("T")
 _PARALLEL_MIN_BYTES = 4 * 2**20  # below this, process start-up costs more than it saves
 
 
@@ -111,18 +112,21 @@ def map_run(
     reduce: Callable[[RankTrace], R],
     config: LoadConfig | None = None,
     progress: Progress | None = None,
+    keep: Callable[[R], R] | None = None,
 ) -> Run[R]:
     """Like :func:`load_run`, but each rank is passed through ``reduce`` right after parsing,
     in the worker process, so only the reduced ranks (e.g. analysis summaries) ever coexist.
 
     ``reduce`` must be picklable (a module-level function or a ``functools.partial`` of one) and
     return an object with the ``rank``, ``world_size``, ``path`` and ``warnings`` of its trace.
-    ``progress(done, total)`` is called in this process as each file is parsed (and once with
-    ``done == 0`` before); it must not raise.
+    ``keep`` is called in this process on each reduced rank the moment it arrives (e.g. to move
+    its bulk to disk), and what it returns is kept instead. ``progress(done, total)`` is called
+    in this process as each file is parsed (and once with ``done == 0`` before); it must not
+    raise.
     """
     config = config or LoadConfig()
     found = _discover(source)
-    traces = _parse_all(found, config, reduce, progress or _no_progress)
+    traces = _parse_all(found, config, reduce, progress or _no_progress, keep or _identity)
     warnings: list[str] = []
     world_size = _world_size(traces, found.meta, found.root)
     by_rank = _index_by_rank(traces)
@@ -252,7 +256,7 @@ def _read_meta(path: Location) -> dict[str, Any] | None:
     return meta
 
 
-def _identity(trace: RankTrace) -> RankTrace:
+def _identity(trace: T) -> T:
     return trace
 
 
@@ -278,7 +282,11 @@ def _no_progress(done: int, total: int) -> None:
 
 
 def _parse_all(
-    found: _Found, config: LoadConfig, reduce: Callable[[RankTrace], R], progress: Progress
+    found: _Found,
+    config: LoadConfig,
+    reduce: Callable[[RankTrace], R],
+    progress: Progress,
+    keep: Callable[[R], R],
 ) -> list[R]:
     files = found.files
     work = partial(_load_reduced, config=config, reduce=reduce, sole=len(files) == 1)
@@ -288,22 +296,29 @@ def _parse_all(
             logger.warning("LoadConfig.workers is ignored on a Dask cluster (%s)", address)
         # the workers may run elsewhere: they get absolute paths
         files = [p.absolute() if isinstance(p, Path) else p for p in files]
-        return DaskCluster(address).map(work, files, progress)
+        return DaskCluster(address).map(work, files, progress, keep)
     workers = config.workers or min(len(files), os.cpu_count() or 1)
     small = found.total_bytes is not None and found.total_bytes < _PARALLEL_MIN_BYTES
     progress(0, len(files))
     if workers <= 1 or len(files) == 1 or small:
         results = []
         for path in files:
-            results.append(work(path))
+            results.append(keep(work(path)))
             progress(len(results), len(files))
         return results
     context = multiprocessing.get_context("fork")
+    outcomes: list[Any] = [None] * len(files)
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [pool.submit(work, p) for p in files]
-        for done, _ in enumerate(as_completed(futures), start=1):
+        index = {pool.submit(work, p): i for i, p in enumerate(files)}
+        for done, future in enumerate(as_completed(index), start=1):
+            i = index.pop(future)  # nothing else refers to the future: its result goes with it
+            error = future.exception()
+            outcomes[i] = error if error is not None else keep(future.result())
             progress(done, len(files))
-        return [f.result() for f in futures]  # the first failure in file order raises
+    for outcome in outcomes:  # the first failure in file order raises
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcomes
 
 
 def _world_size(traces: Sequence[_RankLike], meta: dict[str, Any] | None, root: Location) -> int:

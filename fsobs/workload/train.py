@@ -17,6 +17,7 @@ call of ``TrainPipelineSparseDist.progress``, which trains batch N.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 import time
@@ -156,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         train(job, device)
     finally:
+        gc.collect()  # the model and its DDP reducer first (see examples/dlrm_freescale.py)
         dist.destroy_process_group()
 
 

@@ -18,6 +18,7 @@ from dashboard import disk_cache
 from dashboard.store import folder_signature, list_runs
 from dashboard.upload import store_upload
 from fsobs import Analysis, analyze_path
+from fsobs.analysis.bubble_store import BubbleStore
 from tests.dashboard.conftest import RUN_IDS, run_files, zip_bytes
 
 GOOD = ("reference/gloo_straggler_4rank", "sim/control")
@@ -45,6 +46,9 @@ def assert_same(a: object, b: object, where: str = "analysis") -> None:
         assert len(a) == len(b), where
         for number, (x, y) in enumerate(zip(a, b, strict=True)):
             assert_same(x, y, f"{where}[{number}]")
+    elif isinstance(a, BubbleStore):
+        assert a.ranks == b.ranks and len(a) == len(b), where
+        assert_same(list(a), list(b), where)
     elif isinstance(a, float) and math.isnan(a):
         assert math.isnan(b), where
     else:

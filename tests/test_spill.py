@@ -1,0 +1,90 @@
+"""The analysis's disk spill: blobs appended to one anonymous file, and the per-rank store of
+the class interval sets built on it (what an analysis keeps instead of every rank's sets)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import weakref
+
+import numpy as np
+import pytest
+
+from fsobs.analysis.bubble_store import BubbleStore
+from fsobs.analysis.bubbles import CLASSES, StepBubbles
+from fsobs.analysis.spill import SpillFile
+
+
+def test_blobs_come_back_whole_from_their_offsets():
+    spill = SpillFile()
+    blobs = [b"first", b"", os.urandom(3 * 2**20 + 7), b"last"]
+    pieces = [spill.put(b) for b in blobs]
+    assert [(p.offset, p.size) for p in pieces] == [
+        (0, 5),
+        (5, 0),
+        (5, 3 * 2**20 + 7),
+        (3 * 2**20 + 12, 4),
+    ]
+    assert spill.size == sum(len(b) for b in blobs)
+    assert [p.read() for p in reversed(pieces)] == blobs[::-1]
+    assert pieces[0].file is spill
+
+
+def test_a_blob_past_the_end_is_an_error():
+    spill = SpillFile()
+    spill.put(b"abc")
+    with pytest.raises(EOFError, match="before byte 5"):
+        spill.read(1, 4)
+
+
+def _steps(rank: int, steps: list[int]) -> list[StepBubbles]:
+    """Steps of 100 ns windows; class k of step s holds one interval of s + k ns."""
+    out = []
+    for s in steps:
+        lo = s * 100
+        classes = {
+            name: (np.array([lo], np.int64), np.array([lo + s + k], np.int64))
+            for k, name in enumerate(CLASSES)
+        }
+        out.append(StepBubbles(rank, s, (lo, lo + 100), classes, s, {rank + 1: s}, {}))
+    return out
+
+
+def _same(a: list[StepBubbles], b: list[StepBubbles]) -> None:
+    assert [(x.rank, x.step, x.window, x.contention_ns, x.caused_ns) for x in a] == [
+        (x.rank, x.step, x.window, x.contention_ns, x.caused_ns) for x in b
+    ]
+    for x, y in zip(a, b, strict=True):
+        for name in CLASSES:
+            np.testing.assert_array_equal(x.classes[name][0], y.classes[name][0])
+            np.testing.assert_array_equal(x.classes[name][1], y.classes[name][1])
+
+
+def test_the_store_gives_each_rank_its_steps_and_iterates_in_rank_order():
+    store = BubbleStore()
+    assert not store and store.ranks == [] and list(store) == []
+    store.put(3, _steps(3, [0, 1]))
+    store.put(1, _steps(1, [0, 1, 2]))
+    assert store.ranks == [1, 3] and len(store) == 5
+    _same(store.of_rank(3), _steps(3, [0, 1]))
+    assert store.of_rank(2) == []
+    _same(list(store), _steps(1, [0, 1, 2]) + _steps(3, [0, 1]))
+    _same(store.of_ranks([3, 1]), _steps(3, [0, 1]) + _steps(1, [0, 1, 2]))
+    assert store.of_rank(1)[2].total_ns("straggler_wait") == 2 + 1  # step 2, class 1
+    with pytest.raises(ValueError, match="rank 3 is already stored"):
+        store.put(3, [])
+
+
+def test_a_pickled_store_carries_its_steps_and_no_file():
+    store = BubbleStore()
+    store.put(0, _steps(0, [4, 5]))
+    spill = weakref.ref(store._file)  # type: ignore[arg-type]
+    again = pickle.loads(pickle.dumps(store))
+    assert again.ranks == [0] and len(again) == 2 and again.nbytes == store.nbytes > 0
+    _same(list(again), list(store))
+    del store
+    gc.collect()
+    assert spill() is None  # the original's file is closed; the copy does not need it
+    _same(list(again), _steps(0, [4, 5]))
+    assert again._file is None
