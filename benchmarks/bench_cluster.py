@@ -12,15 +12,17 @@ cluster's address, and reports:
 - ``CPU s``: CPU time of every process involved: the client and its fork pool, or the client,
   the scheduler (in this process) and the two Dask workers. On a shared machine it is the
   steadier measure of what each engine costs;
-- ``client peak RSS``: ``getrusage(RUSAGE_SELF).ru_maxrss`` of the client process alone (the
-  parser processes, forked children or Dask workers, are not counted), and ``after imports``,
-  its RSS before the analysis starts: the difference is what the analysis itself held;
+- ``client peak RSS``: the client process's own peak resident set (``VmHWM`` of
+  ``/proc/self/status``; the parser processes, forked children or Dask workers, are not
+  counted), and ``after imports``, its RSS before the analysis starts: the difference is what
+  the analysis itself held. Not ``ru_maxrss``: Linux carries it over from the parent across
+  ``fork`` and ``exec``, so a client started by a bigger process reports the parent's size;
 - ``spilled MB``: the class intervals the analysis keeps on disk (``Analysis.bubbles.nbytes``).
 
 Then, once per size, a third client (local pool) traces the Python heap (``tracemalloc``, not
 timed: tracing slows allocation): what the analysis still holds when it returns, and its peak
 during the analysis. These are the objects themselves, without the allocator's slack that
-``ru_maxrss`` also counts.
+the peak RSS also counts.
 
 The time ratio ``cluster / local`` is measured at the largest size, alternating the two engines
 ``--repeats`` times (median); the other sizes run once each, for the memory curve.
@@ -64,7 +66,7 @@ def worker(trace_dir: str, scheduler: str) -> None:
     work_s = time.perf_counter() - start
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the fork pool's parsers
-    peak = me.ru_maxrss * 1024  # KiB on Linux
+    peak = _peak_rss()
     result = {
         "work_s": work_s,
         "client_cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
@@ -75,6 +77,15 @@ def worker(trace_dir: str, scheduler: str) -> None:
         "spilled_mb": analysis.bubbles.nbytes / 1e6,
     }
     print(json.dumps(result))
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set since it started (bytes): ``VmHWM``, which, unlike
+    ``ru_maxrss``, starts afresh at ``exec``."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def heap(trace_dir: str) -> None:

@@ -42,6 +42,8 @@ from the end times of the matched collectives, which finish within microseconds 
 
 from __future__ import annotations
 
+import pickle
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -111,7 +113,7 @@ class Collectives:
 
 def match_collectives(run: Run[RankSummary]) -> Collectives:
     """Match the synchronising collectives of every rank and align the hosts' clocks."""
-    frames = [run[rank].sync_collectives for rank in run.rank_ids]
+    frames = [_shared_strings(pickle.loads(run[r].sync_collectives)) for r in run.rank_ids]
     raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if raw.empty:
         return Collectives(_empty_instances(), _empty_problems(), dict.fromkeys(run.rank_ids, 0))
@@ -129,6 +131,16 @@ def match_collectives(run: Run[RankSummary]) -> Collectives:
     return Collectives(
         complete.reset_index(drop=True), problems.reset_index(drop=True), offsets, partial
     )
+
+
+def _shared_strings(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each string of its text columns interned: every rank's rows name the same
+    groups, collectives and member lists (``pg_ranks``: N ranks' worth of text on each of the N
+    ranks), which the run then holds once."""
+    for column in frame.select_dtypes(object).columns:
+        shared = [sys.intern(v) if type(v) is str else v for v in frame[column]]
+        frame[column] = pd.Series(shared, index=frame.index, dtype=object)
+    return frame
 
 
 def rank_collectives(trace: RankTrace) -> pd.DataFrame:

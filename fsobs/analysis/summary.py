@@ -20,8 +20,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from fsobs.analysis.bubbles import BubbleConfig, StepParts, step_parts
 from fsobs.analysis.collectives import rank_collectives
 from fsobs.analysis.hta_compat import RankHta, rank_hta
@@ -47,8 +45,9 @@ class RankSummary:
     """See :attr:`fsobs.trace.RankTrace.step_source`."""
     overview: dict[str, Any]
     """Row of the per-rank overview table (see :func:`overview_row`)."""
-    sync_collectives: pd.DataFrame
-    """See :func:`fsobs.analysis.collectives.rank_collectives`."""
+    sync_collectives: bytes
+    """:func:`fsobs.analysis.collectives.rank_collectives`, pickled: a few rows, but as a
+    frame of its own several times their size, for every rank (the matching opens them)."""
     parts: bytes | Spilled | None
     """The per-step interval sets (:func:`~fsobs.analysis.bubbles.step_parts`), pickled, or
     the file they were spilled to (:meth:`spill`); None once taken (:meth:`take_parts`)."""
@@ -87,7 +86,7 @@ def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> Rank
         steps=trace.steps,
         step_source=trace.step_source,
         overview=overview_row(trace),
-        sync_collectives=rank_collectives(trace),
+        sync_collectives=pickle.dumps(rank_collectives(trace), pickle.HIGHEST_PROTOCOL),
         parts=pickle.dumps(step_parts(trace, config), pickle.HIGHEST_PROTOCOL),
         hta=rank_hta(trace) if device == "gpu" else None,
         warnings=list(trace.warnings),
@@ -114,10 +113,28 @@ def summarize_path(
     progress: Progress | None = None,
 ) -> Run[RankSummary]:
     """Load and reduce a run rank by rank, in parallel, never holding all event tables, each
-    rank's step parts spilled to a temporary file as it arrives; ``progress(done, total)`` as
-    ranks are parsed (:func:`fsobs.trace.loader.map_run`)."""
-    keep = partial(RankSummary.spill, to=SpillFile())
-    return map_run(source, partial(summarize_rank, config=config), load, progress, keep=keep)
+    rank settled as it arrives (:class:`Arrivals`); ``progress(done, total)`` as ranks are
+    parsed (:func:`fsobs.trace.loader.map_run`)."""
+    reduce = partial(summarize_rank, config=config)
+    return map_run(source, reduce, load, progress, keep=Arrivals())
+
+
+class Arrivals:
+    """What :func:`summarize_path` does with each rank's summary the moment it arrives: its step
+    parts go to disk (:meth:`RankSummary.spill`), and what ranks have in common is kept once.
+    Each rank's process groups list their members: held per rank, a group of N ranks would cost
+    N times its member list, N^2 over the run."""
+
+    def __init__(self) -> None:
+        self.spill = SpillFile()
+        self._groups: dict[ProcessGroup, ProcessGroup] = {}
+
+    def __call__(self, summary: RankSummary) -> RankSummary:
+        summary.spill(self.spill)
+        summary.process_groups = tuple(
+            self._groups.setdefault(pg, pg) for pg in summary.process_groups
+        )
+        return summary
 
 
 def overview_row(trace: RankTrace) -> dict[str, Any]:
