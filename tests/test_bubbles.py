@@ -673,6 +673,11 @@ def test_the_step_parts_and_the_classes_wait_on_disk_one_rank_each():
     pieces = sorted((p.offset, p.size) for p in spilled)  # type: ignore[union-attr]
     assert [o for o, _ in pieces] == [0, *np.cumsum([n for _, n in pieces])[:-1].tolist()]
     assert spill.size == sum(n for _, n in pieces)
+    group = run[0].process_groups[0]  # the same group, held once, not once per rank
+    assert group.ranks == (0, 1, 2, 3)
+    assert all(
+        s.process_groups == (group,) and s.process_groups[0] is group for s in run.ranks.values()
+    )
     steps = {
         r: [p.step for p in pickle.loads(s.parts.read())]  # type: ignore[union-attr]
         for r, s in run.ranks.items()

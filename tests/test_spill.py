@@ -1,5 +1,6 @@
 """The analysis's disk spill: blobs appended to one anonymous file, and the per-rank store of
-the class interval sets built on it (what an analysis keeps instead of every rank's sets)."""
+the class interval sets built on it (what an analysis keeps instead of every rank's sets);
+the text the ranks' collectives share, held once."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import pickle
 import weakref
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fsobs.analysis.bubble_store import BubbleStore
 from fsobs.analysis.bubbles import CLASSES, StepBubbles
+from fsobs.analysis.collectives import _shared_strings
 from fsobs.analysis.spill import SpillFile
 
 
@@ -88,3 +91,19 @@ def test_a_pickled_store_carries_its_steps_and_no_file():
     assert spill() is None  # the original's file is closed; the copy does not need it
     _same(list(again), _steps(0, [4, 5]))
     assert again._file is None
+
+
+def test_the_collectives_text_of_every_rank_is_held_once():
+    """Each rank names the same member lists; once interned, the run holds each text once. The
+    columns stay object columns (an all-NaN one too), their NaN the very objects they were."""
+    a, b = "".join(["[0, 1", ", 2]"]), "".join(["[0, 1, ", "2]"])
+    assert a == b and a is not b
+    frame = pd.DataFrame(
+        {"pg_ranks": [a, b, np.nan], "pg_desc": [np.nan] * 3, "n": [1, 2, 3]}
+    ).astype({"pg_ranks": object, "pg_desc": object})
+    nan = frame["pg_ranks"].iloc[2]
+    out = _shared_strings(frame)
+    assert out["pg_ranks"].iloc[0] is out["pg_ranks"].iloc[1]
+    assert out["pg_ranks"].iloc[2] is nan
+    assert out["pg_ranks"].dtype == object and out["pg_desc"].dtype == object
+    assert out["n"].tolist() == [1, 2, 3]

@@ -62,9 +62,9 @@ class RankSummary:
         return self
 
     def take_parts(self) -> list[StepParts]:
-        """Hand the step parts over and drop them here: the analysis
-        classifies each rank once, a rank at a time, so the parts of all ranks are never in
-        memory together (and an analyzed run, as the dashboard caches it, keeps none)."""
+        """Hand the step parts over and drop them here: the analysis classifies each rank once,
+        a rank at a time, so the parts of all ranks are never in memory together (and an
+        analyzed run, as the dashboard caches it, keeps none)."""
         parts, self.parts = self.parts, None
         if parts is None:
             raise RuntimeError(f"the step parts of rank {self.rank} were taken already")
@@ -113,13 +113,13 @@ def summarize_path(
     progress: Progress | None = None,
 ) -> Run[RankSummary]:
     """Load and reduce a run rank by rank, in parallel, never holding all event tables, each
-    rank settled as it arrives (:class:`Arrivals`); ``progress(done, total)`` as ranks are
+    rank settled as it arrives (:class:`_Arrivals`); ``progress(done, total)`` as ranks are
     parsed (:func:`fsobs.trace.loader.map_run`)."""
     reduce = partial(summarize_rank, config=config)
-    return map_run(source, reduce, load, progress, keep=Arrivals())
+    return map_run(source, reduce, load, progress, keep=_Arrivals())
 
 
-class Arrivals:
+class _Arrivals:
     """What :func:`summarize_path` does with each rank's summary the moment it arrives: its step
     parts go to disk (:meth:`RankSummary.spill`), and what ranks have in common is kept once.
     Each rank's process groups list their members: held per rank, a group of N ranks would cost
