@@ -113,8 +113,7 @@ class Collectives:
 
 def match_collectives(run: Run[RankSummary]) -> Collectives:
     """Match the synchronising collectives of every rank and align the hosts' clocks."""
-    frames = [_shared_strings(pickle.loads(run[r].sync_collectives)) for r in run.rank_ids]
-    raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    raw = _all_ranks(run)
     if raw.empty:
         return Collectives(_empty_instances(), _empty_problems(), dict.fromkeys(run.rank_ids, 0))
     raw["role"] = _roles(run, raw)
@@ -131,6 +130,12 @@ def match_collectives(run: Run[RankSummary]) -> Collectives:
     return Collectives(
         complete.reset_index(drop=True), problems.reset_index(drop=True), offsets, partial
     )
+
+
+def _all_ranks(run: Run[RankSummary]) -> pd.DataFrame:
+    """Every rank's collectives in one frame (the ranks' own frames are freed here)."""
+    frames = [_shared_strings(pickle.loads(run[r].sync_collectives)) for r in run.rank_ids]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _shared_strings(frame: pd.DataFrame) -> pd.DataFrame:
