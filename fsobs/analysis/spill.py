@@ -28,10 +28,9 @@ class SpillFile:
 
     def put(self, blob: bytes) -> Spilled:
         """Append ``blob``."""
-        offset = self.size
-        view = memoryview(blob)
-        while view:
-            view = view[os.pwrite(self._fd, view, offset + len(blob) - len(view)) :]
+        offset, view, written = self.size, memoryview(blob), 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], offset + written)
         self.size += len(blob)
         return Spilled(self, offset, len(blob))
 

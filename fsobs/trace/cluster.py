@@ -83,10 +83,7 @@ class DaskCluster:
                 future.release()  # the result is here: the cluster may drop it
                 outcomes[i] = outcome if isinstance(outcome, BaseException) else keep(outcome)
                 progress(done, total)
-            for outcome in outcomes:  # the first failure in file order raises
-                if isinstance(outcome, BaseException):
-                    raise outcome
-            return outcomes
+            return raise_first(outcomes)
 
     def _client(self, distributed: Any) -> Any:
         try:
@@ -95,6 +92,15 @@ class DaskCluster:
             raise ClusterError(
                 f"cannot connect to the Dask scheduler at {self.address} ({exc})"
             ) from exc
+
+
+def raise_first(outcomes: list[Any]) -> list[Any]:
+    """``outcomes`` (results, or the exceptions of the items that failed), once none failed;
+    else the first failure in item order is raised."""
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return outcomes
 
 
 def scheduler_address(

@@ -28,7 +28,7 @@ from fsobs.errors import (
 )
 from fsobs.trace._build import build_rank_trace
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
-from fsobs.trace.cluster import DaskCluster, Progress, scheduler_address
+from fsobs.trace.cluster import DaskCluster, Progress, raise_first, scheduler_address
 from fsobs.trace.schema import RankTrace, Run
 from fsobs.trace.sidecar import read_sidecars
 from fsobs.trace.storage import (
@@ -315,10 +315,7 @@ def _parse_all(
             error = future.exception()
             outcomes[i] = error if error is not None else keep(future.result())
             progress(done, len(files))
-    for outcome in outcomes:  # the first failure in file order raises
-        if isinstance(outcome, BaseException):
-            raise outcome
-    return outcomes
+    return raise_first(outcomes)
 
 
 def _world_size(traces: Sequence[_RankLike], meta: dict[str, Any] | None, root: Location) -> int:
