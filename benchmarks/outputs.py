@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,8 +27,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT / "traces" / "reference"
-AB = ROOT / "traces" / "ab_balance_2rank"
+# Every command runs in one scratch folder, where ``traces`` links to the repository's and
+# the simulated runs are written, and names its runs by relative paths: the outputs of two
+# checkouts (worktrees) compare equal.
+SCRATCH = Path(tempfile.mkdtemp(prefix="fsobs-outputs-"))
+REFERENCE = Path("traces") / "reference"
+AB = Path("traces") / "ab_balance_2rank"
 
 # `fsobs` in-process with a 1 µs-per-call perf_counter (what-if times the planner).
 _PINNED = (
@@ -38,9 +43,14 @@ _PINNED = (
 
 
 def fsobs(out: Path, name: str, *args: str) -> None:
-    """Run ``fsobs ARGS`` and keep its stdout, stderr and exit code as ``out/name.*``."""
+    """Run ``fsobs ARGS`` in the scratch folder and keep stdout, stderr and exit code."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-c", _PINNED, *args], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-c", _PINNED, *args],
+        capture_output=True,
+        text=True,
+        cwd=SCRATCH,
+        env=env,
     )
     (out / f"{name}.stdout").write_text(proc.stdout)
     (out / f"{name}.stderr").write_text(proc.stderr)
@@ -63,13 +73,12 @@ def decompressed(src: Path, dst: Path) -> None:
         target.write_bytes(data)
 
 
-def analyses(out: Path, name: str, run: Path, *, whatif: bool, scratch: Path) -> None:
+def analyses(out: Path, name: str, run: Path, *, whatif: bool) -> None:
     fsobs(out, f"{name}.analyze", "analyze", str(run))
     fsobs(out, f"{name}.analyze-json", "analyze", str(run), "--json")
-    exported = scratch / f"{name}.export"
-    fsobs(out, f"{name}.export", "export", str(run), str(exported))
-    if exported.exists():
-        decompressed(exported, out / f"{name}.export")
+    fsobs(out, f"{name}.export", "export", str(run), f"{name}.export")
+    if (SCRATCH / f"{name}.export").exists():
+        decompressed(SCRATCH / f"{name}.export", out / f"{name}.export")
     if whatif:
         fsobs(out, f"{name}.whatif-json", "whatif", str(run), "--json", "--draws", "50")
 
@@ -79,7 +88,7 @@ def reference_runs() -> list[Path]:
     return sorted(d for d in REFERENCE.rglob("*") if d.is_dir() and any(d.glob("*.json*")))
 
 
-def simulations(out: Path, scratch: Path) -> None:
+def simulations(out: Path) -> None:
     for name, args in {
         "sim8": ["--world-size", "8", "--steps", "6", "--seed", "3"],
         "sim8-balance": [
@@ -109,18 +118,18 @@ def simulations(out: Path, scratch: Path) -> None:
             str(AB / "control"),
         ],
     }.items():
-        run = scratch / name
+        run = Path(name)
         fsobs(out, f"{name}.simulate", "simulate", *args, "--out", str(run), "--workers", "2")
-        if run.exists():
-            decompressed(run, out / f"{name}.files")
-            analyses(out, name, run, whatif=True, scratch=scratch)
-    fsobs(out, "sim8.compare", "compare", str(scratch / "sim8"), str(scratch / "sim8-balance"))
+        if (SCRATCH / run).exists():
+            decompressed(SCRATCH / run, out / f"{name}.files")
+            analyses(out, name, run, whatif=True)
+    fsobs(out, "sim8.compare", "compare", "sim8", "sim8-balance")
     fsobs(
         out,
         "sim8.compare-json",
         "compare",
-        str(scratch / "sim8"),
-        str(scratch / "sim8-balance"),
+        "sim8",
+        "sim8-balance",
         "--json",
     )
 
@@ -131,18 +140,15 @@ def main() -> None:
     out = parser.parse_args().out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    # One fixed scratch path: the outputs name the runs they read.
-    scratch = Path(tempfile.gettempdir()) / "fsobs-outputs-scratch"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir()
+    (SCRATCH / "traces").symlink_to(ROOT / "traces")
     try:
         for side in ("control", "test"):
-            analyses(out, f"ab.{side}", AB / side, whatif=side == "control", scratch=scratch)
+            analyses(out, f"ab.{side}", AB / side, whatif=side == "control")
         fsobs(out, "ab.compare", "compare", str(AB / "control"), str(AB / "test"))
         fsobs(out, "ab.compare-json", "compare", str(AB / "control"), str(AB / "test"), "--json")
         for run in reference_runs():
             name = "ref." + str(run.relative_to(REFERENCE)).replace("/", ".")
-            analyses(out, name, run, whatif=False, scratch=scratch)
+            analyses(out, name, run, whatif=False)
         diff = REFERENCE / "hta_recsys_a2a_trace_diff"
         fsobs(
             out,
@@ -152,9 +158,9 @@ def main() -> None:
             str(diff / "test"),
             "--json",
         )
-        simulations(out, scratch)
+        simulations(out)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(SCRATCH, ignore_errors=True)
     print(f"{sum(1 for _ in out.rglob('*') if _.is_file())} files in {out}")
 
 
