@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import Analysis, analyze_path
-from fsobs.analysis.causes import CAUSES
-from fsobs.analysis.compare import bootstrap_reduction
+from fsobs.analysis.ab import bootstrap_reduction
+from fsobs.analysis.stragglers.causes import CAUSES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import fsobs_run  # noqa: E402
@@ -107,7 +107,7 @@ def summarize(world: int, pairs: list[dict], control: str, arm: str) -> list[str
 
 def causes_rows(world: int, pairs: list[dict]) -> list[str]:
     """Per arm, the medians over pairs of each cause's share of the straggler wait
-    (fsobs.analysis.causes) and of the straggler wait itself."""
+    (fsobs.analysis.stragglers.causes) and of the straggler wait itself."""
     rows = []
     for arm in pairs[0]:
         found = [p[arm].causes for p in pairs if p[arm].causes is not None]

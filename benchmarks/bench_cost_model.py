@@ -115,7 +115,7 @@ def check_batch(
     """One real batch against t_step + the per-sample costs of the free fit."""
     cfg = model.cfg
     ds = SyntheticHistories(data_config_for(cfg, preset=args.preset, num_samples=1000))
-    batch = ds.batch(range(args.batch))
+    batch = collate([ds.sample(i) for i in range(args.batch)])
     whole = time_step(model, batch, args.repeats)
     lens = batch.lengths.numpy().astype(np.float64)
     predicted = t_step + float((free[0] + free[1] * lens + free[2] * lens**2).sum())

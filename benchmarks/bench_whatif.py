@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fsobs.analysis import analyze_path, compare
-from fsobs.analysis.whatif import whatif, whatif_json
+from fsobs.analysis.whatif.predict import whatif, whatif_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import fsobs_run  # noqa: E402

@@ -23,7 +23,7 @@ from dashboard.store import RunEntry, Signature, folder_signature, is_read_only,
 from dashboard.tables import has_data, run_facts
 from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
-from fsobs.analysis.compare import Comparison, compare
+from fsobs.analysis.ab import Comparison, compare
 from fsobs.analysis.costfit import CostFit, fit_cost
 from fsobs.trace.sidecar import read_step_lengths
 from fsobs.trace.storage import Location, as_location
@@ -146,7 +146,7 @@ def trace_diff(
 def comparison(
     store: str, control: tuple[str, Signature], test: tuple[str, Signature], _loaded: Pair
 ) -> Comparison:
-    """:func:`fsobs.analysis.compare.compare` of two loaded runs (keyed on ids + signatures)."""
+    """:func:`fsobs.analysis.ab.compare` of two loaded runs (keyed on ids + signatures)."""
     return compare(_loaded[0], _loaded[1])
 
 

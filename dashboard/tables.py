@@ -14,7 +14,8 @@ import pandas as pd
 
 from dashboard.store import RunEntry, toggles_summary
 from fsobs import Analysis
-from fsobs.analysis.bubbles import BUBBLE_CLASSES, StepBubbles
+from fsobs.analysis.bubbles.classify import StepBubbles
+from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
 
 TIMELINE_LABELS = {
     "busy": "compute",

@@ -30,8 +30,8 @@ from typing import BinaryIO
 
 import msgspec
 
-from fsobs.analysis.bubble_store import BubbleStore
-from fsobs.analysis.bubbles import StepBubbles
+from fsobs.analysis.bubbles.classify import StepBubbles
+from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.summary import RankSummary
 from fsobs.errors import FsobsError, TraceFormatError
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, read_trace_bytes

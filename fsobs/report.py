@@ -10,8 +10,8 @@ from rich.table import Table
 
 from fsobs.analysis import Analysis
 from fsobs.analysis._json import plain
-from fsobs.analysis.analyze import by_role
-from fsobs.analysis.causes import CAUSES
+from fsobs.analysis.pipeline import by_role
+from fsobs.analysis.stragglers.causes import CAUSES
 
 _TEMPORAL_KEYS = (
     "rank",
@@ -78,8 +78,8 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
 
 
 def _causes_json(analysis: Analysis) -> dict[str, Any]:
-    """Why the stragglers were late (:mod:`fsobs.analysis.causes`); ``known`` false when the
-    sidecars lack the pause fields."""
+    """Why the stragglers were late (:mod:`fsobs.analysis.stragglers.causes`); ``known`` false
+    when the sidecars lack the pause fields."""
     causes = analysis.causes
     if causes is None:
         return {"known": False, "shares": None, "per_step": []}

@@ -23,8 +23,8 @@ import pytest
 
 import fsobs
 from fsobs.analysis import analyze
-from fsobs.analysis.bubbles import CLASSES
-from fsobs.analysis.collectives import Collectives
+from fsobs.analysis.bubbles.parts import CLASSES
+from fsobs.analysis.matching import Collectives
 from tests.kineto import BASE_NS, kernel, launch, step, thread_name, trace, write, x
 
 REFERENCE = Path(__file__).resolve().parent.parent / "traces" / "reference"

@@ -13,8 +13,8 @@ import pytest
 
 import fsobs
 from fsobs.analysis import analyze
-from fsobs.analysis.bubbles import step_times
-from fsobs.analysis.stragglers import StragglerConfig, find_stragglers
+from fsobs.analysis.bubbles.tables import step_times
+from fsobs.analysis.stragglers.identify import StragglerConfig, find_stragglers
 from fsobs.report import findings
 from tests.kineto import step, thread_name, trace, write, x
 from tests.test_bubbles import _allreduce, _gpu_doc, _row, _table
@@ -540,7 +540,7 @@ def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
     Per rank and step: embedding wait 3 / 2 = 1.5, exposed (16 + 21) / 2 = 18.5; dense wait
     16 / 2 = 8.
     """
-    from fsobs.analysis.analyze import by_role
+    from fsobs.analysis.pipeline import by_role
 
     def doc(rank: int, asks: tuple[float, float], a2a: tuple[float, float], ar) -> dict:
         events = [
@@ -579,7 +579,7 @@ def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
 def test_roles_from_the_nccl_group_description_and_from_run_json(tmp_path):
     """Without markers: an NCCL kernel of the group described ``freescale_emb`` is embedding;
     on gloo, run.json's group layout names the roles (here the default group is dense)."""
-    from fsobs.analysis.analyze import by_role
+    from fsobs.analysis.pipeline import by_role
 
     steps = {1: (0, 100)}
 

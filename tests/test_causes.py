@@ -1,5 +1,5 @@
-"""Why the straggler was late (fsobs.analysis.causes), on a hand-built 2-rank gloo run whose
-sidecars say the data cost, the GC pauses and the CPU time of each rank."""
+"""Why the straggler was late (fsobs.analysis.stragglers.causes), on a hand-built 2-rank gloo run
+whose sidecars say the data cost, the GC pauses and the CPU time of each rank."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_without_the_pause_fields_the_causes_are_unknown(tmp_path):
 
 
 def test_parts_larger_than_the_lateness_are_scaled_down_to_it():
-    from fsobs.analysis.causes import _split
+    from fsobs.analysis.stragglers.causes import _split
 
     assert _split(4.0, {"data": 6.0, "gc": 2.0, "preemption": -1.0}) == pytest.approx(
         {"data": 3.0, "gc": 1.0, "preemption": 0.0, "unexplained": 0.0}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fsobs.analysis.bubbles import CLASSES
+from fsobs.analysis.bubbles.parts import CLASSES
 from fsobs.cli import build_parser, main
 from fsobs.trace import LoadConfig, loader
 from fsobs.workload import launch

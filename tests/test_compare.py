@@ -21,10 +21,10 @@ import pandas as pd
 import pytest
 
 from fsobs.analysis import Analysis, analyze_path, compare, compare_json, kpis
-from fsobs.analysis.bubble_store import BubbleStore
-from fsobs.analysis.bubbles import caused_table
-from fsobs.analysis.collectives import Collectives
-from fsobs.analysis.compare import bootstrap_reduction, same_batches
+from fsobs.analysis.ab import bootstrap_reduction, same_batches
+from fsobs.analysis.bubbles.store import BubbleStore
+from fsobs.analysis.bubbles.tables import caused_table
+from fsobs.analysis.matching import Collectives
 from fsobs.cli import build_parser, main
 from fsobs.cli.dashboard import dashboard_app
 from fsobs.cli.run import job_args

@@ -14,8 +14,8 @@ import pytest
 
 from fsobs import load_run
 from fsobs.analysis import analyze_path
-from fsobs.analysis.bubble_store import BubbleStore
-from fsobs.analysis.bubbles import bubble_table
+from fsobs.analysis.bubbles.store import BubbleStore
+from fsobs.analysis.bubbles.tables import bubble_table
 from fsobs.cli import main
 from fsobs.export import CATEGORY, PID, ExportError, export_run
 from fsobs.trace._decode import read_trace_bytes

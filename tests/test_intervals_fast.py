@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from fsobs.analysis import intervals as iv
-from fsobs.analysis.bubbles import CLASSES, RankWaits, StepParts, classify
+from fsobs.analysis.bubbles.classify import RankWaits, classify
+from fsobs.analysis.bubbles.parts import CLASSES, StepParts
 from optim.markers import ROLES
 
 SPAN = 40

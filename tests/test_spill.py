@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsobs.analysis.bubble_store import BubbleStore
-from fsobs.analysis.bubbles import CLASSES, StepBubbles
-from fsobs.analysis.collectives import _shared_strings
+from fsobs.analysis.bubbles.classify import StepBubbles
+from fsobs.analysis.bubbles.parts import CLASSES
+from fsobs.analysis.bubbles.store import BubbleStore
+from fsobs.analysis.matching import _shared_strings
 from fsobs.analysis.spill import SpillFile
 
 

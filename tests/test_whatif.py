@@ -13,7 +13,9 @@ import pytest
 
 from fsobs.analysis import analyze_path
 from fsobs.analysis.costfit import CostFit
-from fsobs.analysis.replay import (
+from fsobs.analysis.whatif.calibration import Calibration, partition_model, resplit
+from fsobs.analysis.whatif.predict import TOGGLES, whatif, whatif_json
+from fsobs.analysis.whatif.replay import (
     BUSY,
     EXPOSED,
     KINDS,
@@ -26,8 +28,6 @@ from fsobs.analysis.replay import (
     replay,
     replay_error,
 )
-from fsobs.analysis.whatif import TOGGLES, whatif, whatif_json
-from fsobs.analysis.whatif_model import Calibration, partition_model, resplit
 from fsobs.cli import main
 from fsobs.errors import RunError
 from fsobs.simulate.simulator import SimConfig, simulate, truth_frame, write_run

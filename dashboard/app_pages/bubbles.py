@@ -23,8 +23,8 @@ from dashboard.widgets import (
     stop,
 )
 from fsobs import Analysis
-from fsobs.analysis.analyze import by_role
-from fsobs.analysis.causes import CAUSES
+from fsobs.analysis.pipeline import by_role
+from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.report import findings
 
 TABS = ("Step timeline", "Stragglers", "Data attribution", "HTA tables")
@@ -146,7 +146,7 @@ def _stragglers(analysis: Analysis) -> None:
 
 
 def _causes(analysis: Analysis) -> None:
-    """Why the straggler was late, per step and over the run (fsobs.analysis.causes)."""
+    """Why the straggler was late, per step and over the run (fsobs.analysis.stragglers.causes)."""
     st.subheader("Why the straggler was late")
     causes = analysis.causes
     if causes is None:

@@ -22,7 +22,7 @@ from dashboard.store import RunEntry, find_run
 from dashboard.tables import has_data
 from dashboard.tracediff import change_counts
 from dashboard.widgets import chart, current_store, pick_run, stop_without_runs
-from fsobs.analysis.compare import Comparison
+from fsobs.analysis.ab import Comparison
 from fsobs.report import toggles_line
 
 HEADLINE = (

@@ -20,7 +20,7 @@ from dashboard.widgets import (
     stop_on_error,
 )
 from fsobs import Analysis, FsobsError
-from fsobs.analysis.whatif import TOGGLES, WhatIf, available_toggles, whatif
+from fsobs.analysis.whatif.predict import TOGGLES, WhatIf, available_toggles, whatif
 from fsobs.simulate.config import SimConfig, calibrate
 from fsobs.simulate.study import WORLD_SIZES, scale_curve, toggle_study
 

@@ -1,4 +1,4 @@
-"""Figures of a control / test comparison (:class:`fsobs.analysis.compare.Comparison` parts)."""
+"""Figures of a control / test comparison (:class:`fsobs.analysis.ab.Comparison` parts)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dashboard.figures._style import (
     finish,
     label,
 )
-from fsobs.analysis.bubbles import BUBBLE_CLASSES
+from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
 
 
 def bubble_reduction(

@@ -1,4 +1,4 @@
-"""Values made strict-JSON-safe (shared by ``fsobs.report`` and ``fsobs.analysis.compare``)."""
+"""Values made strict-JSON-safe (shared by ``fsobs.report`` and ``fsobs.analysis.ab``)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Each (rank, step) with both a step-sidecar row and a bubble-table row is one point. A rank that
 trains ``n`` samples of lengths ``L_i`` in a step is busy (``busy_ms`` of
-:func:`fsobs.analysis.bubbles.bubble_table`) for the sum of their costs::
+:func:`fsobs.analysis.bubbles.tables.bubble_table`) for the sum of their costs::
 
     busy_ns(r, s) = Σ_i c(L_i) = c0 · n + a · ΣL + b · ΣL²,     c(L) = c0 + a·L + b·L²
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.analyze import Analysis
+from fsobs.analysis.pipeline import Analysis
 from fsobs.errors import RunError
 from optim.balance import CostModel
 

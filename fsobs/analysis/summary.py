@@ -20,9 +20,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fsobs.analysis.bubbles import BubbleConfig, StepParts, step_parts
-from fsobs.analysis.collectives import rank_collectives
+from fsobs.analysis.bubbles.parts import BubbleConfig, StepParts, step_parts
 from fsobs.analysis.hta_compat import RankHta, rank_hta
+from fsobs.analysis.matching import rank_collectives
 from fsobs.analysis.spill import Spilled, SpillFile
 from fsobs.trace.loader import LoadConfig, Progress, Source, map_run
 from fsobs.trace.schema import ProcessGroup, RankTrace, Run
@@ -46,10 +46,10 @@ class RankSummary:
     overview: dict[str, Any]
     """Row of the per-rank overview table (see :func:`overview_row`)."""
     sync_collectives: bytes
-    """:func:`fsobs.analysis.collectives.rank_collectives`, pickled: a few rows, but as a
+    """:func:`fsobs.analysis.matching.rank_collectives`, pickled: a few rows, but as a
     frame of its own several times their size, for every rank (the matching opens them)."""
     parts: bytes | Spilled | None
-    """The per-step interval sets (:func:`~fsobs.analysis.bubbles.step_parts`), pickled, or
+    """The per-step interval sets (:func:`~fsobs.analysis.bubbles.parts.step_parts`), pickled, or
     the file they were spilled to (:meth:`spill`); None once taken (:meth:`take_parts`)."""
     hta: RankHta | None
     """None on CPU-only ranks."""

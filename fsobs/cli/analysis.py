@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import Comparison, compare, compare_json, fit_cost
-from fsobs.analysis.bubbles import BUBBLE_CLASSES
+from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
 from fsobs.cli.common import (
     Commands,
     add_load_options,

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from fsobs.analysis.whatif import TOGGLES, whatif, whatif_json
+from fsobs.analysis.whatif.predict import TOGGLES, whatif, whatif_json
 from fsobs.cli.common import (
     Commands,
     add_load_options,

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from fsobs.analysis.analyze import Analysis
-from fsobs.analysis.replay import SegmentGraph, build_graph
-from fsobs.analysis.whatif import TOGGLES
-from fsobs.analysis.whatif_model import calibrate as calibrate_busy
-from fsobs.analysis.whatif_model import partition_model
+from fsobs.analysis.pipeline import Analysis
+from fsobs.analysis.whatif.calibration import calibrate as calibrate_busy
+from fsobs.analysis.whatif.calibration import partition_model
+from fsobs.analysis.whatif.predict import TOGGLES
+from fsobs.analysis.whatif.replay import SegmentGraph, build_graph
 from fsobs.errors import RunError
 from fsobs.workload.lengths import PRESETS
 from optim.balance import CostModel

@@ -2,8 +2,8 @@
 
 Everything here is a pure function of the seed, so that every rank can compute the lengths of
 all samples up front (what plan-mode balancing needs), materialize any single sample without
-materializing the dataset, and draw the same global batches. Only ``SyntheticHistories.batch``
-needs torch (imported on first use); the rest is numpy.
+materializing the dataset, and draw the same global batches. No torch here:
+:func:`fsobs.workload.batch.collate` turns samples into a torchrec batch.
 
 Random streams (``numpy.random.SeedSequence(seed, spawn_key=...)``, independent of each other):
 
@@ -22,16 +22,11 @@ probability 0.1; so the label is learnable from the history and the target item.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fsobs.workload.lengths import PRESETS
-
-if TYPE_CHECKING:
-    from fsobs.workload.batch import Batch
 
 MAX_CONTEXTS = 3  # context ids per sample: 1..MAX_CONTEXTS
 _NUM_TASTE = 3
@@ -164,12 +159,6 @@ class SyntheticHistories:
             target_item=target_item,
             label=label,
         )
-
-    def batch(self, indices: Sequence[int] | np.ndarray) -> Batch:
-        """The samples at ``indices`` as a torchrec-pipelineable ``Batch`` (imports torch)."""
-        from fsobs.workload.batch import collate
-
-        return collate([self.sample(int(i)) for i in indices])
 
     def _taste(self, user_id: int) -> np.ndarray:
         rng = _rng(self.cfg.seed, _STREAM_USER, user_id)

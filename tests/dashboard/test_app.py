@@ -19,7 +19,7 @@ from dashboard.store import folder_signature, list_runs
 from dashboard.upload import MAX_UPLOAD_BYTES
 from dashboard.widgets import KPIS, format_kpi
 from fsobs import analyze_path
-from fsobs.analysis.compare import compare
+from fsobs.analysis.ab import compare
 from fsobs.analysis.costfit import fit_cost
 from fsobs.trace.sidecar import read_step_lengths
 from tests.dashboard.conftest import (

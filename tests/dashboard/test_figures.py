@@ -17,7 +17,7 @@ from dashboard.tables import (
 )
 from dashboard.tracediff import FSOBS_SOURCE, HTA_SOURCE, change_counts, fsobs_table, op_diff
 from fsobs import analyze_path
-from fsobs.analysis.compare import compare
+from fsobs.analysis.ab import compare
 from fsobs.analysis.costfit import fit_cost
 from fsobs.trace.sidecar import read_step_lengths
 from optim.balance import CostModel, imbalance

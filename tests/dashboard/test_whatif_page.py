@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import figures
 from fsobs import analyze_path
-from fsobs.analysis.whatif import whatif
+from fsobs.analysis.whatif.predict import whatif
 from fsobs.simulate.simulator import SimConfig, simulate, write_run
 from tests.dashboard.conftest import APP
 

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from fsobs.workload.batch import collate
 from fsobs.workload.data import DataConfig, SyntheticHistories, global_batches, random_split
 from fsobs.workload.lengths import PRESETS, measure
 
@@ -127,7 +128,7 @@ def _concat(samples: list, field: str) -> list[int]:
 def test_batch_kjts_match_the_samples():
     ds = SyntheticHistories(CFG)
     indices = [5, 0, 42, 5]
-    batch = ds.batch(np.array(indices))
+    batch = collate([ds.sample(int(i)) for i in indices])
     samples = [ds.sample(i) for i in indices]
     seq = batch.sparse_seq.to_dict()
     pooled = batch.sparse_pooled.to_dict()

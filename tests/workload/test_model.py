@@ -37,7 +37,7 @@ def test_forward_backward_without_dmp():
     cfg = ModelConfig.preset("tiny")
     model = _model("tiny")
     ds = SyntheticHistories(data_config_for(cfg, num_samples=64, preset="powerlaw"))
-    batch = ds.batch(range(8))
+    batch = collate([ds.sample(i) for i in range(8)])
     loss, logits = model(batch)
     assert logits.shape == (8,) and not logits.requires_grad
     assert torch.isfinite(loss) and loss.ndim == 0

@@ -36,8 +36,9 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis._json import plain
-from fsobs.analysis.analyze import Analysis
-from fsobs.analysis.bubbles import BUBBLE_CLASSES, ROLE_CLASSES, step_times
+from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from fsobs.analysis.bubbles.tables import ROLE_CLASSES, step_times
+from fsobs.analysis.pipeline import Analysis
 from fsobs.trace.schema import Run
 from optim.markers import ROLES
 
@@ -68,7 +69,7 @@ class Comparison:
     by_class_ci: dict[str, tuple[float, float]]
     """The same bootstrap per class (the same resampled steps' per-class values)."""
     by_role: pd.DataFrame
-    """One row per (role, class) of :func:`fsobs.analysis.analyze.by_role`: ``role, class,
+    """One row per (role, class) of :func:`fsobs.analysis.pipeline.by_role`: ``role, class,
     control, test`` (ms per rank and step), ``reduction``, ``ci_lo``, ``ci_hi``."""
     confidence: float
     step_time_ratio: float
@@ -375,7 +376,7 @@ def _per_step_means(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def _step_times(steps: pd.DataFrame, role: str) -> pd.DataFrame:
-    """:func:`fsobs.analysis.analyze.step_times` in long format, tagged with ``role``."""
+    """:func:`fsobs.analysis.pipeline.step_times` in long format, tagged with ``role``."""
     times = step_times(steps).reset_index()
     times.insert(0, "run", role)
     return times[["run", "step", "step_time_ms"]]

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.analyze import Analysis
 from fsobs.analysis.costfit import CostFit, fit_points, nonnegative_lstsq
+from fsobs.analysis.pipeline import Analysis
 from fsobs.errors import RunError
 from fsobs.trace.sidecar import sidecar_files
 from fsobs.trace.storage import read_text

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.collectives import Collectives
-from fsobs.analysis.stragglers import Stragglers
+from fsobs.analysis.matching import Collectives
+from fsobs.analysis.stragglers.identify import Stragglers
 
 EXPLAINS_SHARE = 2 / 3
 BALANCED_SPREAD = 0.02

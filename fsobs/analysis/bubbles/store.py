@@ -1,7 +1,7 @@
 """The class interval sets of an analyzed run, one rank at a time.
 
-Every rank's :class:`~fsobs.analysis.bubbles.StepBubbles` (its steps' interval sets of every
-class) grow with the rank's event count, so an analysis does not keep them in memory: each
+Every rank's :class:`~fsobs.analysis.bubbles.classify.StepBubbles` (its steps' interval sets
+of every class) grow with the rank's event count, so an analysis does not keep them in memory: each
 rank's are pickled into a :class:`~fsobs.analysis.spill.SpillFile` as soon as the rank is
 classified, and read back on demand, a rank at a time (the export, the dashboard's timeline of
 the chosen ranks, the what-if's segment graph). A pickled store (the dashboard's disk cache)
@@ -14,7 +14,7 @@ import pickle
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from fsobs.analysis.bubbles import StepBubbles
+from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.spill import Spilled, SpillFile
 
 

@@ -46,16 +46,30 @@ import pickle
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
 
-from fsobs.trace.schema import RankTrace, Run
+from fsobs.trace.schema import ProcessGroup, RankTrace, Run
 from optim.markers import DENSE_DESC, EMB_DESC
 
-if TYPE_CHECKING:
-    from fsobs.analysis.summary import RankSummary
+
+class RankCollectives(Protocol):
+    """What the matching reads of each rank (a :class:`fsobs.analysis.summary.RankSummary`)."""
+
+    @property
+    def sync_collectives(self) -> bytes:
+        """:func:`rank_collectives`, pickled."""
+
+    @property
+    def process_groups(self) -> tuple[ProcessGroup, ...]: ...
+
+    @property
+    def host_name(self) -> str | None: ...
+
+
+C = TypeVar("C", bound=RankCollectives)
 
 SYNC_COLLECTIVES = frozenset(
     {
@@ -111,7 +125,7 @@ class Collectives:
         return max((abs(v) for v in self.offsets_ns.values()), default=0) / 1e6
 
 
-def match_collectives(run: Run[RankSummary]) -> Collectives:
+def match_collectives(run: Run[C]) -> Collectives:
     """Match the synchronising collectives of every rank and align the hosts' clocks."""
     raw = _all_ranks(run)
     if raw.empty:
@@ -132,7 +146,7 @@ def match_collectives(run: Run[RankSummary]) -> Collectives:
     )
 
 
-def _all_ranks(run: Run[RankSummary]) -> pd.DataFrame:
+def _all_ranks(run: Run[C]) -> pd.DataFrame:
     """Every rank's collectives in one frame (the ranks' own frames are freed here)."""
     frames = [_shared_strings(pickle.loads(run[r].sync_collectives)) for r in run.rank_ids]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -200,7 +214,7 @@ GROUP_ROLES = {EMB_DESC: "embedding", DENSE_DESC: "dense"}
 """Process-group descriptions FreeScale gives its groups (``optim.groups``) -> role."""
 
 
-def _roles(run: Run[RankSummary], raw: pd.DataFrame) -> np.ndarray:
+def _roles(run: Run[C], raw: pd.DataFrame) -> np.ndarray:
     """Each collective's role: FreeScale's marker around its issue, else its group's description
     (NCCL traces name it), else the group layout in ``run.json``, else ``other``."""
     layout = (run.meta or {}).get("process_groups") or {}
@@ -241,7 +255,7 @@ def arrivals(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:
     return np.where(enqueue >= 0, np.minimum(enqueue, start), start)
 
 
-def _group_ranks(run: Run[RankSummary], group: str, pg_ranks: object) -> frozenset[int]:
+def _group_ranks(run: Run[C], group: str, pg_ranks: object) -> frozenset[int]:
     """Every rank of a group (loaded or not): the event's own list, the trace's ``pg_config``,
     else the whole world."""
     if isinstance(pg_ranks, str) and pg_ranks.strip("[] "):
@@ -257,7 +271,7 @@ def _group_ranks(run: Run[RankSummary], group: str, pg_ranks: object) -> frozens
 
 
 def _complete_instances(
-    run: Run[RankSummary], raw: pd.DataFrame
+    run: Run[C], raw: pd.DataFrame
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Split the instances into complete ones (all rows kept), problems (one row each) and the
     groups with ranks that were not loaded (one row each)."""
@@ -373,7 +387,7 @@ def _problem(facts: pd.Series, inst: pd.DataFrame) -> dict[str, object]:
     }
 
 
-def _clock_offsets(run: Run[RankSummary], complete: pd.DataFrame) -> dict[int, int]:
+def _clock_offsets(run: Run[C], complete: pd.DataFrame) -> dict[int, int]:
     """Per-rank clock offset (ns): 0 on the reference host, one value per other host."""
     host = {r: run[r].host_name or "" for r in run.rank_ids}
     offsets = dict.fromkeys(run.rank_ids, 0)

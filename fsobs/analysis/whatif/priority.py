@@ -1,5 +1,5 @@
 """The ``priority_overlap`` toggle as a rewrite of a run's segment graph
-(:mod:`fsobs.analysis.segment_graph`), replayed by :mod:`fsobs.analysis.replay`.
+(:mod:`fsobs.analysis.whatif.graph`), replayed by :mod:`fsobs.analysis.whatif.replay`.
 
 With the toggle, embedding collectives run on a channel of their own, ahead of dense ones, and
 the dense all-reduce is issued behind the backward embedding all-to-all. On a baseline run,
@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.replay import BUSY, EXPOSED, LOCAL, Piece, SegmentGraph
+from fsobs.analysis.whatif.replay import BUSY, EXPOSED, LOCAL, Piece, SegmentGraph
 
 QUEUE_SLACK_NS = 50_000
 

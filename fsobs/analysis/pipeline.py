@@ -7,20 +7,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.attribution import Attribution, attribute
-from fsobs.analysis.bubble_store import BubbleStore
-from fsobs.analysis.bubbles import (
-    BUBBLE_CLASSES,
-    BubbleConfig,
-    RankWaits,
-    StepTables,
-    classify,
-    step_times,
-)
-from fsobs.analysis.causes import Causes, straggler_causes
-from fsobs.analysis.collectives import Collectives, match_collectives
+from fsobs.analysis.bubbles.classify import RankWaits, classify
+from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES, BubbleConfig
+from fsobs.analysis.bubbles.store import BubbleStore
+from fsobs.analysis.bubbles.tables import StepTables, step_times
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta
-from fsobs.analysis.stragglers import Stragglers, find_stragglers
+from fsobs.analysis.matching import Collectives, match_collectives
+from fsobs.analysis.stragglers.attribution import Attribution, attribute
+from fsobs.analysis.stragglers.causes import Causes, straggler_causes
+from fsobs.analysis.stragglers.identify import Stragglers, find_stragglers
 from fsobs.analysis.summary import RankSummary, summarize_path, summarize_run
 from fsobs.trace.loader import LoadConfig, Progress, Source
 from fsobs.trace.schema import RankTrace, Run
@@ -41,9 +36,9 @@ class Analysis:
     """Interval sets of every bubble class per rank and step (for export and timelines), read
     from disk a rank at a time."""
     steps: pd.DataFrame
-    """Per rank and step, ms: see :func:`fsobs.analysis.bubbles.bubble_table`."""
+    """Per rank and step, ms: see :func:`fsobs.analysis.bubbles.tables.bubble_table`."""
     caused: pd.DataFrame
-    """Who waited for whom: see :func:`fsobs.analysis.bubbles.caused_table`."""
+    """Who waited for whom: see :func:`fsobs.analysis.bubbles.tables.caused_table`."""
     stragglers: Stragglers
     attribution: Attribution | None
     """How much of the straggler wait the input data explains; None without step sidecars."""
@@ -52,7 +47,7 @@ class Analysis:
     summary: dict[str, float]
     """The KPIs, see :func:`kpis`."""
     roles: pd.DataFrame
-    """Per rank, step and role, ms: see :func:`fsobs.analysis.bubbles.role_table`."""
+    """Per rank, step and role, ms: see :func:`fsobs.analysis.bubbles.tables.role_table`."""
     hta: HtaMetrics | None
     """None for CPU-only runs, where HTA's GPU metrics do not apply."""
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.stragglers import Stragglers
+from fsobs.analysis.stragglers.identify import Stragglers
 
 CAUSES = ("data", "gc", "preemption", "unexplained")
 _NEEDED = ("est_cost", "gc_ms", "cpu_ms", "wall_ms")

@@ -1,4 +1,4 @@
-"""Replay of a segment graph (:mod:`fsobs.analysis.segment_graph`): the what-if's engine.
+"""Replay of a segment graph (:mod:`fsobs.analysis.whatif.graph`): the what-if's engine.
 
 Every rank walks its pieces in order, from its measured first step start. A local piece lasts
 ``Σ_c len_c · scale_c``. An arrival inside a local piece happens after the scaled part of the
@@ -15,7 +15,7 @@ of instance k waits until every rank of k has arrived::
 ``max(A'_k, E'_j)``). With nothing changed, every piece ends where it ended, so the replay gives
 back the measured windows and classes (:func:`replay_error` measures how closely). Toggles act
 on the graph: class scales and extra host time per rank and step (:class:`Changes`), moved
-arrivals and transfer times (:mod:`fsobs.analysis.whatif_priority`).
+arrivals and transfer times (:mod:`fsobs.analysis.whatif.priority`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.segment_graph import (
+from fsobs.analysis.whatif.graph import (
     BUSY,
     EXPOSED,
     GAP,
@@ -69,7 +69,7 @@ class Changes:
 
 def replay(graph: SegmentGraph, changes: Changes | None = None) -> pd.DataFrame:
     """Replay the graph; per rank and step, the windows and classes in ms (columns
-    :data:`TABLE_COLUMNS`, like :func:`fsobs.analysis.bubbles.bubble_table`)."""
+    :data:`TABLE_COLUMNS`, like :func:`fsobs.analysis.bubbles.tables.bubble_table`)."""
     return _table(graph, replay_totals(graph, changes))
 
 

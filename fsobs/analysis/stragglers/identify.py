@@ -59,8 +59,8 @@ def find_stragglers(
     config: StragglerConfig | None = None,
 ) -> Stragglers:
     """Straggler per step and per rank (see the module docstring), from the
-    :func:`~fsobs.analysis.bubbles.caused_table` of the run and the time of each step (ms,
-    indexed by step: :func:`fsobs.analysis.bubbles.step_times`)."""
+    :func:`~fsobs.analysis.bubbles.tables.caused_table` of the run and the time of each step (ms,
+    indexed by step: :func:`fsobs.analysis.bubbles.tables.step_times`)."""
     config = config or StragglerConfig()
     by_step = caused.groupby(["step", "culprit"])["wait_ns"].sum()
     rows = [_step_row(int(step), by_step, float(ms), config) for step, ms in step_ms.items()]

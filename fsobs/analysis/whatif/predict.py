@@ -1,6 +1,6 @@
 """What-if: predict each FreeScale toggle, and every combination, from one baseline run.
 
-Method (DESIGN §7). The run is cut into a segment graph (:mod:`fsobs.analysis.segment_graph`): per
+Method (DESIGN §7). The run is cut into a segment graph (:mod:`fsobs.analysis.whatif.graph`): per
 rank and step, local pieces (busy, host idle, ...) between the matched collectives, which are
 joint events with the ranks' arrivals and a transfer time::
 
@@ -9,17 +9,17 @@ joint events with the ranks' arrivals and a transfer time::
                                        A_k = last arrival,  end = A_k + X_k
 
 First the graph is replayed unchanged: it must give back the measured step times and classes
-(the replay check, :func:`fsobs.analysis.replay.replay_error`). Then each toggle changes the
+(the replay check, :func:`fsobs.analysis.whatif.replay.replay_error`). Then each toggle changes the
 graph and the graph is replayed; a combination applies all of its changes in one replay, its
 effect is never the sum of single ones:
 
 - ``balance``: optim's planner re-splits every recorded global batch (the job's own cost
   model); each rank's busy time becomes ``s_r · P(new share) · eta``, with ``P`` the cost
   model fitted on the run, ``s_r`` the rank's speed and ``eta`` a residual resampled from the
-  run's (:mod:`fsobs.analysis.whatif_model`); on a CPU run the planner's time is added as host
+  run's (:mod:`fsobs.analysis.whatif.calibration`); on a CPU run the planner's time is added as host
   time (the training thread plans).
 - ``priority_overlap``: embedding communication ahead of dense communication
-  (:mod:`fsobs.analysis.whatif_priority`).
+  (:mod:`fsobs.analysis.whatif.priority`).
 - ``sm_free``: compute no longer slowed by communication: each rank's busy time loses the
   measured contention of its step.
 
@@ -45,8 +45,18 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis._json import plain
-from fsobs.analysis.analyze import Analysis
-from fsobs.analysis.replay import (
+from fsobs.analysis.pipeline import Analysis
+from fsobs.analysis.whatif.calibration import (
+    Calibration,
+    Resplit,
+    calibrate,
+    noise_draws,
+    partition_model,
+    rank_step_ns,
+    resplit,
+)
+from fsobs.analysis.whatif.priority import prioritize
+from fsobs.analysis.whatif.replay import (
     BUSY,
     GAP,
     KINDS,
@@ -57,16 +67,6 @@ from fsobs.analysis.replay import (
     replay_error,
     replay_totals,
 )
-from fsobs.analysis.whatif_model import (
-    Calibration,
-    Resplit,
-    calibrate,
-    noise_draws,
-    partition_model,
-    rank_step_ns,
-    resplit,
-)
-from fsobs.analysis.whatif_priority import prioritize
 from fsobs.errors import RunError
 from optim.balance import CostModel
 
