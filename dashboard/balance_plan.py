@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fsobs.trace.loader import COST_MODEL
-from fsobs.trace.storage import Location, read_text
+from fsobs.runformat.names import COST_MODEL
+from fsobs.storage import Location, read_text
 from optim.balance import CostModel, imbalance, partition
 
 DEFAULT_MODEL = CostModel(c0=0.0, a=1.0, b=1.0)

@@ -25,8 +25,8 @@ from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
 from fsobs.analysis.ab import Comparison, compare
 from fsobs.analysis.costfit import CostFit, fit_cost
-from fsobs.trace.sidecar import read_step_lengths
-from fsobs.trace.storage import Location, as_location
+from fsobs.runformat.steps import read_step_lengths
+from fsobs.storage import Location, as_location
 
 Pair = tuple[Analysis, Analysis]
 

@@ -9,29 +9,28 @@ Hidden directories (``.name``, e.g. an upload being validated) and symbolic link
 the app only ever opens what lies inside the store.
 
 The store can also be an fsspec URL (``s3://bucket/runs``, ``gs://...``, ``http(s)://...``; see
-:mod:`fsobs.trace.storage`): its runs are listed and analyzed where they are, never copied. Such
+:mod:`fsobs.storage`): its runs are listed and analyzed where they are, never copied. Such
 a store is read-only (:func:`is_read_only`): the app offers no upload into it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsobs.trace.loader import RUN_META, is_trace_name
-from fsobs.trace.storage import (
+from fsobs.errors import FsobsError
+from fsobs.runformat import RUN_JSON, RunMeta, is_trace_name, read_run_meta
+from fsobs.storage import (
     Entry,
     Location,
     RemotePath,
     as_location,
     is_url,
     list_dir,
-    read_text,
 )
 
 STORE_ENV = "FSOBS_STORE"
@@ -48,10 +47,10 @@ class RunEntry:
 
     run_id: str
     path: Location
-    """A local folder, or a :class:`~fsobs.trace.storage.RemotePath` in a URL store."""
+    """A local folder, or a :class:`~fsobs.storage.RemotePath` in a URL store."""
     trace_files: tuple[str, ...]
     signature: Signature
-    meta: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    meta: RunMeta | None = field(default=None, compare=False, hash=False)
     meta_error: str | None = None
     """Why ``run.json`` could not be read (the loader will say it again, in its words)."""
 
@@ -116,7 +115,7 @@ def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
     files = _run_files(children)
     names = [f.name for f in files]
     traces = tuple(n for n in names if is_trace_name(n))
-    if depth > 0 and (traces or RUN_META in names):
+    if depth > 0 and (traces or RUN_JSON in names):
         found.append(_entry(store, folder, files, traces))
     if depth >= MAX_DEPTH:
         return
@@ -145,8 +144,8 @@ def _scan_remote(store: RemotePath, folder: RemotePath, depth: int, found: list[
     files = [c for c in children if not c.is_dir]
     names = [f.location.name for f in files]
     traces = tuple(n for n in names if is_trace_name(n))
-    if depth > 0 and (traces or RUN_META in names):
-        meta, error = _read_meta(folder / RUN_META) if RUN_META in names else (None, None)
+    if depth > 0 and (traces or RUN_JSON in names):
+        meta, error = _read_meta(folder / RUN_JSON) if RUN_JSON in names else (None, None)
         found.append(
             RunEntry(
                 run_id=folder.url[len(store.url) :].strip("/"),
@@ -171,7 +170,7 @@ def _remote_signature(files: Sequence[Entry]) -> Signature:
 
 
 def _entry(store: Path, folder: Path, files: list[Path], traces: tuple[str, ...]) -> RunEntry:
-    meta, error = _read_meta(folder / RUN_META)
+    meta, error = _read_meta(folder / RUN_JSON)
     return RunEntry(
         run_id=folder.relative_to(store).as_posix(),
         path=folder,
@@ -194,38 +193,26 @@ def signature_of(files: Sequence[Path]) -> Signature:
     return tuple(sorted(rows))
 
 
-def _read_meta(path: Location) -> tuple[dict[str, Any] | None, str | None]:
+def _read_meta(path: Location) -> tuple[RunMeta | None, str | None]:
     if isinstance(path, Path) and not path.is_file():
         return None, None
     try:
-        meta = json.loads(read_text(path))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, f"{RUN_META} unreadable: {exc}"
-    if not isinstance(meta, dict):
-        return None, f"{RUN_META} is not a JSON object"
-    return meta, None
+        return read_run_meta(path), None
+    except FsobsError as exc:
+        return None, f"{RUN_JSON} unreadable: {exc}"
 
 
-def toggles_table(meta: dict[str, Any] | None) -> list[dict[str, Any]]:
+def toggles_table(meta: RunMeta | None) -> list[dict[str, Any]]:
     """The optimizer toggles of ``run.json`` as rows: toggle, requested, applied, reason."""
-    toggles = (meta or {}).get("toggles")
-    if not isinstance(toggles, dict):
+    if meta is None:
         return []
-    rows = []
-    for name, value in sorted(toggles.items()):
-        value = value if isinstance(value, dict) else {"requested": value, "applied": value}
-        rows.append(
-            {
-                "toggle": name,
-                "requested": bool(value.get("requested", False)),
-                "applied": bool(value.get("applied", False)),
-                "reason": value.get("reason") or "",
-            }
-        )
-    return rows
+    return [
+        {"toggle": name, "requested": t.requested, "applied": t.applied, "reason": t.reason or ""}
+        for name, t in sorted(meta.toggles.items())
+    ]
 
 
-def toggles_summary(meta: dict[str, Any] | None) -> str:
+def toggles_summary(meta: RunMeta | None) -> str:
     """One short cell for the runs table: ``balance, sm_free (requested, not applied)``."""
     parts = []
     for row in toggles_table(meta):

@@ -176,17 +176,17 @@ def imbalance_steps(sidecar: pd.DataFrame | None) -> pd.DataFrame | None:
 
 def run_facts(entry: RunEntry, analysis: Analysis | None, error: str | None) -> dict[str, Any]:
     """One row of the runs table."""
-    meta = entry.meta or {}
+    meta = entry.meta
     row: dict[str, Any] = {
         "run": entry.run_id,
         "bubble ratio": None,
-        "world size": meta.get("world_size"),
-        "device": meta.get("device"),
+        "world size": meta.world_size if meta else None,
+        "device": meta.device if meta else None,
         "ranks loaded": None,
         "steps": None,
         "toggles": toggles_summary(entry.meta),
-        "status": meta.get("status", "no run.json"),
-        "simulated": bool(meta.get("simulated", False)),
+        "status": meta.status if meta else "no run.json",
+        "simulated": meta is not None and meta.simulated,
         "trace MB": round(entry.trace_bytes / 1e6, 2),
         "problem": error or "",
     }

@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from fsobs import FsobsError, analyze_path
-from fsobs.trace.loader import RUN_META, is_trace_name
-from fsobs.trace.sidecar import SIDECAR_RE
+from fsobs.runformat.names import RUN_JSON, SIDECAR_RE, is_trace_name
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 """Largest upload, uncompressed, all files together."""
@@ -111,7 +110,7 @@ def sanitize_name(name: str) -> str:
 
 def is_run_file(name: str) -> bool:
     """A file name an upload may contain: a trace, ``run.json`` or a step sidecar."""
-    return is_trace_name(name) or name == RUN_META or SIDECAR_RE.match(name) is not None
+    return is_trace_name(name) or name == RUN_JSON or SIDECAR_RE.match(name) is not None
 
 
 def is_archive(name: str) -> bool:

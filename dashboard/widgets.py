@@ -15,7 +15,8 @@ import streamlit as st
 from dashboard.cache import first_with_data, load, runs
 from dashboard.store import RunEntry, find_run, resolve_store, toggles_table
 from fsobs import Analysis
-from fsobs.trace.storage import Location, as_location
+from fsobs.runformat import RunMeta
+from fsobs.storage import Location, as_location
 
 STORE_KEY = "fsobs_store"
 KPIS = (
@@ -106,8 +107,8 @@ def stop_on_error(error: str, what: str) -> NoReturn:
 def run_header(entry: RunEntry, analysis: Analysis) -> None:
     """Facts, badges (simulated, incomplete), toggles requested/applied, loader warnings."""
     run = analysis.run
-    meta = run.meta or {}
-    if meta.get("simulated"):
+    meta = run.meta
+    if meta is not None and meta.simulated:
         st.badge("simulated", icon=":material/science:", color="orange")
         st.caption("This run was produced by the simulator (fsobs.simulate), not measured.")
     hosts = sorted({r.host_name for r in run.ranks.values() if r.host_name})
@@ -116,8 +117,8 @@ def run_header(entry: RunEntry, analysis: Analysis) -> None:
         f"{len(run.ranks)} rank(s) loaded · {len(run.steps)} step(s) · "
         f"hosts: {', '.join(hosts) or 'unknown'}"
     )
-    if meta.get("status") == "incomplete":
-        st.warning(f"Incomplete run: {meta.get('reason') or 'some ranks are missing'}")
+    if meta is not None and meta.status == "incomplete":
+        st.warning(f"Incomplete run: {meta.reason or 'some ranks are missing'}")
     _toggles(meta)
     for warning in run.warnings[:5]:
         st.warning(warning)
@@ -125,7 +126,7 @@ def run_header(entry: RunEntry, analysis: Analysis) -> None:
         st.caption(f"... and {len(run.warnings) - 5} more warning(s)")
 
 
-def _toggles(meta: dict) -> None:
+def _toggles(meta: RunMeta | None) -> None:
     rows = toggles_table(meta)
     if not rows:
         return

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -34,8 +32,9 @@ from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.summary import RankSummary
 from fsobs.errors import FsobsError, TraceFormatError
+from fsobs.runformat.atomic import publish, temp_path
+from fsobs.runformat.names import RUN_JSON, sidecar_file_name, trace_file_name
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, read_trace_bytes
-from fsobs.trace.loader import RUN_META
 from fsobs.trace.schema import Run
 
 PID = "fsobs bubbles"
@@ -69,7 +68,7 @@ def export_run(
     written = []
     for rank in run.rank_ids:
         trace = run[rank]
-        target = out_dir / _trace_name(rank)
+        target = out_dir / trace_file_name(rank)
         extra = bubble_events(trace, bubbles.of_rank(rank))
         _atomic_write(
             target, lambda f, t=trace, e=extra: _write_trace(f, t, e, max_trace_bytes), gz=True
@@ -184,10 +183,6 @@ def _copy(out: BinaryIO, source: Path) -> None:
         shutil.copyfileobj(f, out)
 
 
-def _trace_name(rank: int) -> str:
-    return f"rank{rank}.trace.json.gz"
-
-
 def _plan(run: Run[RankSummary], out_dir: Path, overwrite: bool) -> list[Path]:
     """Check ``out_dir``; return the run files to copy along (run.json, steps.rank*.jsonl)."""
     run_dir = run.path if run.path.is_dir() else run.path.parent
@@ -196,12 +191,12 @@ def _plan(run: Run[RankSummary], out_dir: Path, overwrite: bool) -> list[Path]:
         raise ExportError("exists and is not a directory", path=out_dir)
     if out_dir.exists() and any(out_dir.samefile(p) for p in inputs if p.exists()):
         raise ExportError("is the run's own directory; export into another directory", path=out_dir)
-    extra = [run_dir / RUN_META] if run.meta is not None else []
-    extra += [run_dir / f"steps.rank{r}.jsonl" for r in run.rank_ids]
+    extra = [run_dir / RUN_JSON] if run.meta is not None else []
+    extra += [run_dir / sidecar_file_name(r) for r in run.rank_ids]
     extra = [p for p in extra if p.is_file()]
     if not out_dir.exists():
         return extra
-    names = {_trace_name(r) for r in run.rank_ids} | {p.name for p in extra}
+    names = {trace_file_name(r) for r in run.rank_ids} | {p.name for p in extra}
     existing = sorted(n for n in names if (out_dir / n).exists())
     if existing and not overwrite:
         shown = ", ".join(existing[:3]) + (" ..." if len(existing) > 3 else "")
@@ -226,17 +221,15 @@ def _plan(run: Run[RankSummary], out_dir: Path, overwrite: bool) -> list[Path]:
 
 def _atomic_write(target: Path, write: Callable[[BinaryIO], None], *, gz: bool) -> None:
     """Write ``target`` through a temporary file in the same directory, then rename it."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    temp = temp_path(target)
     try:
-        with os.fdopen(fd, "wb") as raw:
+        with open(temp, "xb") as raw:
             if gz:
                 name = target.name.removesuffix(".gz")
                 with gzip.GzipFile(name, "wb", GZIP_LEVEL, raw, mtime=0) as out:
                     write(out)  # type: ignore[arg-type]  # GzipFile is binary IO
             else:
                 write(raw)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        publish(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)

@@ -47,7 +47,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "steps": run.steps,
             "step_source": sorted({t.step_source for t in run.ranks.values()}),
             "hosts": sorted({t.host_name for t in run.ranks.values() if t.host_name}),
-            "simulated": bool(run.meta.get("simulated", False)) if run.meta else False,
+            "simulated": run.meta is not None and run.meta.simulated,
             "warnings": run.warnings,
         },
         "ranks_overview": _records(analysis.overview),

@@ -28,11 +28,11 @@ from fsobs.analysis import analyze_summary, summarize_rank
 from fsobs.cli import main
 from fsobs.errors import EmptyRunError, FsobsError, TraceReadError
 from fsobs.report import to_json
+from fsobs.storage import RemotePath, as_location
 from fsobs.trace import cluster, loader
 from fsobs.trace.cluster import ClusterError, scheduler_address
 from fsobs.trace.loader import map_run
 from fsobs.trace.schema import RankTrace
-from fsobs.trace.storage import RemotePath, as_location
 
 dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")

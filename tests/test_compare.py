@@ -28,6 +28,7 @@ from fsobs.analysis.matching import Collectives
 from fsobs.cli import build_parser, main
 from fsobs.cli.dashboard import dashboard_app
 from fsobs.cli.run import job_args
+from fsobs.runformat import RunMeta
 from fsobs.trace.schema import Run
 from tests.kineto import kernel, launch, step, trace, write
 from tests.test_hta_agreement import REFERENCE
@@ -69,14 +70,14 @@ def _analysis(
     sidecar: pd.DataFrame | None = None,
 ) -> Analysis:
     """An Analysis around a hand-written bubble table (the fields compare does not read are
-    left empty)."""
+    left empty); ``meta`` is the content of its run.json."""
     ranks = sorted(set(steps["rank"]))
     colls = Collectives(pd.DataFrame(), pd.DataFrame(), dict.fromkeys(ranks, 0))
     run = Run(
         path=Path("/runs") / name,
         world_size=world_size or len(ranks),
         ranks=dict.fromkeys(ranks),
-        meta=meta,
+        meta=None if meta is None else RunMeta.from_json(meta),
         sidecar=sidecar,
     )
     return Analysis(

@@ -18,6 +18,7 @@ from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import bubble_table
 from fsobs.cli import main
 from fsobs.export import CATEGORY, PID, ExportError, export_run
+from fsobs.runformat import RunMeta
 from fsobs.trace._decode import read_trace_bytes
 from tests import kineto as k
 from tests.test_hta_agreement import REFERENCE
@@ -236,7 +237,7 @@ def test_run_metadata_and_step_files_are_copied(tmp_path):
     assert {"run.json", "steps.rank0.jsonl"} <= names
     for name in ("run.json", "steps.rank0.jsonl"):
         assert (tmp_path / "out" / name).read_bytes() == (src / name).read_bytes()
-    assert load_run(tmp_path / "out").meta == run.meta == {"world_size": 4, "name": "demo"}
+    assert load_run(tmp_path / "out").meta == run.meta == RunMeta(world_size=4, name="demo")
 
 
 # ---------------------------------------------------------------- the command and its refusals

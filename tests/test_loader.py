@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import fsobs
+from fsobs.runformat import names
 from fsobs.trace import LoadConfig, loader
 from tests.kineto import BASE_NS, MAIN_TID, kernel, launch, step, thread_name, trace, write, x
 
@@ -309,6 +310,6 @@ def test_a_cost_model_in_the_run_directory_is_not_a_trace(tmp_path):
     from optim.balance import CostModel
 
     write(tmp_path / "a.json", trace([step(1, 0, 10)], rank=0, world_size=1))
-    CostModel(c0=1.0, a=2.0, b=3.0).to_json(tmp_path / loader.COST_MODEL)
+    CostModel(c0=1.0, a=2.0, b=3.0).to_json(tmp_path / names.COST_MODEL)
     run = fsobs.load_run(tmp_path)
     assert run.rank_ids == [0] and run.warnings == []

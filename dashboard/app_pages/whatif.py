@@ -74,8 +74,8 @@ def _measured(entry: RunEntry, analysis: Analysis) -> dict[tuple[str, ...], tupl
     for other in runs(store):
         if other.run_id == entry.run_id or other.run_id.rpartition("/")[0] != parent:
             continue
-        toggles = (other.meta or {}).get("toggles") or {}
-        applied = tuple(t for t in TOGGLES if (toggles.get(t) or {}).get("applied"))
+        toggles = other.meta.toggles if other.meta is not None else {}
+        applied = tuple(t for t in TOGGLES if t in toggles and toggles[t].applied)
         if not applied or applied in found:
             continue
         test = load(store, other).analysis

@@ -126,8 +126,8 @@ def compare(
             ignore_index=True,
         ),
         same_batches=same,
-        control_toggles=dict((control.run.meta or {}).get("toggles") or {}),
-        test_toggles=dict((test.run.meta or {}).get("toggles") or {}),
+        control_toggles=_toggles(control.run),
+        test_toggles=_toggles(test.run),
         warnings=_run_warnings(control, test) + batch_warnings,
     )
 
@@ -319,12 +319,17 @@ def _same_workload(control: Run[Any], test: Run[Any]) -> tuple[bool | None, list
     ]
 
 
+def _toggles(run: Run[Any]) -> dict[str, dict[str, Any]]:
+    """The toggles of ``run.json`` as plain objects (what the report shows and writes)."""
+    return {k: t.to_json() for k, t in run.meta.toggles.items()} if run.meta is not None else {}
+
+
 def _workload(run: Run[Any]) -> dict[str, Any]:
-    meta = run.meta or {}
-    workload = meta.get("workload")
-    if not isinstance(workload, dict):
+    meta = run.meta
+    if meta is None or not meta.workload:
         return {}
-    return {"world_size": meta.get("world_size", run.world_size)} | workload
+    world_size = meta.world_size if meta.world_size is not None else run.world_size
+    return {"world_size": world_size} | dict(meta.workload)
 
 
 def _run_warnings(control: Analysis, test: Analysis) -> list[str]:
@@ -333,7 +338,7 @@ def _run_warnings(control: Analysis, test: Analysis) -> list[str]:
     cw, tw = control.run.world_size, test.run.world_size
     if cw != tw:
         out.append(f"world sizes differ: control {cw}, test {tw}")
-    simulated = [bool((a.run.meta or {}).get("simulated", False)) for a in (control, test)]
+    simulated = [a.run.meta is not None and a.run.meta.simulated for a in (control, test)]
     if simulated[0] != simulated[1]:
         out.append(
             f"the {'control' if simulated[0] else 'test'} run is simulated and the other is not"
@@ -346,10 +351,11 @@ def _run_warnings(control: Analysis, test: Analysis) -> list[str]:
 
 
 def _run_state(role: str, analysis: Analysis) -> list[str]:
-    run, meta = analysis.run, analysis.run.meta or {}
+    run, meta = analysis.run, analysis.run.meta
     out = []
-    if meta.get("status") == "incomplete" or len(run.ranks) < run.world_size:
-        reason = meta.get("reason") or "some ranks are missing"
+    incomplete = meta is not None and meta.status == "incomplete"
+    if incomplete or len(run.ranks) < run.world_size:
+        reason = (meta and meta.reason) or "some ranks are missing"
         out.append(
             f"the {role} run is incomplete ({reason}; "
             f"{len(run.ranks)} of {run.world_size} ranks loaded)"
@@ -360,8 +366,8 @@ def _run_state(role: str, analysis: Analysis) -> list[str]:
 
 
 def _name(run: Run[Any]) -> str:
-    name = (run.meta or {}).get("name")
-    return str(name) if name else run.path.name
+    name = run.meta.name if run.meta is not None else None
+    return name or run.path.name
 
 
 def _mean_window(steps: pd.DataFrame) -> float:

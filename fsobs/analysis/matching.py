@@ -217,7 +217,7 @@ GROUP_ROLES = {EMB_DESC: "embedding", DENSE_DESC: "dense"}
 def _roles(run: Run[C], raw: pd.DataFrame) -> np.ndarray:
     """Each collective's role: FreeScale's marker around its issue, else its group's description
     (NCCL traces name it), else the group layout in ``run.json``, else ``other``."""
-    layout = (run.meta or {}).get("process_groups") or {}
+    layout = (run.meta.process_groups if run.meta is not None else None) or {}
     by_name = {
         str(info.get("pg_name")): role if role in ("embedding", "dense") else "other"
         for role, info in layout.items()

@@ -24,7 +24,7 @@ from fsobs.cli.common import (
 from fsobs.errors import FsobsError
 from fsobs.export import export_run
 from fsobs.report import render, to_json, toggles_line
-from fsobs.trace.loader import COST_MODEL
+from fsobs.runformat.names import COST_MODEL
 
 
 def add_analyze(commands: Commands) -> None:

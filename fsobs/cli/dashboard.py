@@ -12,7 +12,7 @@ from pathlib import Path
 import fsobs
 from fsobs.cli.common import Commands, example
 from fsobs.errors import FsobsError
-from fsobs.trace.storage import as_location
+from fsobs.storage import as_location
 
 DEFAULT_PORT = 8501
 

@@ -1,33 +1,11 @@
-"""Collect a run (DESIGN §3): per-rank traces, step sidecars and ``run.json``, all atomic.
+"""Collect a run with torch: the per-rank trace (:mod:`.profiler`) and the per-step pauses
+(:mod:`.pauses`). The files themselves, the step sidecars and ``run.json``, are the run format
+(:mod:`fsobs.runformat`, no torch).
 
 Needs torch (``pip install freescale[train]``); ``fsobs``, ``fsobs.trace`` and ``fsobs.analysis``
-never import this package. Pieces:
-
-- :class:`StepProfiler` / :class:`ProfilerConfig`: ``rank<R>.trace.json.gz`` (``profiler``);
-- :class:`SidecarWriter`: ``steps.rank<R>.jsonl`` (``sidecar``);
-- :func:`build_run_meta`, :func:`write_run_json`, :func:`mark_incomplete`,
-  :func:`finalize_incomplete`: ``run.json`` and interrupted runs (``runmeta``).
+never import this package.
 """
 
-from fsobs.collect.profiler import ProfilerConfig, StepProfiler, trace_file_name
-from fsobs.collect.runmeta import (
-    build_run_meta,
-    finalize_incomplete,
-    mark_incomplete,
-    read_run_json,
-    write_run_json,
-)
-from fsobs.collect.sidecar import SidecarWriter, sidecar_file_name
+from fsobs.collect.profiler import ProfilerConfig, StepProfiler
 
-__all__ = [
-    "ProfilerConfig",
-    "SidecarWriter",
-    "StepProfiler",
-    "build_run_meta",
-    "finalize_incomplete",
-    "mark_incomplete",
-    "read_run_json",
-    "sidecar_file_name",
-    "trace_file_name",
-    "write_run_json",
-]
+__all__ = ["ProfilerConfig", "StepProfiler"]

@@ -42,16 +42,12 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity
 
-from fsobs.collect._atomic import publish, temp_path
+from fsobs.runformat.atomic import publish, temp_path
+from fsobs.runformat.names import trace_file_name
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProfilerConfig", "StepProfiler", "export_trace", "trace_file_name"]
-
-
-def trace_file_name(rank: int) -> str:
-    """The trace file of ``rank`` in a run directory: ``rank<R>.trace.json.gz``."""
-    return f"rank{rank}.trace.json.gz"
+__all__ = ["ProfilerConfig", "StepProfiler", "export_trace"]
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from fsobs.errors import TraceFormatError, TraceReadError
-from fsobs.trace.storage import Location, read_bytes
+from fsobs.storage import Location, read_bytes
 
 RAW_NONE = msgspec.Raw()
 GZIP_MAGIC = b"\x1f\x8b"

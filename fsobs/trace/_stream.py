@@ -4,7 +4,7 @@ A worker then never holds the whole JSON text, only a few MB of it. The cuts are
 search (``},`` followed by ``{``), so a cut can be wrong in theory (the pattern inside a string or
 between two objects nested in one event); such a piece is not a list of complete events and fails
 to decode, and the caller then reads the file the plain way. Any error here means the same: fall
-back, and let the plain path word the error. Local and remote files (:mod:`fsobs.trace.storage`)
+back, and let the plain path word the error. Local and remote files (:mod:`fsobs.storage`)
 are read alike, front to back.
 """
 
@@ -17,8 +17,8 @@ from typing import IO
 
 import msgspec
 
+from fsobs.storage import Location, open_binary
 from fsobs.trace._decode import GZIP_MAGIC
-from fsobs.trace.storage import Location, open_binary
 
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _ARRAY_END = re.compile(rb"\}\s*\]")

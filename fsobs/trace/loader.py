@@ -1,13 +1,12 @@
 """Load a run: find the trace files, parse the ranks in parallel, check they form one run.
 
-A run is a local directory or file(s), or an fsspec URL of either (:mod:`fsobs.trace.storage`).
+A run is a local directory or file(s), or an fsspec URL of either (:mod:`fsobs.storage`).
 The ranks are parsed in this machine's fork pool, or as tasks on the workers of a Dask cluster
 (:mod:`fsobs.trace.cluster`) when ``LoadConfig.scheduler`` or ``FSOBS_DASK_SCHEDULER`` names one.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
@@ -26,28 +25,23 @@ from fsobs.errors import (
     TraceReadError,
     WorldSizeMismatchError,
 )
-from fsobs.trace._build import build_rank_trace
-from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
-from fsobs.trace.cluster import DaskCluster, Progress, raise_first, scheduler_address
-from fsobs.trace.schema import RankTrace, Run
-from fsobs.trace.sidecar import read_sidecars
-from fsobs.trace.storage import (
+from fsobs.runformat.names import RUN_JSON, is_trace_name
+from fsobs.runformat.runmeta import RunMeta, read_run_meta
+from fsobs.runformat.steps import read_sidecars
+from fsobs.storage import (
     Location,
     RemotePath,
     as_location,
     check_protocol,
     list_dir,
-    read_text,
 )
+from fsobs.trace._build import build_rank_trace
+from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
+from fsobs.trace.cluster import DaskCluster, Progress, raise_first, scheduler_address
+from fsobs.trace.schema import RankTrace, Run
 
 logger = logging.getLogger(__name__)
 
-RUN_META = "run.json"
-COST_MODEL = "cost_model.json"
-"""Written into a run directory by ``fsobs fit-cost``; not a trace."""
-TRUTH = "truth.json"
-"""Written into a simulated run by ``fsobs simulate`` (the true classes); not a trace."""
-NOT_TRACES = frozenset({RUN_META, COST_MODEL, TRUTH})
 Source = str | Path | RemotePath | Sequence[str | Path | RemotePath]
 """A run directory, a trace file, or a list of trace files; each a local path or a URL."""
 
@@ -144,11 +138,6 @@ def map_run(
     )
 
 
-def is_trace_name(name: str) -> bool:
-    """Whether a file of a run directory is read as a Kineto trace."""
-    return name.endswith((".json", ".json.gz")) and name not in NOT_TRACES
-
-
 @dataclass(frozen=True)
 class _Found:
     """The files of a source, before any is parsed."""
@@ -157,7 +146,7 @@ class _Found:
     files: list[Location]
     total_bytes: int | None
     """None when a remote listing does not give sizes."""
-    meta: dict[str, Any] | None
+    meta: RunMeta | None
     is_dir: bool
 
 
@@ -174,7 +163,7 @@ def _discover(source: Source) -> _Found:
                 raise EmptyRunError(
                     "no trace files (*.json, *.json.gz) in this directory", path=path
                 )
-            meta = _read_meta(path / RUN_META) if (path / RUN_META).exists() else None
+            meta = read_run_meta(path / RUN_JSON) if (path / RUN_JSON).exists() else None
             return _Found(path, list(files), _local_bytes(files), meta, is_dir=True)
         if not path.exists():
             raise TraceReadError("no such file or directory", path=path)
@@ -209,8 +198,8 @@ def _discover_remote(url: RemotePath) -> _Found:
         raise EmptyRunError("no trace files (*.json, *.json.gz) in this directory", path=url)
     sizes = [e.size for e in files]
     total = None if None in sizes else sum(s for s in sizes if s is not None)
-    has_meta = any(e.location.name == RUN_META for e in entries)
-    meta = _read_meta(url / RUN_META) if has_meta else None
+    has_meta = any(e.location.name == RUN_JSON for e in entries)
+    meta = read_run_meta(url / RUN_JSON) if has_meta else None
     return _Found(url, [e.location for e in files], total, meta, is_dir=True)
 
 
@@ -232,28 +221,6 @@ def _common_root(files: Sequence[Location]) -> Location:
     if all(isinstance(p, Path) for p in files):
         return Path(os.path.commonpath(files))  # type: ignore[arg-type]
     return files[0].parent  # files of several folders and URLs: name the first one's
-
-
-def _read_meta(path: Location) -> dict[str, Any] | None:
-    try:
-        meta = json.loads(read_text(path))
-    except OSError as exc:
-        raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"run metadata is not UTF-8 text ({exc.reason})", path=path) from exc
-    except json.JSONDecodeError as exc:
-        raise TraceFormatError(
-            f"run metadata is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
-            path=path,
-        ) from exc
-    if not isinstance(meta, dict):
-        raise TraceFormatError("run metadata must be a JSON object", path=path)
-    size = meta.get("world_size")
-    if size is not None and (type(size) is not int or size < 1):
-        raise TraceFormatError(
-            f"expected a positive integer, got {json.dumps(size)}", path=path, field="world_size"
-        )
-    return meta
 
 
 def _identity(trace: T) -> T:
@@ -318,7 +285,7 @@ def _parse_all(
     return raise_first(outcomes)
 
 
-def _world_size(traces: Sequence[_RankLike], meta: dict[str, Any] | None, root: Location) -> int:
+def _world_size(traces: Sequence[_RankLike], meta: RunMeta | None, root: Location) -> int:
     sizes = {t.world_size for t in traces if t.world_size > 0}
     if len(sizes) > 1:
         by_size = {t.world_size: t for t in traces}
@@ -332,10 +299,10 @@ def _world_size(traces: Sequence[_RankLike], meta: dict[str, Any] | None, root: 
     world_size = sizes.pop() if sizes else max(t.rank for t in traces) + 1
     for trace in traces:
         trace.world_size = world_size
-    if meta is not None and "world_size" in meta and meta["world_size"] != world_size:
+    if meta is not None and meta.world_size is not None and meta.world_size != world_size:
         raise WorldSizeMismatchError(
-            f"run.json says world_size {meta['world_size']} but the traces say {world_size}",
-            path=root / RUN_META,
+            f"run.json says world_size {meta.world_size} but the traces say {world_size}",
+            path=root / RUN_JSON,
             field="world_size",
         )
     return world_size
@@ -359,7 +326,7 @@ def _index_by_rank(traces: list[R]) -> dict[int, R]:
 def _check_coverage(
     by_rank: dict[int, R],
     world_size: int,
-    meta: dict[str, Any] | None,
+    meta: RunMeta | None,
     root: Location,
     warnings: list[str],
 ) -> None:
@@ -367,10 +334,10 @@ def _check_coverage(
     if not missing:
         return
     shown = ", ".join(str(r) for r in missing[:8]) + (" ..." if len(missing) > 8 else "")
-    if meta is not None and meta.get("status", "complete") == "complete":
+    if meta is not None and meta.status == "complete":
         which = f"rank {shown} has" if len(missing) == 1 else f"ranks {shown} have"
         raise MissingRankError(
-            f"{RUN_META} says the run of {world_size} ranks is complete but {which} no trace",
+            f"{RUN_JSON} says the run of {world_size} ranks is complete but {which} no trace",
             path=root,
             rank=missing[0],
         )

@@ -67,6 +67,8 @@ from typing import Any, Generic, TypeVar
 
 import pandas as pd
 
+from fsobs.runformat.runmeta import RunMeta
+
 KINDS = ("compute", "comm", "memcpy", "memset", "sync", "runtime", "annotation", "step", "other")
 
 EVENT_COLUMNS = (
@@ -169,11 +171,11 @@ class Run(Generic[R]):
     path: Path
     world_size: int
     ranks: dict[int, R]
-    meta: dict[str, Any] | None
+    meta: RunMeta | None
     """The run's ``run.json`` when present (DESIGN §3), else None."""
     warnings: list[str] = field(default_factory=list)
     sidecar: pd.DataFrame | None = None
-    """The step sidecars (:mod:`fsobs.trace.sidecar`), None when the run has none."""
+    """The step sidecars (:func:`fsobs.runformat.steps.read_sidecars`), None without any."""
 
     @property
     def rank_ids(self) -> list[int]:

@@ -168,7 +168,7 @@ def launch(
         for part in parts:
             part.close(child.returncode)
         if child.returncode != 0:
-            from fsobs.collect.runmeta import finalize_incomplete
+            from fsobs.runformat import finalize_incomplete
 
             finalize_incomplete(out, reason=f"torchrun exited with code {child.returncode}")
     return child.returncode

@@ -32,8 +32,7 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
 from fsobs.collect.pauses import StepMonitor
 from fsobs.collect.profiler import ProfilerConfig, StepProfiler
-from fsobs.collect.runmeta import build_run_meta, write_run_json
-from fsobs.collect.sidecar import SidecarWriter
+from fsobs.runformat import RunMeta, SidecarWriter, StepRecord, ToggleStatus, write_run_json
 from fsobs.workload.batch import Batch
 from fsobs.workload.config import ModelConfig, data_config_for
 from fsobs.workload.cost import cost_coefficients
@@ -201,7 +200,7 @@ def train(job: JobConfig, device: torch.device) -> None:
             pauses = monitor.end().fields() if job.profile else {}
             batch, info = made[step]
             loss = F.binary_cross_entropy_with_logits(logits.cpu(), batch.labels.cpu())
-            sidecar.write(
+            record = StepRecord.of(
                 step,
                 info.lengths,
                 info.est_cost,
@@ -213,6 +212,7 @@ def train(job: JobConfig, device: torch.device) -> None:
                 batch_digest=info.batch_digest,
                 **pauses,
             )
+            sidecar.write(record)
             fs.after_step(step)
             profiler.step()
     if job.save_params:
@@ -255,25 +255,23 @@ def _meta(
     status: str,
     reason: str | None,
     fs: FreeScale,
-) -> dict[str, object]:
+) -> RunMeta:
     workload = {k: v for k, v in asdict(job).items() if k != "out"}
     workload["cost_model"] = str(job.cost_model) if job.cost_model else "analytic"
-    ranks = list(range(world_size)) if status == "complete" else []
-    meta = build_run_meta(
+    complete = status == "complete"
+    return RunMeta.now(
         name=job.out.name,
         world_size=world_size,
         backend="nccl" if device.type == "cuda" else "gloo",
         device=device.type,
-        hosts=hosts,
+        hosts=tuple(hosts),
         workload=workload,
-        toggles=fs.status(),
-        ranks_present=ranks,
+        toggles={name: ToggleStatus(**t) for name, t in fs.status().items()},
+        ranks_present=tuple(range(world_size)) if complete else (),
         status=status,
         reason=reason,
+        process_groups=fs.layout() if complete else None,
     )
-    if status == "complete":
-        meta["process_groups"] = fs.layout()
-    return meta
 
 
 def _fail_step(rank: int) -> int:

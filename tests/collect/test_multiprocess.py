@@ -15,13 +15,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 import fsobs  # noqa: E402
-from fsobs.collect import (  # noqa: E402
-    ProfilerConfig,
-    SidecarWriter,
-    StepProfiler,
-    build_run_meta,
-    write_run_json,
-)
+from fsobs.collect import ProfilerConfig, StepProfiler  # noqa: E402
+from fsobs.runformat import RunMeta, SidecarWriter, StepRecord, write_run_json  # noqa: E402
 
 WORLD_SIZE = 2
 CONFIG = ProfilerConfig(wait=1, warmup=1, active=2)
@@ -45,7 +40,8 @@ def _rank_main(rank: int, world_size: int, run_dir: str, init_file: str) -> None
                 x = torch.full((256,), float(rank + 1))
                 dist.all_reduce(x)
                 lengths = [10 * (rank + 1)] * (step + 1)
-                sidecar.write(step, lengths, float(x[0]), start, time.time_ns())
+                record = StepRecord.of(step, lengths, float(x[0]), start, time.time_ns())
+                sidecar.write(record)
                 prof.step()
     finally:
         dist.destroy_process_group()
@@ -72,15 +68,14 @@ def test_two_gloo_ranks_write_a_loadable_run(tmp_path):
         assert (info["rank"], info["world_size"], info["backend"]) == (rank, WORLD_SIZE, "gloo")
         assert info["pg_config"][0]["ranks"] == [0, 1]
 
-    meta = build_run_meta(
+    meta = RunMeta.now(
         name="gloo-2rank",
         world_size=WORLD_SIZE,
         backend="gloo",
         device="cpu",
-        hosts=["localhost"],
+        hosts=("localhost",),
         workload={"kind": "all_reduce"},
-        toggles={},
-        ranks_present=[0, 1],
+        ranks_present=(0, 1),
         status="complete",
     )
     write_run_json(run_dir, meta)

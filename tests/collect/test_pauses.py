@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fsobs.collect.pauses import StepMonitor  # noqa: E402
-from fsobs.collect.sidecar import step_record  # noqa: E402
+from fsobs.runformat import StepRecord  # noqa: E402
 
 
 def test_a_collection_in_the_step_is_counted_and_traced():
@@ -37,7 +37,8 @@ def test_a_step_without_collection():
 
 def test_the_sidecar_validates_the_pause_fields():
     base = dict(step=0, lengths=[1], est_cost=1.0, wall_start_ns=0, wall_end_ns=1)
-    record = step_record(**base, gc_count=1, gc_ms=2.5, gc_max_gen=0, cpu_ms=10.0, nivcsw=4)
+    record = StepRecord.of(**base, gc_count=1, gc_ms=2.5, gc_max_gen=0, cpu_ms=10.0, nivcsw=4)
+    record = record.to_json()
     assert (record["gc_count"], record["gc_ms"], record["cpu_ms"], record["nivcsw"]) == (
         1,
         2.5,
@@ -47,4 +48,4 @@ def test_the_sidecar_validates_the_pause_fields():
     for bad in ({"gc_count": -1}, {"gc_ms": float("nan")}, {"gc_max_gen": -2}, {"nivcsw": -1}):
         name = next(iter(bad))
         with pytest.raises(ValueError, match=name):
-            step_record(**base, **bad)
+            StepRecord.of(**base, **bad)

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fsobs.collect.runmeta import build_run_meta, write_run_json
+from fsobs.runformat import RunMeta, ToggleStatus, write_run_json
 from fsobs.simulate.synthetic_kineto import write_gpu_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,22 +93,20 @@ def _write_sim_run(run_dir: Path, *, seed: int, balanced: bool) -> None:
     write_gpu_run(
         run_dir, num_ranks=NUM_RANKS, num_steps=NUM_STEPS, kernels_per_step=20, seed=seed, workers=1
     )
-    meta = build_run_meta(
+    meta = RunMeta.now(
         name=run_dir.name,
         world_size=NUM_RANKS,
         backend="nccl",
         device="cuda",
-        hosts=["sim-host"],
+        hosts=("sim-host",),
         workload={"seed": 7, "batch_size": NUM_RANKS * SAMPLES_PER_RANK},
         toggles={
-            "balance": {"requested": balanced, "applied": balanced, "reason": None},
-            "sm_free": {
-                "requested": True,
-                "applied": False,
-                "reason": "no GPU: copy-engine transport unavailable",
-            },
+            "balance": ToggleStatus(requested=balanced, applied=balanced),
+            "sm_free": ToggleStatus(
+                requested=True, applied=False, reason="no GPU: copy-engine transport unavailable"
+            ),
         },
-        ranks_present=list(range(NUM_RANKS)),
+        ranks_present=tuple(range(NUM_RANKS)),
         status="complete",
         simulated=True,
     )

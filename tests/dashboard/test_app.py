@@ -21,7 +21,7 @@ from dashboard.widgets import KPIS, format_kpi
 from fsobs import analyze_path
 from fsobs.analysis.ab import compare
 from fsobs.analysis.costfit import fit_cost
-from fsobs.trace.sidecar import read_step_lengths
+from fsobs.runformat import read_step_lengths
 from tests.dashboard.conftest import (
     APP,
     RUN_IDS,

@@ -19,7 +19,7 @@ from dashboard.tracediff import FSOBS_SOURCE, HTA_SOURCE, change_counts, fsobs_t
 from fsobs import analyze_path
 from fsobs.analysis.ab import compare
 from fsobs.analysis.costfit import fit_cost
-from fsobs.trace.sidecar import read_step_lengths
+from fsobs.runformat import read_step_lengths
 from optim.balance import CostModel, imbalance
 from tests.dashboard.conftest import FIRST_STEP, global_batches
 

@@ -38,7 +38,7 @@ def test_list_runs_finds_every_run_with_its_id(shared_store):
     assert tuple(e.run_id for e in entries) == RUN_IDS
     control = next(e for e in entries if e.run_id == "sim/control")
     assert control.trace_files == tuple(f"rank{r}.trace.json.gz" for r in range(4))
-    assert control.meta is not None and control.meta["simulated"] is True
+    assert control.meta is not None and control.meta.simulated is True
     assert control.trace_bytes == sum(
         (control.path / f).stat().st_size for f in control.trace_files
     )

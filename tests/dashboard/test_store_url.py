@@ -20,7 +20,7 @@ from dashboard.store import (
 )
 from fsobs import analyze_path
 from fsobs.report import to_json
-from fsobs.trace.storage import RemotePath
+from fsobs.storage import RemotePath
 from tests.dashboard.conftest import RUN_IDS
 
 fsspec = pytest.importorskip("fsspec")

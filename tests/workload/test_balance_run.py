@@ -28,7 +28,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fsobs.trace.sidecar import read_sidecars  # noqa: E402
+from fsobs.runformat import read_sidecars  # noqa: E402
 from fsobs.workload.config import ModelConfig, data_config_for  # noqa: E402
 from fsobs.workload.cost import cost_coefficients  # noqa: E402
 from fsobs.workload.data import SyntheticHistories, global_batches  # noqa: E402

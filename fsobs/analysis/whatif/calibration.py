@@ -16,10 +16,8 @@ with ``eta`` resampled from the run's residuals (:func:`noise_draws`).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,8 +25,6 @@ import pandas as pd
 from fsobs.analysis.costfit import CostFit, fit_points, nonnegative_lstsq
 from fsobs.analysis.pipeline import Analysis
 from fsobs.errors import RunError
-from fsobs.trace.sidecar import sidecar_files
-from fsobs.trace.storage import read_text
 from optim.balance import CostModel
 from optim.plan import BalanceConfig, StepPlan
 
@@ -36,19 +32,12 @@ _EXACT = 1e-6
 """Relative residual under which a cost model reproduces the sidecar's ``est_cost``."""
 
 
-def sample_lengths(run_dir: Path | str | None) -> dict[tuple[int, int], np.ndarray]:
-    """Per (rank, step), the per-sample lengths the step sidecars list (local runs only; a
-    record with only the sums is left out)."""
-    out: dict[tuple[int, int], np.ndarray] = {}
-    if run_dir is None or not Path(run_dir).is_dir():
-        return out
-    for path, rank in sidecar_files(Path(run_dir)):
-        for line in read_text(path).splitlines():
-            if line.strip():
-                record = json.loads(line)
-                if record.get("seq_lengths") is not None:
-                    out[(rank, int(record["step"]))] = np.asarray(record["seq_lengths"], np.int64)
-    return out
+def sample_lengths(sidecar: pd.DataFrame) -> dict[tuple[int, int], np.ndarray]:
+    """Per (rank, step), the per-sample lengths the step sidecars list (a record with only the
+    sums is left out; the last record of a (rank, step) wins)."""
+    listed = sidecar[sidecar["seq_lengths"].notna().to_numpy()]
+    keys = zip(listed["rank"].tolist(), listed["step"].tolist(), strict=True)
+    return dict(zip(keys, listed["seq_lengths"], strict=True))
 
 
 def rank_step_ns(
@@ -130,7 +119,7 @@ def calibrate(analysis: Analysis, ranks: list[int], steps: list[int]) -> Calibra
         eta=eta,
         contention_ns=rank_step_ns(analysis.steps, "contention_ms", ranks, steps),
         fit=fit,
-        lengths=sample_lengths(analysis.run.path),
+        lengths=sample_lengths(sidecar),
     )
 
 

@@ -380,13 +380,13 @@ def _oracle(setup: _Setup, confidence: float, rng: np.random.Generator) -> dict[
 
 def _run_facts(analysis: Analysis, setup: _Setup) -> dict[str, Any]:
     run = analysis.run
-    meta = run.meta or {}
+    meta = run.meta
     return {
         "path": str(run.path),
-        "name": meta.get("name") or (run.path.name if run.path is not None else ""),
+        "name": (meta and meta.name) or (run.path.name if run.path is not None else ""),
         "world_size": run.world_size,
         "device": run.device,
-        "simulated": bool(meta.get("simulated", False)),
+        "simulated": meta is not None and meta.simulated,
         "steps": len(setup.graph.steps),
         "ranks": len(setup.graph.ranks),
     }
@@ -428,8 +428,8 @@ def _calibration(setup: _Setup, split: Resplit | None) -> dict[str, Any]:
 
 
 def _notes(analysis: Analysis, toggles: tuple[str, ...], setup: _Setup) -> list[str]:
-    meta = analysis.run.meta or {}
-    applied = {k for k, v in (meta.get("toggles") or {}).items() if (v or {}).get("applied")}
+    meta = analysis.run.meta
+    applied = {k for k, v in meta.toggles.items() if v.applied} if meta is not None else set()
     notes = [f"{t}: already applied in this run" for t in toggles if t in applied]
     if "sm_free" in toggles and analysis.run.device == "cpu":
         notes.append(

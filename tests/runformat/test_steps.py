@@ -1,17 +1,24 @@
-"""SidecarWriter: lines round-trip through the reader; an interrupted writer stays analyzable."""
+"""Step sidecars: records round-trip through the writer and the strict reader; an interrupted
+writer stays analyzable."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import numpy as np
 import pytest
 
-pytest.importorskip("torch")  # fsobs.collect needs torch
-
-from fsobs.collect import SidecarWriter, finalize_incomplete, read_run_json  # noqa: E402
-from fsobs.collect.sidecar import MAX_LISTED_LENGTHS, step_record  # noqa: E402
-from fsobs.trace.sidecar import read_sidecars  # noqa: E402
+from fsobs.errors import TraceFormatError
+from fsobs.runformat import (
+    SidecarWriter,
+    StepRecord,
+    finalize_incomplete,
+    read_run_json,
+    read_sidecars,
+    read_step_lengths,
+)
+from fsobs.runformat.steps import MAX_LISTED_LENGTHS
 
 
 def _lines(path):
@@ -23,9 +30,9 @@ def test_round_trip_small_and_large_steps(tmp_path):
     listed = list(range(MAX_LISTED_LENGTHS))
     large = [7] * 5000 + [300]
     with SidecarWriter(tmp_path, 1) as writer:
-        writer.write(0, small, 12.5, 1_000, 2_000)
-        writer.write(1, listed, None, 2_000, 3_000)
-        writer.write(2, large, 4.0e7, 3_000, 9_000)
+        writer.write(StepRecord.of(0, small, 12.5, 1_000, 2_000))
+        writer.write(StepRecord.of(1, listed, None, 2_000, 3_000))
+        writer.write(StepRecord.of(2, large, 4.0e7, 3_000, 9_000))
         assert writer.partial_path.exists() and not writer.path.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["steps.rank1.jsonl"]
     raw = _lines(writer.path)
@@ -52,11 +59,12 @@ def test_round_trip_small_and_large_steps(tmp_path):
 
 
 def test_tensor_and_numpy_lengths(tmp_path):
-    import numpy as np
-    import torch
+    torch = pytest.importorskip("torch")
 
-    assert step_record(0, torch.tensor([3, 4]), 1.0, 0, 1)["seq_lengths"] == [3, 4]
-    assert step_record(0, np.array([3, 4], dtype=np.int64), None, 0, 1)["seq_lengths"] == [3, 4]
+    assert StepRecord.of(0, torch.tensor([3, 4]), 1.0, 0, 1).to_json()["seq_lengths"] == [3, 4]
+    assert StepRecord.of(0, np.array([3, 4], dtype=np.int64), None, 0, 1).to_json()[
+        "seq_lengths"
+    ] == [3, 4]
 
 
 @pytest.mark.parametrize(
@@ -72,14 +80,14 @@ def test_tensor_and_numpy_lengths(tmp_path):
 )
 def test_bad_records_are_refused(args, field):
     with pytest.raises(ValueError, match=field):
-        step_record(*args)
+        StepRecord.of(*args)
 
 
 def test_steps_must_increase(tmp_path):
     with SidecarWriter(tmp_path, 0) as writer:
-        writer.write(3, [1], None, 0, 1)
+        writer.write(StepRecord.of(3, [1], None, 0, 1))
         with pytest.raises(ValueError, match="must increase"):
-            writer.write(3, [1], None, 1, 2)
+            writer.write(StepRecord.of(3, [1], None, 1, 2))
 
 
 def test_refuses_to_overwrite(tmp_path):
@@ -90,7 +98,7 @@ def test_refuses_to_overwrite(tmp_path):
 
 def test_exception_leaves_the_partial_file(tmp_path):
     with pytest.raises(RuntimeError), SidecarWriter(tmp_path, 0) as writer:
-        writer.write(0, [1, 2], None, 0, 1)
+        writer.write(StepRecord.of(0, [1, 2], None, 0, 1))
         raise RuntimeError("rank died")
     assert [p.name for p in tmp_path.iterdir()] == ["steps.rank0.jsonl.partial"]
     assert read_sidecars(tmp_path) is None  # an unfinished file is never read as finished
@@ -99,11 +107,11 @@ def test_exception_leaves_the_partial_file(tmp_path):
 def test_interrupted_writer_is_recovered_by_finalize(tmp_path):
     done = SidecarWriter(tmp_path, 0)
     for step in range(3):
-        done.write(step, [4, 4], 1.0, step, step + 1)
+        done.write(StepRecord.of(step, [4, 4], 1.0, step, step + 1))
     done.close()
     killed = SidecarWriter(tmp_path, 1)  # never closed: the process "dies"
     for step in range(2):
-        killed.write(step, [2, 6], 2.0, step, step + 1)
+        killed.write(StepRecord.of(step, [2, 6], 2.0, step, step + 1))
     with open(killed.partial_path, "a", encoding="utf-8") as handle:
         handle.write('{"step": 2, "num_samples": 2, "seq_len')  # torn last line
     assert killed.partial_path.exists()
@@ -114,27 +122,27 @@ def test_interrupted_writer_is_recovered_by_finalize(tmp_path):
     assert names == ["run.json", "steps.rank0.jsonl", "steps.rank1.jsonl"]
     frame = read_sidecars(tmp_path)
     assert frame.groupby("rank")["step"].apply(list).to_dict() == {0: [0, 1, 2], 1: [0, 1]}
-    assert meta["status"] == "incomplete" and meta["ranks_present"] == []
-    assert "ranks [1] were never closed, 1 torn line(s) dropped" in meta["reason"]
+    assert meta.status == "incomplete" and meta.ranks_present == ()
+    assert "ranks [1] were never closed, 1 torn line(s) dropped" in meta.reason
     assert read_run_json(tmp_path) == meta
     killed.abandon()
 
 
 def test_balance_fields_and_step_lengths(tmp_path):
-    from fsobs.trace.sidecar import read_step_lengths
-
     for rank, lengths in ((0, [4, 9]), (1, [30, 1])):
         with SidecarWriter(tmp_path, rank) as writer:
-            writer.write(0, lengths, 2.0, 0, 5, loss=0.5)
+            writer.write(StepRecord.of(0, lengths, 2.0, 0, 5, loss=0.5))
             writer.write(
-                1,
-                lengths[::-1],
-                2.0,
-                5,
-                9,
-                imbalance_before=1.5,
-                imbalance_after=1.01,
-                batch_digest="ab12",
+                StepRecord.of(
+                    1,
+                    lengths[::-1],
+                    2.0,
+                    5,
+                    9,
+                    imbalance_before=1.5,
+                    imbalance_after=1.01,
+                    batch_digest="ab12",
+                )
             )
     frame = read_sidecars(tmp_path)
     step1 = frame[frame["step"] == 1]
@@ -155,4 +163,63 @@ def test_balance_fields_and_step_lengths(tmp_path):
 )
 def test_bad_balance_fields(field, value):
     with pytest.raises(ValueError, match=field):
-        step_record(0, [1], 1.0, 0, 1, **{field: value})
+        StepRecord.of(0, [1], 1.0, 0, 1, **{field: value})
+
+
+GOOD = (
+    '{"step":0,"num_samples":1,"seq_lengths":[3],"est_cost":1.0,"wall_start_ns":0,"wall_end_ns":1}'
+)
+
+
+@pytest.mark.parametrize(
+    "line, wanted",
+    [
+        ("[1, 2]", "must be a JSON object, got list"),
+        (
+            '{"step": 1, "num_samples": 2, "seq_lengths": [3]}',
+            "num_samples 2 but seq_lengths lists 1",
+        ),
+        ('{"step": 1, "seq_lengths": [1.5]}', "seq_lengths must be an integer"),
+        ('{"step": 1, "seq_lengths": [1], "est_cost": Infinity}', "est_cost must be finite"),
+        ('{"step": 1, "seq_lengths": [1], "loss": 1e400}', "loss must be finite"),
+        ('{"step": -1, "seq_lengths": [1]}', "step must be >= 0"),
+        ('{"step": 1, "seq_lengths": [1], "est_costs": 2.0}', "unknown field 'est_costs'"),
+        ('{"step": 1, "num_samples": 3}', "len_sum is missing"),
+        ('{"seq_lengths": [1]}', "step is missing"),
+        ('{"step": 1, "seq_lengths": [1], "gc_count": 1.0}', "gc_count must be an integer"),
+        ('{"step": 1, "seq_lengths": [1], "batch_digest": 7}', "batch_digest must be"),
+        ('{"step": 1, "seq_lengths": "12"}', "seq_lengths must be a list"),
+        ("{", "bad step record"),
+    ],
+)
+def test_reader_names_file_rank_and_line(tmp_path, line, wanted):
+    path = tmp_path / "steps.rank3.jsonl"
+    path.write_text(GOOD + "\n" + line + "\n")
+    with pytest.raises(TraceFormatError, match=wanted) as info:
+        read_sidecars(tmp_path)
+    error = info.value
+    assert (error.path, error.rank, error.field) == (str(path), 3, "line 2")
+    assert "\n" not in str(error)
+
+
+def test_written_records_read_back_equal(tmp_path):
+    records = [
+        StepRecord.of(0, [5, 1], 3.0, 10, 20, loss=0.25, gc_count=2, gc_ms=1.5, nivcsw=4),
+        StepRecord.of(1, [7] * (MAX_LISTED_LENGTHS + 1), None, 20, 35, batch_digest="ff"),
+    ]
+    with SidecarWriter(tmp_path, 0) as writer:
+        for record in records:
+            writer.write(record)
+    again = [StepRecord.from_json(json.loads(line)) for line in _text_lines(writer.path)]
+    assert again[0] == records[0]
+    big = again[1]  # only the sums were written
+    assert big.seq_lengths is None and records[1].seq_lengths is not None
+    assert (big.len_sum, big.len_sq_sum, big.len_max) == (
+        7 * (MAX_LISTED_LENGTHS + 1),
+        49 * (MAX_LISTED_LENGTHS + 1),
+        7,
+    )
+
+
+def _text_lines(path):
+    return path.read_text().splitlines()

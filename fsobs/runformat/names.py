@@ -1,0 +1,44 @@
+"""The names of a run directory's files (DESIGN §3), written once.
+
+::
+
+    <run>/
+      run.json                  the run's metadata (:mod:`fsobs.runformat.runmeta`)
+      rank<R>.trace.json.gz     one Kineto trace per rank (the loader reads any *.json(.gz) that
+                                is no file named here, whatever its name)
+      steps.rank<R>.jsonl       one line per step and rank (:mod:`fsobs.runformat.steps`)
+      cost_model.json           ``fsobs fit-cost``'s coefficients (optional)
+      truth.json                a simulated run's true classes (``fsobs simulate``)
+"""
+
+from __future__ import annotations
+
+import re
+
+FORMAT_VERSION = 1
+"""The ``format_version`` of ``run.json``."""
+RUN_JSON = "run.json"
+COST_MODEL = "cost_model.json"
+TRUTH = "truth.json"
+NOT_TRACES = frozenset({RUN_JSON, COST_MODEL, TRUTH})
+"""JSON files of a run directory that are not traces."""
+PARTIAL_SUFFIX = ".partial"
+"""A step sidecar still being written (or left by a rank that died) carries this suffix."""
+TRACE_RE = re.compile(r"^rank(\d+)\.trace\.json\.gz$")
+SIDECAR_RE = re.compile(r"^steps\.rank(\d+)\.jsonl$")
+PARTIAL_RE = re.compile(r"^steps\.rank(\d+)\.jsonl" + re.escape(PARTIAL_SUFFIX) + "$")
+
+
+def trace_file_name(rank: int) -> str:
+    """The trace of ``rank``: ``rank<R>.trace.json.gz``."""
+    return f"rank{rank}.trace.json.gz"
+
+
+def sidecar_file_name(rank: int) -> str:
+    """The step sidecar of ``rank``: ``steps.rank<R>.jsonl``."""
+    return f"steps.rank{rank}.jsonl"
+
+
+def is_trace_name(name: str) -> bool:
+    """Whether a file of a run directory is read as a Kineto trace."""
+    return name.endswith((".json", ".json.gz")) and name not in NOT_TRACES

@@ -1,0 +1,341 @@
+"""The run's ``run.json`` (:class:`RunMeta`) and how an interrupted run is closed off.
+
+``run.json`` is written by one process only (the launcher or rank 0), atomically, sorted keys::
+
+    format_version  1                      created     UTC ISO time of this metadata
+    name, world_size, backend, device, hosts (list), workload (object), simulated (bool)
+    toggles         {name: {"requested": bool, "applied": bool, "reason": str | null}}
+    versions        {"python": ..., "torch": ... | null, "torchrec": ... | null}
+    status          "complete" | "incomplete"   reason: why incomplete (null when complete)
+    ranks_present   ranks that left a trace
+    process_groups  (optional) the optimizer's process groups: {role: {"pg_name": ...}}
+
+Every key is optional to a reader (foreign traces come with a ``run.json`` of their own, or a
+minimal one): what is there must have the right type and value, and the first that does not is
+one :class:`~fsobs.errors.TraceFormatError` naming the file and the field. The loader
+(:mod:`fsobs.trace.loader`) checks ``world_size`` and ``status`` against the traces: a
+``complete`` run missing a rank's trace is an error, an ``incomplete`` one only a warning.
+No torch here (versions come from the installed package metadata when torch is not loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from fsobs.errors import TraceFormatError, TraceReadError
+from fsobs.runformat.atomic import TEMP_RE, write_atomic
+from fsobs.runformat.names import FORMAT_VERSION, PARTIAL_RE, PARTIAL_SUFFIX, RUN_JSON, TRACE_RE
+from fsobs.runformat.steps import recover_partial
+from fsobs.storage import Location, read_text
+
+logger = logging.getLogger(__name__)
+
+STATUSES = ("complete", "incomplete")
+
+
+@dataclass(kw_only=True, frozen=True)
+class ToggleStatus:
+    """One optimizer toggle as requested and as applied, with the reason."""
+
+    requested: bool
+    applied: bool
+    reason: str | None = None
+    """Why it was not applied (required then), or a note on how it was."""
+
+    def __post_init__(self) -> None:
+        if type(self.requested) is not bool or type(self.applied) is not bool:
+            raise ValueError("requested and applied must be bools")
+        if self.reason is not None and not isinstance(self.reason, str):
+            raise ValueError(f"reason must be a string or null, got {self.reason!r}")
+        if self.applied and not self.requested:
+            raise ValueError("applied but not requested")
+        if self.requested and not self.applied and not self.reason:
+            raise ValueError("requested but not applied: give the reason")
+
+    def to_json(self) -> dict[str, Any]:
+        """The toggle's object, keys in the order ``run.json`` has them (sorted)."""
+        return {"applied": self.applied, "reason": self.reason, "requested": self.requested}
+
+    @classmethod
+    def from_json(cls, value: object) -> ToggleStatus:
+        if not isinstance(value, Mapping) or set(value) != {"requested", "applied", "reason"}:
+            raise ValueError("must have exactly requested, applied and reason")
+        return cls(requested=value["requested"], applied=value["applied"], reason=value["reason"])
+
+
+@dataclass(kw_only=True, frozen=True)
+class RunMeta:
+    """The content of ``run.json`` (see the module docstring); checked when made
+    (``ValueError`` naming the field)."""
+
+    name: str | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    """``gloo`` or ``nccl``."""
+    device: str | None = None
+    """``cpu`` or ``cuda``."""
+    hosts: tuple[str, ...] = ()
+    workload: Mapping[str, Any] = field(default_factory=dict)
+    """The job's configuration (model, data, batch, seed, ...), free-form."""
+    toggles: Mapping[str, ToggleStatus] = field(default_factory=dict)
+    simulated: bool = False
+    status: str = "complete"
+    reason: str | None = None
+    """Why the run is incomplete; None when complete."""
+    ranks_present: tuple[int, ...] | None = None
+    """Ranks that left a trace; None when not recorded."""
+    process_groups: Mapping[str, Any] | None = None
+    versions: Mapping[str, str | None] = field(default_factory=dict)
+    """python, torch and torchrec versions of the writer."""
+    created: str | None = None
+    """UTC ISO time the metadata was made (:meth:`now` stamps it)."""
+    format_version: int = FORMAT_VERSION
+
+    @classmethod
+    def now(cls, **fields: Any) -> RunMeta:
+        """Metadata made here and now: ``created`` and ``versions`` stamped by this process."""
+        return cls(created=_now(), versions=_versions(), **fields)
+
+    def __post_init__(self) -> None:
+        if self.world_size is not None and (
+            type(self.world_size) is not int or self.world_size < 1
+        ):
+            raise _bad("world_size", "a positive integer", self.world_size)
+        for key in ("name", "backend", "device", "reason", "created"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise _bad(key, "a non-empty string", value)
+        if not isinstance(self.hosts, tuple) or not all(isinstance(h, str) for h in self.hosts):
+            raise _bad("hosts", "a list of host names", self.hosts)
+        for key in ("workload", "toggles", "versions"):
+            if not isinstance(getattr(self, key), Mapping):
+                raise _bad(key, "an object", getattr(self, key))
+        if self.process_groups is not None and not isinstance(self.process_groups, Mapping):
+            raise _bad("process_groups", "an object", self.process_groups)
+        if type(self.simulated) is not bool:
+            raise _bad("simulated", "true or false", self.simulated)
+        if type(self.format_version) is not int:
+            raise _bad("format_version", "an integer", self.format_version)
+        self._check_status()
+
+    def _check_status(self) -> None:
+        if self.status not in STATUSES:
+            raise _bad("status", f"one of {STATUSES}", self.status)
+        present = self.ranks_present
+        if present is not None:
+            if not all(type(r) is int and r >= 0 for r in present) or list(present) != sorted(
+                set(present)
+            ):
+                raise _bad("ranks_present", "sorted distinct non-negative integers", present)
+            if self.world_size is not None and present and present[-1] >= self.world_size:
+                raise ValueError(
+                    f"ranks_present {list(present)} has ranks >= world_size {self.world_size}"
+                )
+        if self.status == "complete":
+            if self.reason is not None:
+                raise ValueError(f"reason must be null for a complete run, got {self.reason!r}")
+            if present is not None and self.world_size is not None:
+                if list(present) != list(range(self.world_size)):
+                    raise ValueError(
+                        f"ranks_present {list(present)} must be all {self.world_size} ranks for "
+                        "a complete run"
+                    )
+        elif not self.reason:
+            raise ValueError("an incomplete run needs a reason")
+
+    def to_json(self) -> dict[str, Any]:
+        """The object written as ``run.json``."""
+        out: dict[str, Any] = {
+            "format_version": self.format_version,
+            "created": self.created,
+            "name": self.name,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "device": self.device,
+            "hosts": list(self.hosts),
+            "workload": dict(self.workload),
+            "toggles": {k: t.to_json() for k, t in self.toggles.items()},
+            "simulated": self.simulated,
+            "versions": dict(self.versions),
+            "status": self.status,
+            "reason": self.reason,
+            "ranks_present": None if self.ranks_present is None else list(self.ranks_present),
+        }
+        if self.process_groups is not None:
+            out["process_groups"] = dict(self.process_groups)
+        return out
+
+    @classmethod
+    def from_json(cls, value: object) -> RunMeta:
+        """Parse ``run.json``'s object strictly: ``ValueError`` naming the bad field."""
+        if not isinstance(value, dict):
+            raise ValueError("run metadata must be a JSON object")
+        unknown = sorted(set(value) - _FIELDS)
+        if unknown:
+            raise FieldError(unknown[0], "unknown field")
+        fields = {k: v for k, v in value.items() if v is not None or k in _NULLABLE}
+        for key in ("hosts", "ranks_present"):
+            if isinstance(fields.get(key), list):
+                fields[key] = tuple(fields[key])
+        if "toggles" in fields and isinstance(fields["toggles"], Mapping):
+            fields["toggles"] = {k: _toggle(k, t) for k, t in fields["toggles"].items()}
+        return cls(**fields)
+
+    def incomplete(self, reason: str, ranks_present: Sequence[int]) -> RunMeta:
+        """This metadata with ``status: incomplete``, ``reason`` and ``ranks_present``."""
+        return replace(
+            self, status="incomplete", reason=reason, ranks_present=tuple(sorted(ranks_present))
+        )
+
+
+_FIELDS = frozenset(RunMeta.__dataclass_fields__)
+_NULLABLE = frozenset({"reason", "ranks_present", "process_groups"})
+
+
+class FieldError(ValueError):
+    """A bad field of ``run.json``: ``field`` names it, the message says what is wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"field {field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _toggle(name: str, value: object) -> ToggleStatus:
+    try:
+        return ToggleStatus.from_json(value)
+    except ValueError as exc:
+        raise FieldError(f"toggles.{name}", str(exc)) from None
+
+
+def _bad(key: str, wanted: str, value: object) -> FieldError:
+    return FieldError(key, f"expected {wanted}, got {json.dumps(value, default=repr)}")
+
+
+def write_run_json(run_dir: str | Path, meta: RunMeta) -> Path:
+    """Write ``run_dir/run.json`` atomically (sorted keys, indent 2, strict JSON); its path."""
+    path = Path(run_dir) / RUN_JSON
+    text = json.dumps(meta.to_json(), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text.encode("utf-8"))
+    return path
+
+
+def read_run_meta(path: Location) -> RunMeta:
+    """Read and check one ``run.json``; one :class:`~fsobs.errors.FsobsError` naming the file
+    (and the field) when it is unreadable or bad."""
+    try:
+        value = json.loads(read_text(path))
+    except OSError as exc:
+        raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"run metadata is not UTF-8 text ({exc.reason})", path=path) from exc
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(
+            f"run metadata is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+            path=path,
+        ) from exc
+    try:
+        return RunMeta.from_json(value)
+    except FieldError as exc:
+        raise TraceFormatError(exc.message, path=path, field=exc.field) from exc
+    except (TypeError, ValueError) as exc:
+        raise TraceFormatError(str(exc), path=path) from exc
+
+
+def read_run_json(run_dir: str | Path) -> RunMeta | None:
+    """The metadata of a local run directory, None when it has no ``run.json``."""
+    path = Path(run_dir) / RUN_JSON
+    return read_run_meta(path) if path.exists() else None
+
+
+def mark_incomplete(run_dir: str | Path, reason: str, ranks_present: Sequence[int]) -> RunMeta:
+    """Set ``status: incomplete`` with ``reason`` and ``ranks_present`` in ``run.json``.
+
+    Keeps every other field; without a ``run.json`` writes a minimal one (the loader then takes
+    the world size from the traces). Returns the metadata written.
+    """
+    if not isinstance(reason, str) or not reason:
+        raise ValueError(f"reason must be a non-empty string, got {reason!r}")
+    meta = read_run_json(run_dir) or RunMeta.now()
+    present = sorted(set(ranks_present))
+    meta = meta.incomplete(reason, present)
+    write_run_json(run_dir, meta)
+    return meta
+
+
+def finalize_incomplete(run_dir: str | Path, reason: str | None = None) -> RunMeta:
+    """Make what an interrupted run left analyzable and mark it incomplete.
+
+    Call once no rank process of the run is alive. Steps:
+
+    1. remove temporary files of interrupted atomic writes (``.<name>.<pid>.<hex>.tmp``);
+    2. publish every ``steps.rank<R>.jsonl.partial`` as ``steps.rank<R>.jsonl``, dropping a
+       torn last line (:func:`fsobs.runformat.steps.recover_partial`);
+    3. set ``status: incomplete``, ``ranks_present`` (the ranks with a ``rank<R>.trace.json.gz``)
+       and ``reason`` (the one given, else a description of what was found) in ``run.json``.
+
+    Returns the metadata written.
+    """
+    root = Path(run_dir)
+    for temp in sorted(p for p in root.iterdir() if TEMP_RE.match(p.name)):
+        logger.info("removing leftover temporary file %s", temp)
+        temp.unlink(missing_ok=True)
+    unclosed, dropped = [], 0
+    for partial in sorted(root.iterdir()):
+        match = PARTIAL_RE.match(partial.name)
+        if match is None:
+            continue
+        if partial.with_name(partial.name[: -len(PARTIAL_SUFFIX)]).exists():
+            logger.warning("%s: left alone, the closed sidecar is already there", partial)
+            continue
+        dropped += recover_partial(partial)
+        unclosed.append(int(match.group(1)))
+    present = sorted(int(m.group(1)) for p in root.iterdir() if (m := TRACE_RE.match(p.name)))
+    if reason is None:
+        reason = _describe(read_run_json(root), present, sorted(unclosed), dropped)
+    return mark_incomplete(root, reason, present)
+
+
+def _describe(meta: RunMeta | None, present: list[int], unclosed: list[int], dropped: int) -> str:
+    parts = []
+    world_size = meta.world_size if meta is not None else None
+    if world_size is not None:
+        missing = sorted(set(range(world_size)) - set(present))
+        if missing:
+            parts.append(f"no trace from ranks {missing}")
+    if unclosed:
+        torn = f", {dropped} torn line(s) dropped" if dropped else ""
+        parts.append(f"step files of ranks {unclosed} were never closed{torn}")
+    return "interrupted: " + ("; ".join(parts) if parts else "finalized before completion")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _versions() -> dict[str, str | None]:
+    return {
+        "python": platform.python_version(),
+        "torch": _package_version("torch"),
+        "torchrec": _package_version("torchrec"),
+    }
+
+
+def _package_version(name: str) -> str | None:
+    loaded = getattr(sys.modules.get(name), "__version__", None)
+    if loaded is not None:
+        return str(loaded)
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None

@@ -1,0 +1,445 @@
+"""The step sidecar ``steps.rank<R>.jsonl``: what data each rank got in each step.
+
+One JSON object per line, a :class:`StepRecord`::
+
+    {"step": 12, "num_samples": 64, "seq_lengths": [310, 17, ...],   # or the three sums below
+     "len_sum": 20480, "len_sq_sum": 9123456, "len_max": 4096,
+     "est_cost": 1.84e7,                     # cost-model estimate of the rank's compute
+     "wall_start_ns": 1790..., "wall_end_ns": 1790...,
+     "loss": 0.69,                           # the step's training loss on this rank
+     "imbalance_before": 1.41, "imbalance_after": 1.01, "batch_digest": "9f2c...",
+     "gc_count": 1, "gc_max_gen": 0, "gc_ms": 4.2,   # this rank's GC pauses in the step
+     "cpu_ms": 171.3, "nivcsw": 12}          # training thread's CPU time, preemptions
+
+``seq_lengths`` is replaced by ``len_sum``/``len_sq_sum``/``len_max`` when a step has more than
+:data:`MAX_LISTED_LENGTHS` samples; everything after ``wall_end_ns`` is optional. The balance
+fields are the same on every rank of a step: max / mean estimated cost over the ranks for the
+random split and for the split used, and a digest of the step's global batch (equal digests:
+the same samples). The pause fields are this rank's (:mod:`fsobs.collect.pauses`).
+
+Lifecycle of one rank's file::
+
+    SidecarWriter(run_dir, rank)   creates  steps.rank<R>.jsonl.partial   (refuses if either exists)
+    .write(record)                 appends one JSON line and flushes it
+    .close()                       fsyncs and renames it to steps.rank<R>.jsonl   (atomic)
+
+A rank that is killed, or whose ``with`` block ends with an exception, leaves only the
+``.partial`` file: every flushed line is whole except possibly the last. The reader ignores
+``.partial`` files; :func:`fsobs.runformat.finalize_incomplete` publishes them after dropping a
+torn last line (:func:`recover_partial`), so what was written stays analyzable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fsobs.errors import TraceFormatError, TraceReadError
+from fsobs.runformat.atomic import fsync_dir, write_atomic
+from fsobs.runformat.names import PARTIAL_SUFFIX, SIDECAR_RE, sidecar_file_name
+from fsobs.storage import Location, as_location, list_dir, read_text
+
+MAX_LISTED_LENGTHS = 4096
+"""Steps with more samples store ``len_sum``/``len_sq_sum``/``len_max`` instead of the list."""
+COLUMNS = (
+    "rank",
+    "step",
+    "num_samples",
+    "len_sum",
+    "len_sq_sum",
+    "len_max",
+    "est_cost",
+    "loss",
+    "imbalance_before",
+    "imbalance_after",
+    "batch_digest",
+    "wall_ms",
+    "gc_count",
+    "gc_ms",
+    "gc_max_gen",
+    "cpu_ms",
+    "nivcsw",
+    "seq_lengths",
+)
+"""The columns of :func:`read_sidecars`: the record's numbers (NaN where a record lacks an
+optional one), ``wall_ms`` (``wall_end_ns - wall_start_ns``) and ``seq_lengths`` (an int64
+array, None where the record has only the sums)."""
+_OPTIONAL_FLOATS = ("est_cost", "loss", "imbalance_before", "imbalance_after")
+_PAUSES = ("gc_count", "gc_ms", "gc_max_gen", "cpu_ms", "nivcsw")
+
+
+@dataclass(kw_only=True, frozen=True)
+class StepRecord:
+    """One line of a step sidecar; every field is checked when it is made (``ValueError``
+    naming the field)."""
+
+    step: int
+    """The profiler's step number (``ProfilerStep#N``)."""
+    num_samples: int
+    seq_lengths: tuple[int, ...] | None
+    """Per-sample lengths; None when only the sums below are known."""
+    len_sum: int
+    len_sq_sum: int
+    len_max: int
+    est_cost: float | None
+    """The cost model's estimate of this rank's compute."""
+    wall_start_ns: int | None
+    wall_end_ns: int | None
+    loss: float | None = None
+    imbalance_before: float | None = None
+    """Max / mean estimated cost over the ranks under the random split."""
+    imbalance_after: float | None = None
+    """The same under the split used."""
+    batch_digest: str | None = None
+    gc_count: int | None = None
+    gc_max_gen: int | None = None
+    gc_ms: float | None = None
+    cpu_ms: float | None = None
+    nivcsw: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_record(self)
+
+    @classmethod
+    def of(
+        cls,
+        step: int,
+        lengths: Sequence[int],
+        est_cost: float | None,
+        wall_start_ns: int,
+        wall_end_ns: int,
+        **optional: Any,
+    ) -> StepRecord:
+        """A record from the step's per-sample ``lengths`` (any integer sequence, a numpy array
+        or a 1-D tensor too); ``optional``: ``loss`` and the balance and pause fields."""
+        values = _lengths(lengths)
+        return cls(
+            step=_non_negative_int(step, "step"),
+            num_samples=len(values),
+            seq_lengths=tuple(values),
+            len_sum=sum(values),
+            len_sq_sum=sum(v * v for v in values),
+            len_max=max(values, default=0),
+            est_cost=None if est_cost is None else float(est_cost),
+            wall_start_ns=_non_negative_int(wall_start_ns, "wall_start_ns"),
+            wall_end_ns=_non_negative_int(wall_end_ns, "wall_end_ns"),
+            **{k: _number(k, v) for k, v in optional.items()},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The line's object, keys in the order of the module docstring."""
+        out: dict[str, Any] = {"step": self.step, "num_samples": self.num_samples}
+        if self.seq_lengths is not None and self.num_samples <= MAX_LISTED_LENGTHS:
+            out["seq_lengths"] = list(self.seq_lengths)
+        else:
+            out.update(len_sum=self.len_sum, len_sq_sum=self.len_sq_sum, len_max=self.len_max)
+        out.update(
+            est_cost=self.est_cost, wall_start_ns=self.wall_start_ns, wall_end_ns=self.wall_end_ns
+        )
+        for name in ("loss", "imbalance_before", "imbalance_after", "batch_digest", *_ORDER):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def to_line(self) -> str:
+        """The line, without its newline (compact, strict JSON)."""
+        return json.dumps(self.to_json(), allow_nan=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, record: object) -> StepRecord:
+        """Parse one line's object strictly: ``ValueError`` naming the bad field."""
+        if not isinstance(record, dict):
+            raise ValueError(f"a step record must be a JSON object, got {_kind(record)}")
+        unknown = set(record) - _FIELDS
+        if unknown:
+            raise ValueError(f"unknown field {sorted(unknown)[0]!r}")
+        lengths = record.get("seq_lengths")
+        if lengths is not None:
+            if not isinstance(lengths, list):
+                raise ValueError(f"seq_lengths must be a list, got {_kind(lengths)}")
+            values = [_non_negative_int(v, "seq_lengths") for v in lengths]
+            sums = {
+                "len_sum": sum(values),
+                "len_sq_sum": sum(v * v for v in values),
+                "len_max": max(values, default=0),
+            }
+            num_samples = record.get("num_samples", len(values))
+        else:
+            for name in ("len_sum", "len_sq_sum", "len_max", "num_samples"):
+                if name not in record:
+                    raise ValueError(f"{name} is missing (no seq_lengths)")
+            sums = {n: record[n] for n in ("len_sum", "len_sq_sum", "len_max")}
+            num_samples = record["num_samples"]
+        if "step" not in record:
+            raise ValueError("step is missing")
+        fields = {k: v for k, v in record.items() if k not in ("seq_lengths", "num_samples", *sums)}
+        return cls(
+            **{**dict.fromkeys(("est_cost", "wall_start_ns", "wall_end_ns")), **fields},
+            num_samples=num_samples,
+            seq_lengths=None if lengths is None else tuple(values),
+            **sums,
+        )
+
+    def frame_row(self, rank: int) -> dict[str, Any]:
+        """This record as a row of :func:`read_sidecars`."""
+        row: dict[str, Any] = {
+            "rank": rank,
+            "step": self.step,
+            "num_samples": self.num_samples,
+            "len_sum": self.len_sum,
+            "len_sq_sum": self.len_sq_sum,
+            "len_max": self.len_max,
+        }
+        for name in (*_OPTIONAL_FLOATS, *_PAUSES):
+            value = getattr(self, name)
+            row[name] = float(value) if value is not None else float("nan")
+        row["batch_digest"] = self.batch_digest
+        start, end = self.wall_start_ns, self.wall_end_ns
+        row["wall_ms"] = (end - start) / 1e6 if start is not None and end is not None else None
+        lengths = self.seq_lengths
+        row["seq_lengths"] = None if lengths is None else np.asarray(lengths, dtype=np.int64)
+        return row
+
+
+_ORDER = ("gc_count", "gc_max_gen", "gc_ms", "cpu_ms", "nivcsw")
+_FIELDS = frozenset(StepRecord.__dataclass_fields__)
+
+
+def _check_record(r: StepRecord) -> None:
+    for name in ("step", "num_samples", "len_sum", "len_sq_sum", "len_max"):
+        _non_negative_int(getattr(r, name), name)
+    if r.seq_lengths is not None and len(r.seq_lengths) != r.num_samples:
+        raise ValueError(
+            f"num_samples {r.num_samples} but seq_lengths lists {len(r.seq_lengths)} samples"
+        )
+    for name in ("wall_start_ns", "wall_end_ns"):
+        if getattr(r, name) is not None:
+            _non_negative_int(getattr(r, name), name)
+    if r.wall_start_ns is not None and r.wall_end_ns is not None:
+        if r.wall_end_ns < r.wall_start_ns:
+            raise ValueError(f"wall_end_ns {r.wall_end_ns} is before wall_start_ns")
+    for name in ("est_cost", "loss"):
+        _finite(name, getattr(r, name))
+    for name in ("imbalance_before", "imbalance_after"):
+        value = _finite(name, getattr(r, name))
+        if value is not None and value < 1.0 - 1e-9:
+            raise ValueError(f"{name} must be a finite ratio >= 1, got {value}")
+    if r.batch_digest is not None and (not isinstance(r.batch_digest, str) or not r.batch_digest):
+        raise ValueError(f"batch_digest must be a non-empty string, got {r.batch_digest!r}")
+    for name, low in (("gc_count", 0), ("gc_max_gen", -1), ("nivcsw", 0)):
+        value = getattr(r, name)
+        if value is not None and (type(value) is not int or value < low):
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    for name in ("gc_ms", "cpu_ms"):
+        value = _finite(name, getattr(r, name))
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+class SidecarWriter:
+    """Appends one line per step to this rank's sidecar; see the module docstring."""
+
+    def __init__(self, run_dir: str | Path, rank: int) -> None:
+        rank = _non_negative_int(rank, "rank")
+        self.rank = rank
+        self.path = Path(run_dir) / sidecar_file_name(rank)
+        """The final name, present once :meth:`close` has run."""
+        self.partial_path = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
+        for existing in (self.path, self.partial_path):
+            if existing.exists():
+                raise FileExistsError(f"{existing}: a step sidecar of this rank is already there")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.partial_path, "x", encoding="utf-8")
+        self._last_step: int | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def write(self, record: StepRecord) -> None:
+        """Append the record of one step (steps must increase) and flush it."""
+        if self._file.closed:
+            raise ValueError(f"{self.partial_path}: writer is closed")
+        if self._last_step is not None and record.step <= self._last_step:
+            raise ValueError(f"step {record.step} after step {self._last_step}: must increase")
+        self._file.write(record.to_line() + "\n")
+        self._file.flush()
+        self._last_step = record.step
+
+    def close(self) -> None:
+        """Finish the file and rename it to its final name (idempotent)."""
+        if self._file.closed:
+            return
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self.partial_path, self.path)
+        fsync_dir(self.path.parent)
+
+    def abandon(self) -> None:
+        """Close the handle but keep the ``.partial`` name: the rank did not finish."""
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> SidecarWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abandon()
+
+
+def write_sidecar(run_dir: str | Path, rank: int, records: Sequence[StepRecord]) -> Path:
+    """Write a whole sidecar at once, atomically (a writer that has every step up front)."""
+    path = Path(run_dir) / sidecar_file_name(rank)
+    write_atomic(path, "".join(r.to_line() + "\n" for r in records).encode())
+    return path
+
+
+def recover_partial(partial: Path) -> int:
+    """Publish an interrupted ``steps.rank<R>.jsonl.partial`` under its final name.
+
+    Keeps the longest prefix of lines that are whole JSON objects with a ``step`` (a write cut
+    short can only tear the last line), writes it atomically to the final name and removes the
+    partial file. Returns the number of lines dropped.
+    """
+    if not partial.name.endswith(PARTIAL_SUFFIX):
+        raise ValueError(f"{partial}: not a {PARTIAL_SUFFIX} file")
+    final = partial.with_name(partial.name[: -len(PARTIAL_SUFFIX)])
+    pieces = [p for p in partial.read_bytes().split(b"\n") if p.strip()]
+    kept = 0
+    for piece in pieces:
+        if not _is_record(piece):
+            break
+        kept += 1
+    write_atomic(final, b"".join(p + b"\n" for p in pieces[:kept]))
+    partial.unlink()
+    return len(pieces) - kept
+
+
+def read_sidecar(path: Location, rank: int) -> list[StepRecord]:
+    """The records of one sidecar file; one :class:`~fsobs.errors.TraceFormatError` naming the
+    file, the rank and the line on the first bad one."""
+    try:
+        lines = read_text(path).splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(f"unreadable step sidecar ({exc})", path=path, rank=rank) from exc
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(StepRecord.from_json(json.loads(line)))
+        except (json.JSONDecodeError, TypeError, ValueError) as exc:
+            raise TraceFormatError(
+                f"bad step record ({exc})", path=path, rank=rank, field=f"line {number}"
+            ) from exc
+    return records
+
+
+def read_sidecars(run_dir: Location) -> pd.DataFrame | None:
+    """The sidecars of a run directory (a path or a URL) as one frame (:data:`COLUMNS`); None
+    without any."""
+    files = sidecar_files(run_dir)
+    if not files:
+        return None
+    rows = [r.frame_row(rank) for path, rank in files for r in read_sidecar(path, rank)]
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def read_step_lengths(run_dir: str | Location, step: int) -> dict[int, np.ndarray]:
+    """Per rank, the per-sample lengths (int64) of ``step``, from the sidecars that list them
+    (a rank whose record has only the sums, or lacks the step, is left out)."""
+    out: dict[int, np.ndarray] = {}
+    for path, rank in sidecar_files(as_location(run_dir)):
+        for record in read_sidecar(path, rank):
+            if record.step == step and record.seq_lengths is not None:
+                out[rank] = np.asarray(record.seq_lengths, dtype=np.int64)
+                break
+    return out
+
+
+def sidecar_files(run_dir: Location) -> list[tuple[Location, int]]:
+    """(file, rank) of every ``steps.rank<R>.jsonl`` of the run directory, sorted by name."""
+    if isinstance(run_dir, Path):
+        names: list[Location] = list(run_dir.glob("steps.rank*.jsonl"))
+    else:
+        try:
+            names = [e.location for e in list_dir(run_dir) if not e.is_dir]
+        except OSError as exc:
+            raise TraceReadError(f"cannot list the run folder: {exc}", path=run_dir) from exc
+    found = []
+    for path in sorted(names, key=lambda p: p.name):
+        match = SIDECAR_RE.match(path.name)
+        if match is not None:
+            found.append((path, int(match.group(1))))
+    return found
+
+
+def _is_record(line: bytes) -> bool:
+    try:
+        record = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(record, dict) and "step" in record
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _non_negative_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        number = operator.index(value)  # type: ignore[call-overload]  # any __index__ type
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if number < 0:
+        raise ValueError(f"{name} must be >= 0, got {number}")
+    return number
+
+
+def _finite(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return float(value)
+
+
+def _number(name: str, value: object) -> object:
+    """An optional field as the record stores it: floats as float (numpy scalars too),
+    counts as int, the digest as it is."""
+    if value is None or name == "batch_digest":
+        return value
+    if name in ("gc_count", "gc_max_gen", "nivcsw"):
+        return value if isinstance(value, bool) else operator.index(value)  # type: ignore[call-overload]
+    return value if isinstance(value, bool) else float(value)  # type: ignore[arg-type]
+
+
+def _lengths(lengths: Sequence[int]) -> list[int]:
+    raw = lengths.tolist() if hasattr(lengths, "tolist") else list(lengths)
+    if not isinstance(raw, list):  # a 0-d array or tensor
+        raise ValueError(f"seq lengths must be a 1-D sequence, got {lengths!r}")
+    return [_non_negative_int(v, "seq length") for v in raw]
