@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from fsobs.analysis import analyze_path, compare
-from fsobs.analysis.whatif.predict import whatif, whatif_json
+from fsobs.analysis.whatif.predict import whatif
+from fsobs.report import whatif_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import fsobs_run  # noqa: E402
@@ -73,6 +74,7 @@ def one(args: argparse.Namespace, world: int, seed: int, toggle: str) -> dict[st
         )
     calibration = analyze_path(root / "calibration")
     w = whatif(calibration, (toggle,), draws=args.draws, seed=seed)
+    data = whatif_json(w)
     pred = w.predictions[0]
     measured = compare(analyze_path(root / "control"), analyze_path(root / "test"))
     return {
@@ -88,12 +90,12 @@ def one(args: argparse.Namespace, world: int, seed: int, toggle: str) -> dict[st
         <= measured.bubble_reduction
         <= pred.bubble_reduction_interval[1],
         "same_batches": measured.same_batches,
-        "replay": w.replay,
+        "replay": data["replay"],
         "calibration_bubble_ms": w.baseline["bubble_ms_per_step"],
         "control_bubble_ms": measured.kpis.loc["bubble_ms_per_step", "control"],
         "test_bubble_ms": measured.kpis.loc["bubble_ms_per_step", "test"],
         "loads": loads,
-        "whatif": whatif_json(w),
+        "whatif": data,
     }
 
 

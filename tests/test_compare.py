@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsobs.analysis import Analysis, analyze_path, compare, compare_json, kpis
+from fsobs.analysis import Analysis, analyze_path, compare, kpis
 from fsobs.analysis.ab import bootstrap_reduction, same_batches
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import caused_table
@@ -28,6 +28,7 @@ from fsobs.analysis.matching import Collectives
 from fsobs.cli import build_parser, main
 from fsobs.cli.dashboard import dashboard_app
 from fsobs.cli.run import job_args
+from fsobs.report import compare_json
 from fsobs.runformat import RunMeta
 from fsobs.trace.schema import Run
 from tests.kineto import kernel, launch, step, trace, write

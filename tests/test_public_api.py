@@ -7,6 +7,7 @@ import sys
 
 import fsobs
 import fsobs.analysis
+import fsobs.report
 
 
 def test_exported_members():
@@ -33,10 +34,26 @@ def test_exported_members():
             "load_run",
         ]
     )
-    new = {"Comparison", "CostFit", "compare", "compare_json", "fit_cost", "fit_points"}
+    new = {"Comparison", "CostFit", "WhatIf", "compare", "fit_cost", "fit_points", "whatif"}
     assert new <= set(fsobs.analysis.__all__)
-    for name in fsobs.__all__ + fsobs.analysis.__all__:
+    for name in fsobs.__all__ + fsobs.analysis.__all__ + fsobs.report.__all__:
         assert not name.startswith("_")
+
+
+def test_reports_live_in_report_not_in_analysis():
+    """The JSON objects and text reports of analyze, compare and whatif are fsobs.report's;
+    fsobs.analysis computes and never renders."""
+    assert sorted(fsobs.report.__all__) == [
+        "compare_json",
+        "findings",
+        "render",
+        "render_comparison",
+        "render_whatif",
+        "to_json",
+        "toggles_line",
+        "whatif_json",
+    ]
+    assert not set(fsobs.report.__all__) & set(fsobs.analysis.__all__)
 
 
 def test_errors_are_value_errors():

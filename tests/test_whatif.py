@@ -14,7 +14,7 @@ import pytest
 from fsobs.analysis import analyze_path
 from fsobs.analysis.costfit import CostFit
 from fsobs.analysis.whatif.calibration import Calibration, partition_model, resplit
-from fsobs.analysis.whatif.predict import TOGGLES, whatif, whatif_json
+from fsobs.analysis.whatif.predict import TOGGLES, whatif
 from fsobs.analysis.whatif.replay import (
     BUSY,
     EXPOSED,
@@ -30,6 +30,7 @@ from fsobs.analysis.whatif.replay import (
 )
 from fsobs.cli import main
 from fsobs.errors import RunError
+from fsobs.report import whatif_json
 from fsobs.simulate.simulator import SimConfig, simulate, truth_frame, write_run
 from optim.balance import CostModel
 
@@ -219,7 +220,7 @@ def test_replay_reproduces_a_simulated_run(sims: dict) -> None:
 def test_whatif_predicts_the_simulated_balance_and_priority(sims: dict) -> None:
     w = whatif(analyze_path(sims["base"]), draws=20, planner_ns=0.0)
     by = {p.toggles: p for p in w.predictions}
-    assert len(by) == 7 and w.replay["passed"]
+    assert len(by) == 7 and w.replay.passed
     truth = _truth_bubble(sims["base_truth"])
     for toggle, key in (("balance", "balance_truth"), ("priority_overlap", "priority_truth")):
         expected = 1 - _truth_bubble(sims[key]) / truth
@@ -229,9 +230,9 @@ def test_whatif_predicts_the_simulated_balance_and_priority(sims: dict) -> None:
     # noise-free: the oracle leaves (almost) no straggler wait, all of it came from the data
     # (left: the fixed kernels, 7 µs per step, scaled with the rest of the busy time)
     wait = w.baseline["straggler_wait_ms_per_step"]
-    assert w.oracle["by_class"]["straggler_wait"] < 1e-3 * wait
-    assert w.oracle["data_share"] == pytest.approx(1.0, abs=1e-3)
-    assert w.oracle["wait_from_noise_ms_per_step"] < 1e-3 * wait
+    assert w.oracle.by_class["straggler_wait"] < 1e-3 * wait
+    assert w.oracle.data_share == pytest.approx(1.0, abs=1e-3)
+    assert w.oracle.wait_from_noise_ms_per_step < 1e-3 * wait
 
 
 def test_combinations_are_replayed_together(sims: dict) -> None:
@@ -251,6 +252,52 @@ def test_whatif_json_shape(sims: dict) -> None:
     assert len(pred["bubble_reduction_interval"]) == 2
     assert data["run"]["simulated"] is True
     json.dumps(data, allow_nan=False)
+    # the typed results keep the JSON's keys and their order
+    assert list(data) == [
+        "run",
+        "baseline",
+        "replay",
+        "calibration",
+        "predictions",
+        "oracle",
+        "notes",
+        "draws",
+        "confidence",
+    ]
+    assert list(data["run"]) == [
+        "path",
+        "name",
+        "world_size",
+        "device",
+        "simulated",
+        "steps",
+        "ranks",
+    ]
+    assert list(data["replay"])[-4:] == [
+        "steps",
+        "gate",
+        "passed",
+        "baseline_resampled_bubble_ms_per_step",
+    ]
+    assert list(data["calibration"]) == [
+        "cost_fit",
+        "rank_speed",
+        "residual_sigma",
+        "partition_model",
+    ]
+    assert list(data["calibration"]["cost_fit"]) == ["c0_ns", "a_ns", "b_ns", "r2"]
+    assert list(data["oracle"])[0] == "predicted"
+    assert list(data["oracle"])[-3:] == [
+        "wait_from_data_ms_per_step",
+        "wait_from_noise_ms_per_step",
+        "data_share",
+    ]
+    balanced = whatif_json(whatif(analyze_path(sims["base"]), ("balance",), draws=3))
+    assert list(balanced["calibration"])[-3:] == [
+        "imbalance_before",
+        "imbalance_after",
+        "planner_ms",
+    ]
 
 
 def test_unknown_toggle_is_refused(sims: dict) -> None:

@@ -20,7 +20,8 @@ from dashboard.widgets import (
     stop_on_error,
 )
 from fsobs import Analysis, FsobsError
-from fsobs.analysis.whatif.predict import TOGGLES, WhatIf, available_toggles, whatif
+from fsobs.analysis import WhatIf
+from fsobs.analysis.whatif.predict import TOGGLES, available_toggles, whatif
 from fsobs.simulate.config import SimConfig, calibrate
 from fsobs.simulate.study import WORLD_SIZES, scale_curve, toggle_study
 
@@ -116,11 +117,11 @@ def _predictions(result: WhatIf, measured: dict[tuple[str, ...], tuple]) -> pd.D
 def _replay_section(result: WhatIf) -> None:
     rep = result.replay
     columns = st.columns(4)
-    columns[0].metric("Replay: step time error (median)", f"{rep['step_time_median']:.2%}")
-    columns[1].metric("Replay: step time error (p90)", f"{rep['step_time_p90']:.2%}")
-    columns[2].metric("Replay: class error (p90, of the step)", f"{rep['classes_p90']:.2%}")
-    columns[3].metric("Replay check", "passed" if rep["passed"] else "FAILED")
-    if not rep["passed"]:
+    columns[0].metric("Replay: step time error (median)", f"{rep.step_time_median:.2%}")
+    columns[1].metric("Replay: step time error (p90)", f"{rep.step_time_p90:.2%}")
+    columns[2].metric("Replay: class error (p90, of the step)", f"{rep.classes_p90:.2%}")
+    columns[3].metric("Replay check", "passed" if rep.passed else "FAILED")
+    if not rep.passed:
         st.warning("The replay does not reproduce this run: the predictions are unreliable.")
 
 
@@ -128,14 +129,14 @@ def _oracle_section(result: WhatIf) -> None:
     o = result.oracle
     st.subheader("Oracle: equal compute on every rank in every step")
     columns = st.columns(4)
-    columns[0].metric("Bubble reduction (predicted)", f"{o['bubble_reduction']:.1%}")
-    columns[1].metric("Straggler wait left", f"{o['by_class']['straggler_wait']:.2f} ms")
-    if "data_share" in o and o["data_share"] is not None and not math.isnan(o["data_share"]):
-        columns[2].metric("Wait from the data alone", f"{o['wait_from_data_ms_per_step']:.2f} ms")
-        columns[3].metric("Wait from the noise alone", f"{o['wait_from_noise_ms_per_step']:.2f} ms")
+    columns[0].metric("Bubble reduction (predicted)", f"{o.bubble_reduction:.1%}")
+    columns[1].metric("Straggler wait left", f"{o.by_class['straggler_wait']:.2f} ms")
+    if o.data_share is not None and not math.isnan(o.data_share):
+        columns[2].metric("Wait from the data alone", f"{o.wait_from_data_ms_per_step:.2f} ms")
+        columns[3].metric("Wait from the noise alone", f"{o.wait_from_noise_ms_per_step:.2f} ms")
         st.caption(
-            f"Of the straggler wait ({o['straggler_wait_ms_per_step']:.2f} ms per rank and "
-            f"step), {o['data_share']:.0%} is explained by the data each rank got; the rest is "
+            f"Of the straggler wait ({o.straggler_wait_ms_per_step:.2f} ms per rank and "
+            f"step), {o.data_share:.0%} is explained by the data each rank got; the rest is "
             "noise (rank speed, machine) that no split of the samples removes."
         )
 

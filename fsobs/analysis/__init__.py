@@ -1,12 +1,15 @@
-"""Analyses over a run: pure functions returning DataFrames (no torch)."""
+"""Analyses over a run: pure functions returning DataFrames and typed results (no torch).
 
-from fsobs.analysis.ab import Comparison, compare, compare_json
+Their JSON objects and text reports live in :mod:`fsobs.report`."""
+
+from fsobs.analysis.ab import Comparison, compare
 from fsobs.analysis.bubbles.parts import BubbleConfig
 from fsobs.analysis.costfit import CostFit, fit_cost, fit_points
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta, rank_hta
 from fsobs.analysis.pipeline import Analysis, analyze, analyze_path, analyze_summary, kpis
 from fsobs.analysis.summary import RankSummary, summarize_path, summarize_rank, summarize_run
-from fsobs.analysis.whatif.predict import Prediction, WhatIf, whatif, whatif_json
+from fsobs.analysis.whatif.predict import whatif
+from fsobs.analysis.whatif.results import Prediction, WhatIf
 
 __all__ = [
     "Analysis",
@@ -22,7 +25,6 @@ __all__ = [
     "analyze_summary",
     "combine_hta",
     "compare",
-    "compare_json",
     "fit_cost",
     "fit_points",
     "kpis",
@@ -31,5 +33,4 @@ __all__ = [
     "summarize_rank",
     "summarize_run",
     "whatif",
-    "whatif_json",
 ]

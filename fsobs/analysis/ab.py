@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis._json import plain
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
 from fsobs.analysis.bubbles.tables import ROLE_CLASSES, step_times
 from fsobs.analysis.pipeline import Analysis
@@ -421,28 +420,3 @@ def _per_rank(control: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
         out[f"{col}_test"] = t[col]
         out[f"{col}_delta"] = t[col] - c[col]
     return out.reset_index()
-
-
-def compare_json(c: Comparison) -> dict[str, Any]:
-    """The ``fsobs compare --json`` object: strict JSON (NaN becomes None)."""
-    return {
-        "control": c.control_name,
-        "test": c.test_name,
-        "kpis": {
-            str(name): {k: plain(v) for k, v in row.items()}
-            for name, row in c.kpis.to_dict("index").items()
-        },
-        "bubble_reduction": plain(c.bubble_reduction),
-        "by_class": {k: plain(v) for k, v in c.by_class.items()},
-        "bubble_reduction_ci": [plain(v) for v in c.bubble_reduction_ci],
-        "by_class_ci": {k: [plain(v) for v in ci] for k, ci in c.by_class_ci.items()},
-        "by_role": [{k: plain(v) for k, v in row.items()} for row in c.by_role.to_dict("records")],
-        "confidence": c.confidence,
-        "step_time_ratio": plain(c.step_time_ratio),
-        "per_rank": [
-            {k: plain(v) for k, v in row.items()} for row in c.per_rank.to_dict("records")
-        ],
-        "same_batches": c.same_batches,
-        "toggles": {"control": c.control_toggles, "test": c.test_toggles},
-        "warnings": list(c.warnings),
-    }

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
-from fsobs.analysis import Comparison, compare, compare_json, fit_cost
-from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from fsobs.analysis import compare, fit_cost
 from fsobs.cli.common import (
     Commands,
     add_load_options,
@@ -19,11 +14,10 @@ from fsobs.cli.common import (
     console,
     example,
     load_config,
-    percent,
 )
 from fsobs.errors import FsobsError
 from fsobs.export import export_run
-from fsobs.report import render, to_json, toggles_line
+from fsobs.report import compare_json, render, render_comparison, to_json
 from fsobs.runformat.names import COST_MODEL
 
 
@@ -127,46 +121,6 @@ def _compare(args: argparse.Namespace) -> int:
         for result in results:
             render_comparison(result, console())
     return 0
-
-
-def render_comparison(c: Comparison, console: Console) -> None:
-    """The human report of ``fsobs compare``: the KPI table, then the reductions and warnings."""
-    table = Table(title=f"{c.control_name} (control) vs {c.test_name} (test)", title_justify="left")
-    for header in ("KPI", "control", "test", "delta"):
-        table.add_column(header, justify="right")
-    for name, row in c.kpis.iterrows():
-        table.add_row(str(name), *(_number(row[k]) for k in ("control", "test", "delta")))
-    console.print(table)
-    lo, hi = c.bubble_reduction_ci
-    console.print(
-        f"bubble reduction: {percent(c.bubble_reduction)} "
-        f"({c.confidence:.0%} CI {percent(lo)} – {percent(hi)})"
-    )
-    for name in BUBBLE_CLASSES:
-        lo, hi = c.by_class_ci[name]
-        ci = "" if math.isnan(lo) else f" (CI {percent(lo)} – {percent(hi)})"
-        console.print(f"  {name.replace('_', ' ')}: {percent(c.by_class[name])}{ci}")
-    for row in c.by_role.itertuples(index=False):
-        if row.control > 0 or row.test > 0:
-            ci = (
-                "" if math.isnan(row.ci_lo) else f", CI {percent(row.ci_lo)} – {percent(row.ci_hi)}"
-            )
-            console.print(
-                f"  {row.role} {row[1].replace('_', ' ')}: {row.control:.2f} -> {row.test:.2f} ms "
-                f"per step (reduction {percent(row.reduction)}{ci})"
-            )
-    ratio = "-" if math.isnan(c.step_time_ratio) else f"{c.step_time_ratio:.3f}"
-    console.print(f"step time ratio (median, test / control): {ratio}")
-    same = {True: "yes", False: "no", None: "cannot tell"}[c.same_batches]
-    console.print(f"same global batches: {same}")
-    for role, toggles in (("control", c.control_toggles), ("test", c.test_toggles)):
-        console.print(f"toggles of the {role}: {toggles_line(toggles)}")
-    for warning in c.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
-
-
-def _number(value: float) -> str:
-    return "-" if math.isnan(value) else f"{value:,.3f}"
 
 
 def _fit_cost(args: argparse.Namespace) -> int:

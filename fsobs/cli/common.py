@@ -1,9 +1,8 @@
-"""What the ``fsobs`` subcommands share: load options, the progress bar, formatting."""
+"""What the ``fsobs`` subcommands share: load options, the progress bar, the console."""
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 from typing import TypeAlias
@@ -106,8 +105,3 @@ def cost_model_path(text: str) -> Path:
     except ValueError as exc:  # its message starts with the path
         raise FsobsError(f"bad cost model: {exc}") from exc
     return path
-
-
-def percent(value: float | None) -> str:
-    """``12.3%``; ``n/a`` for a missing or NaN value."""
-    return "n/a" if value is None or math.isnan(value) else f"{value:.1%}"

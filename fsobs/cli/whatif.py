@@ -6,10 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
-from fsobs.analysis.whatif.predict import TOGGLES, whatif, whatif_json
+from fsobs.analysis.whatif.predict import TOGGLES, whatif
 from fsobs.cli.common import (
     Commands,
     add_load_options,
@@ -18,9 +15,9 @@ from fsobs.cli.common import (
     cost_model_path,
     example,
     load_config,
-    percent,
 )
 from fsobs.errors import FsobsError
+from fsobs.report import render_whatif, whatif_json
 from fsobs.trace import LoadConfig
 from optim.balance import CostModel
 
@@ -71,87 +68,8 @@ def _whatif(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(whatif_json(result), indent=2, allow_nan=False))
     else:
-        render_whatif(whatif_json(result), console())
+        render_whatif(result, console())
     return 0
-
-
-def render_whatif(w: dict, console: Console) -> None:
-    """The human report of ``fsobs whatif``."""
-    run, base, rep = w["run"], w["baseline"], w["replay"]
-    kind = "simulated" if run["simulated"] else "measured"
-    console.print(
-        f"{run['path']}: {kind} {run['device'].upper()} run, {run['ranks']} ranks, "
-        f"{run['steps']} steps; bubble {base['bubble_ms_per_step']:.2f} ms per rank and step "
-        f"({base['bubble_ratio']:.1%} of step time), "
-        f"step time p50 {base['step_time_ms_p50']:.1f} ms"
-    )
-    verdict = "ok" if rep["passed"] else "FAILED: predictions unreliable"
-    console.print(
-        f"replay check ({verdict}): step time error median {rep['step_time_median']:.2%}, "
-        f"p90 {rep['step_time_p90']:.2%}; classes median {rep['classes_median']:.2%}, "
-        f"p90 {rep['classes_p90']:.2%} of the step"
-    )
-    pct = int(round(100 * w["confidence"]))
-    table = Table(
-        title=f"Predicted from this run alone ({w['draws']} noise draws, {pct}% intervals)",
-        title_justify="left",
-    )
-    for header in (
-        "toggles",
-        "bubble ms/step",
-        "reduction",
-        f"{pct}% interval",
-        "straggler wait",
-        "exposed comm",
-        "host idle",
-        "step p50 ms",
-    ):
-        table.add_column(header, justify="left" if header == "toggles" else "right")
-    for p in w["predictions"]:
-        lo, hi = p["bubble_reduction_interval"]
-        cls = p["by_class"]
-        table.add_row(
-            " + ".join(p["toggles"]),
-            _fmt(p["bubble_ms_per_step"], ".2f"),
-            percent(p["bubble_reduction"]),
-            f"{percent(lo)} – {percent(hi)}",
-            _fmt(cls["straggler_wait"]["ms_per_step"], ".2f"),
-            _fmt(cls["exposed_comm"]["ms_per_step"], ".2f"),
-            _fmt(cls["host_idle"]["ms_per_step"], ".2f"),
-            _fmt(p["step_time_ms_p50"], ".1f"),
-        )
-    o = w["oracle"]
-    lo, hi = o["bubble_reduction_interval"]
-    cls = o["by_class"]
-    table.add_row(
-        "oracle: equal compute",
-        _fmt(o["bubble_ms_per_step"], ".2f"),
-        percent(o["bubble_reduction"]),
-        f"{percent(lo)} – {percent(hi)}",
-        _fmt(cls["straggler_wait"], ".2f"),
-        _fmt(cls["exposed_comm"], ".2f"),
-        _fmt(cls["host_idle"], ".2f"),
-        _fmt(o["step_time_ms_p50"], ".1f"),
-    )
-    console.print(table)
-    resampled = rep.get("baseline_resampled_bubble_ms_per_step")
-    if resampled is not None:
-        console.print(
-            f"reductions compare each draw with the baseline replayed under the same draw "
-            f"(bubble {resampled:.2f} ms per rank and step on the median draw)"
-        )
-    if o.get("wait_from_data_ms_per_step") is not None:
-        console.print(
-            f"straggler wait {o['straggler_wait_ms_per_step']:.2f} ms per step: the data alone "
-            f"would cause {o['wait_from_data_ms_per_step']:.2f}, the noise alone "
-            f"{o['wait_from_noise_ms_per_step']:.2f} (data share {percent(o['data_share'])})"
-        )
-    for note in w["notes"]:
-        console.print(f"note: {note}")
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "n/a" if value is None else format(value, spec)
 
 
 def add_simulate(commands: Commands) -> None:

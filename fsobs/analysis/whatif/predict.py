@@ -37,14 +37,12 @@ Everything here is a prediction from the baseline alone: no toggled run is read.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis._json import plain
 from fsobs.analysis.pipeline import Analysis
 from fsobs.analysis.whatif.calibration import (
     Calibration,
@@ -67,46 +65,25 @@ from fsobs.analysis.whatif.replay import (
     replay_error,
     replay_totals,
 )
+from fsobs.analysis.whatif.results import (
+    FittedCost,
+    Oracle,
+    Prediction,
+    ReplayCheck,
+    ResplitEffect,
+    WhatIf,
+    WhatIfCalibration,
+    WhatIfRun,
+)
 from fsobs.errors import RunError
 from optim.balance import CostModel
 
 TOGGLES = ("balance", "priority_overlap", "sm_free")
 CLASSES = KINDS[1:6]
 REPLAY_GATE = {"step_time_median": 0.03, "step_time_p90": 0.08}
-"""The replay must reproduce the run this closely (issue 13) for the predictions to hold."""
+"""The replay must reproduce the run this closely for the predictions to hold."""
 _PIECE_BUDGET = 3_000_000
 """Piece visits the draws may take in all (large runs get fewer draws)."""
-
-
-@dataclass
-class Prediction:
-    """One combination of toggles, predicted (never measured)."""
-
-    toggles: tuple[str, ...]
-    bubble_ms_per_step: float
-    bubble_reduction: float
-    bubble_reduction_interval: tuple[float, float]
-    by_class: dict[str, dict[str, float]]
-    """class -> ``{"ms_per_step", "reduction"}``."""
-    step_time_ms_p50: float
-    step_time_ms_p50_interval: tuple[float, float]
-    same_noise_reduction: float
-    """The reduction with the run's own residuals, not resampled."""
-
-
-@dataclass
-class WhatIf:
-    """The what-if of one baseline run (see the module docstring)."""
-
-    run: dict[str, Any]
-    baseline: dict[str, float]
-    replay: dict[str, Any]
-    calibration: dict[str, Any]
-    predictions: list[Prediction]
-    oracle: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
-    draws: int = 0
-    confidence: float = 0.95
 
 
 @dataclass
@@ -172,15 +149,12 @@ def whatif(
         pred = [runs.replay(combo, eta) for eta in _each(etas, num)]
         same = runs.replay(combo, own_eta)
         predictions.append(_predict(combo, base, pred, own, same, confidence, rng))
-    check = _replay_check(setup)
     # what the predictions' absolute figures compare with: the baseline under the same draws
-    check["baseline_resampled_bubble_ms_per_step"] = float(
-        np.median([b["bubble_ms"].mean() for b in base])
-    )
+    resampled = float(np.median([b["bubble_ms"].mean() for b in base]))
     return WhatIf(
         run=_run_facts(analysis, setup),
         baseline=_baseline(analysis, setup.measured),
-        replay=check,
+        replay=_replay_check(setup, resampled),
         calibration=_calibration(setup, split),
         predictions=predictions,
         oracle=_oracle(setup, confidence, rng),
@@ -345,7 +319,7 @@ def _interval(values: np.ndarray, alpha: float) -> tuple[float, float]:
     return (float(lo), float(hi))
 
 
-def _oracle(setup: _Setup, confidence: float, rng: np.random.Generator) -> dict[str, Any]:
+def _oracle(setup: _Setup, confidence: float, rng: np.random.Generator) -> Oracle:
     """Equal compute on every rank in every step; and the wait from the data or noise alone."""
     busy = setup.busy_ns
     mean = busy.mean(axis=0, keepdims=True)
@@ -355,41 +329,49 @@ def _oracle(setup: _Setup, confidence: float, rng: np.random.Generator) -> dict[
     base = m["bubble_ms"][None, :]
     pred = e["bubble_ms"][None, :]
     alpha = (1 - confidence) / 2
-    out: dict[str, Any] = {
-        "bubble_ms_per_step": float(pred.mean()),
-        "bubble_reduction": float(_ratios(base, pred)[0]),
-        "bubble_reduction_interval": _interval(_bootstrap(base, pred, rng), alpha),
-        "by_class": {c: float(e[f"{c}_ms"].mean()) for c in CLASSES},
-        "step_time_ms_p50": float(np.median(e["step_time_ms"])),
-        "straggler_wait_ms_per_step": float(m["straggler_wait_ms"].mean()),
-    }
+    data, noise, share = _wait_split(setup, mean) or (None, None, None)
+    return Oracle(
+        bubble_ms_per_step=float(pred.mean()),
+        bubble_reduction=float(_ratios(base, pred)[0]),
+        bubble_reduction_interval=_interval(_bootstrap(base, pred, rng), alpha),
+        by_class={c: float(e[f"{c}_ms"].mean()) for c in CLASSES},
+        step_time_ms_p50=float(np.median(e["step_time_ms"])),
+        straggler_wait_ms_per_step=float(m["straggler_wait_ms"].mean()),
+        wait_from_data_ms_per_step=data,
+        wait_from_noise_ms_per_step=noise,
+        data_share=share,
+    )
+
+
+def _wait_split(setup: _Setup, mean: np.ndarray) -> tuple[float, float, float] | None:
+    """The straggler wait (ms per step) when only the data, or only the noise, differs between
+    the ranks, and the data's share of the two; None without a calibration."""
     cal = setup.cal
-    if cal is not None:
-        data = mean * cal.predicted_ns / cal.predicted_ns.mean(axis=0, keepdims=True)
-        noise_part = cal.speed[:, None] * cal.eta
-        noise = mean * noise_part / noise_part.mean(axis=0, keepdims=True)
-        wait_data = _per_step(replay_totals(setup.graph, _busy_changes(busy, data)))
-        wait_noise = _per_step(replay_totals(setup.graph, _busy_changes(busy, noise)))
-        d = float(wait_data["straggler_wait_ms"].mean())
-        n = float(wait_noise["straggler_wait_ms"].mean())
-        out["wait_from_data_ms_per_step"] = d
-        out["wait_from_noise_ms_per_step"] = n
-        out["data_share"] = d / (d + n) if d + n > 0 else math.nan
-    return out
+    if cal is None:
+        return None
+    busy = setup.busy_ns
+    data = mean * cal.predicted_ns / cal.predicted_ns.mean(axis=0, keepdims=True)
+    noise_part = cal.speed[:, None] * cal.eta
+    noise = mean * noise_part / noise_part.mean(axis=0, keepdims=True)
+    wait_data = _per_step(replay_totals(setup.graph, _busy_changes(busy, data)))
+    wait_noise = _per_step(replay_totals(setup.graph, _busy_changes(busy, noise)))
+    d = float(wait_data["straggler_wait_ms"].mean())
+    n = float(wait_noise["straggler_wait_ms"].mean())
+    return d, n, (d / (d + n) if d + n > 0 else math.nan)
 
 
-def _run_facts(analysis: Analysis, setup: _Setup) -> dict[str, Any]:
+def _run_facts(analysis: Analysis, setup: _Setup) -> WhatIfRun:
     run = analysis.run
     meta = run.meta
-    return {
-        "path": str(run.path),
-        "name": (meta and meta.name) or (run.path.name if run.path is not None else ""),
-        "world_size": run.world_size,
-        "device": run.device,
-        "simulated": meta is not None and meta.simulated,
-        "steps": len(setup.graph.steps),
-        "ranks": len(setup.graph.ranks),
-    }
+    return WhatIfRun(
+        path=str(run.path),
+        name=(meta and meta.name) or (run.path.name if run.path is not None else ""),
+        world_size=run.world_size,
+        device=run.device,
+        simulated=meta is not None and meta.simulated,
+        num_steps=len(setup.graph.steps),
+        num_ranks=len(setup.graph.ranks),
+    )
 
 
 def _baseline(analysis: Analysis, measured: pd.DataFrame) -> dict[str, float]:
@@ -401,30 +383,41 @@ def _baseline(analysis: Analysis, measured: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def _replay_check(setup: _Setup) -> dict[str, Any]:
+def _replay_check(setup: _Setup, resampled_bubble_ms: float) -> ReplayCheck:
     err = replay_error(setup.measured, replay(setup.graph))
-    passed = all(err[k] <= limit for k, limit in REPLAY_GATE.items())
-    return {**err, "gate": dict(REPLAY_GATE), "passed": passed}
+    return ReplayCheck(
+        step_time_median=err["step_time_median"],
+        step_time_p90=err["step_time_p90"],
+        step_time_max=err["step_time_max"],
+        classes_median=err["classes_median"],
+        classes_p90=err["classes_p90"],
+        classes_max=err["classes_max"],
+        num_steps=int(err["steps"]),
+        gate=dict(REPLAY_GATE),
+        passed=all(err[k] <= limit for k, limit in REPLAY_GATE.items()),
+        baseline_resampled_bubble_ms_per_step=resampled_bubble_ms,
+    )
 
 
-def _calibration(setup: _Setup, split: Resplit | None) -> dict[str, Any]:
+def _calibration(setup: _Setup, split: Resplit | None) -> WhatIfCalibration | None:
     cal = setup.cal
     if cal is None:
-        return {"cost_fit": None}
+        return None
     m = cal.fit.model
-    out: dict[str, Any] = {
-        "cost_fit": {"c0_ns": m.c0, "a_ns": m.a, "b_ns": m.b, "r2": cal.fit.r2},
-        "rank_speed": {str(r): float(s) for r, s in zip(cal.ranks, cal.speed, strict=True)},
-        "residual_sigma": cal.residual_sigma,
-    }
-    if setup.partition is not None:
-        p = setup.partition
-        out["partition_model"] = {"c0": p.c0, "a": p.a, "b": p.b}
+    effect = None
     if split is not None:
-        out["imbalance_before"] = float(split.imbalance_before.mean())
-        out["imbalance_after"] = float(split.imbalance_after.mean())
-        out["planner_ms"] = split.planner_ns / 1e6
-    return out
+        effect = ResplitEffect(
+            imbalance_before=float(split.imbalance_before.mean()),
+            imbalance_after=float(split.imbalance_after.mean()),
+            planner_ms=split.planner_ns / 1e6,
+        )
+    return WhatIfCalibration(
+        cost_fit=FittedCost(c0_ns=m.c0, a_ns=m.a, b_ns=m.b, r2=cal.fit.r2),
+        rank_speed={int(r): float(s) for r, s in zip(cal.ranks, cal.speed, strict=True)},
+        residual_sigma=cal.residual_sigma,
+        partition_model=setup.partition,
+        resplit=effect,
+    )
 
 
 def _notes(analysis: Analysis, toggles: tuple[str, ...], setup: _Setup) -> list[str]:
@@ -442,41 +435,3 @@ def _notes(analysis: Analysis, toggles: tuple[str, ...], setup: _Setup) -> list[
             "resampled as noise, so balance cannot remove it"
         )
     return notes
-
-
-def whatif_json(w: WhatIf) -> dict[str, Any]:
-    """The JSON object of ``fsobs whatif --json`` (NaN as null)."""
-    return _clean(
-        {
-            "run": w.run,
-            "baseline": w.baseline,
-            "replay": w.replay,
-            "calibration": w.calibration,
-            "predictions": [
-                {
-                    "toggles": list(p.toggles),
-                    "predicted": True,
-                    "bubble_ms_per_step": p.bubble_ms_per_step,
-                    "bubble_reduction": p.bubble_reduction,
-                    "bubble_reduction_interval": list(p.bubble_reduction_interval),
-                    "by_class": p.by_class,
-                    "step_time_ms_p50": p.step_time_ms_p50,
-                    "step_time_ms_p50_interval": list(p.step_time_ms_p50_interval),
-                    "same_noise_reduction": p.same_noise_reduction,
-                }
-                for p in w.predictions
-            ],
-            "oracle": {"predicted": True, **w.oracle},
-            "notes": w.notes,
-            "draws": w.draws,
-            "confidence": w.confidence,
-        }
-    )
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return plain(value)

@@ -1,17 +1,19 @@
-"""Render an :class:`~fsobs.analysis.Analysis` for machines (JSON) and for people (tables)."""
+"""``fsobs analyze``: an :class:`~fsobs.analysis.Analysis` for machines (:func:`to_json`) and
+for people (:func:`render`: the run, the :func:`findings`, then the per-rank tables)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import Analysis
-from fsobs.analysis._json import plain
 from fsobs.analysis.pipeline import by_role
 from fsobs.analysis.stragglers.causes import CAUSES
+from fsobs.report._format import print_table, short_list, table
+from fsobs.report._json import plain, records
 
 _TEMPORAL_KEYS = (
     "rank",
@@ -31,11 +33,11 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
     hta = None
     if analysis.hta is not None:
         hta = {
-            "temporal_breakdown": _records(analysis.hta.temporal_breakdown, _TEMPORAL_KEYS),
-            "comm_comp_overlap": _records(
+            "temporal_breakdown": records(analysis.hta.temporal_breakdown, _TEMPORAL_KEYS),
+            "comm_comp_overlap": records(
                 analysis.hta.comm_comp_overlap, ("rank", "comp_comm_overlap_pctg")
             ),
-            "idle_time_breakdown": _records(analysis.hta.idle_time_breakdown),
+            "idle_time_breakdown": records(analysis.hta.idle_time_breakdown),
         }
     return {
         "run": {
@@ -50,16 +52,16 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "simulated": run.meta is not None and run.meta.simulated,
             "warnings": run.warnings,
         },
-        "ranks_overview": _records(analysis.overview),
+        "ranks_overview": records(analysis.overview),
         "summary": {k: plain(v) for k, v in analysis.summary.items()},
         "by_role": {
             role: {k: plain(v) for k, v in values.items()}
             for role, values in by_role(analysis.roles).items()
         },
-        "steps": _records(analysis.steps),
+        "steps": records(analysis.steps),
         "stragglers": {
-            "per_step": _records(analysis.stragglers.per_step),
-            "per_rank": _records(analysis.stragglers.per_rank),
+            "per_step": records(analysis.stragglers.per_step),
+            "per_rank": records(analysis.stragglers.per_rank),
             "verdict": analysis.stragglers.verdict,
             "culprit": analysis.stragglers.culprit,
             "causes": _causes_json(analysis),
@@ -67,8 +69,8 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "data_attribution": _attribution_json(analysis),
         "collectives": {
             "matched_instances": int(analysis.collectives.instances["instance"].nunique()),
-            "unmatched": _records(analysis.collectives.problems),
-            "partial_groups": _records(analysis.collectives.partial),
+            "unmatched": records(analysis.collectives.problems),
+            "partial_groups": records(analysis.collectives.partial),
             "clock_offsets_ms": {
                 str(r): v / 1e6 for r, v in analysis.collectives.offsets_ns.items()
             },
@@ -86,7 +88,7 @@ def _causes_json(analysis: Analysis) -> dict[str, Any]:
     return {
         "known": True,
         "shares": {k: plain(v) for k, v in causes.shares.items()},
-        "per_step": _records(causes.per_step),
+        "per_step": records(causes.per_step),
     }
 
 
@@ -99,17 +101,71 @@ def _attribution_json(analysis: Analysis) -> dict[str, Any] | None:
         "rank_correlation": plain(attr.rank_correlation),
         "explained_wait_share": plain(attr.explained_wait_share),
         "verdict": attr.verdict,
-        "per_step": _records(attr.per_step),
+        "per_step": records(attr.per_step),
     }
 
 
-def _records(frame: pd.DataFrame, columns: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    frame = frame[list(columns)] if columns else frame
-    return [{k: plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+Item: TypeAlias = str | Table
+"""A line (rich markup) or a table of the human report; tables without rows are left out."""
+Section: TypeAlias = Callable[[Analysis], list[Item]]
+
+_BUBBLE_COLUMNS = {
+    "rank": "rank",
+    "window_ms": "window",
+    "busy_ms": "busy",
+    "bubble_ms": "bubble",
+    "straggler_wait_ms": "straggler wait",
+    "exposed_comm_ms": "exposed comm",
+    "unattributed_comm_ms": "unattributed comm",
+    "host_idle_ms": "host idle",
+    "other_ms": "other",
+    "contention_ms": "contention",
+}
+_STRAGGLER_COLUMNS = {
+    "rank": "rank",
+    "times_last": "steps last",
+    "wait_caused_ms": "wait caused (ms)",
+}
+_RANK_COLUMNS = {
+    "rank": "rank",
+    "host": "host",
+    "num_events": "events",
+    "num_steps": "steps",
+    "step_time_ms_mean": "step ms (mean)",
+    "num_comm_events": "comm events",
+    "comm_time_ms": "comm ms (sum)",
+}
+_HTA_TEMPORAL_COLUMNS = {
+    "rank": "rank",
+    "kernel_time_us": "kernel time",
+    "compute_time_us": "compute",
+    "non_compute_time_us": "non-compute",
+    "idle_time_us": "idle",
+    "idle_time_pctg": "idle %",
+    "comp_comm_overlap_pctg": "comm overlapped %",
+}
+_HTA_IDLE_COLUMNS = {
+    "rank": "rank",
+    "stream": "stream",
+    "idle_category": "cause",
+    "idle_time_us": "idle",
+    "idle_time_ratio": "share",
+}
 
 
 def render(analysis: Analysis, console: Console) -> None:
-    """Print the human report: the run, then the per-rank tables."""
+    """Print the human report: the run and its findings, then the per-rank tables
+    (:data:`SECTIONS`, in order)."""
+    for section in SECTIONS:
+        for item in section(analysis):
+            if isinstance(item, Table):
+                print_table(console, item)
+            else:
+                console.print(item)
+
+
+def _run_section(analysis: Analysis) -> list[Item]:
+    """The run in one line, its warnings, and the findings."""
     run = analysis.run
     sources = {t.step_source for t in run.ranks.values()}
     steps = (
@@ -118,100 +174,53 @@ def render(analysis: Analysis, console: Console) -> None:
         else f"{len(run.steps)} step(s) on every rank"
         + ("" if sources == {"ProfilerStep"} else f" (steps: {', '.join(sorted(sources))})")
     )
-    console.print(
+    return [
         f"[bold]{run.path}[/]: {run.device.upper()} run, world size {run.world_size}, "
-        f"{len(run.ranks)} rank(s) loaded, {steps}"
-    )
-    for warning in run.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
-    for line in findings(analysis):
-        console.print(f"- {line}")
-    columns = {
-        "rank": "rank",
-        "window_ms": "window",
-        "busy_ms": "busy",
-        "bubble_ms": "bubble",
-        "straggler_wait_ms": "straggler wait",
-        "exposed_comm_ms": "exposed comm",
-        "unattributed_comm_ms": "unattributed comm",
-        "host_idle_ms": "host idle",
-        "other_ms": "other",
-        "contention_ms": "contention",
-    }
+        f"{len(run.ranks)} rank(s) loaded, {steps}",
+        *(f"[yellow]warning:[/] {warning}" for warning in run.warnings),
+        *(f"- {line}" for line in findings(analysis)),
+    ]
+
+
+def _bubble_section(analysis: Analysis) -> list[Item]:
+    columns = dict(_BUBBLE_COLUMNS)
     if not analysis.steps["unattributed_comm_ms"].any():
         del columns["unattributed_comm_ms"]
-    _print(
-        console,
-        _table(
-            "Bubbles per rank (mean ms per step)",
-            analysis.steps.groupby("rank", as_index=False).mean(numeric_only=True),
-            columns,
-        ),
-    )
-    if analysis.stragglers.per_rank["times_last"].any():
-        _print(
-            console,
-            _table(
-                "Stragglers",
-                analysis.stragglers.per_rank,
-                {"rank": "rank", "times_last": "steps last", "wait_caused_ms": "wait caused (ms)"},
-            ),
-        )
-    _print(
-        console,
-        _table(
-            "Ranks",
-            analysis.overview,
-            {
-                "rank": "rank",
-                "host": "host",
-                "num_events": "events",
-                "num_steps": "steps",
-                "step_time_ms_mean": "step ms (mean)",
-                "num_comm_events": "comm events",
-                "comm_time_ms": "comm ms (sum)",
-            },
-        ),
-    )
-    if analysis.hta is None:
-        console.print("HTA GPU metrics: not applicable (no GPU events in this run).")
-        return
-    _print(
-        console,
-        _table(
-            "GPU temporal breakdown (HTA rules, µs)",
-            analysis.hta.temporal_breakdown.merge(analysis.hta.comm_comp_overlap, on="rank"),
-            {
-                "rank": "rank",
-                "kernel_time_us": "kernel time",
-                "compute_time_us": "compute",
-                "non_compute_time_us": "non-compute",
-                "idle_time_us": "idle",
-                "idle_time_pctg": "idle %",
-                "comp_comm_overlap_pctg": "comm overlapped %",
-            },
-        ),
-    )
-    _print(
-        console,
-        _table(
-            "GPU idle time by stream (HTA rules, µs)",
-            analysis.hta.idle_time_breakdown,
-            {
-                "rank": "rank",
-                "stream": "stream",
-                "idle_category": "cause",
-                "idle_time_us": "idle",
-                "idle_time_ratio": "share",
-            },
-        ),
-    )
+    per_rank = analysis.steps.groupby("rank", as_index=False).mean(numeric_only=True)
+    return [table("Bubbles per rank (mean ms per step)", per_rank, columns)]
 
 
-def _print(console: Console, table: Table) -> None:
-    """Print a table only when it has rows."""
-    if table.row_count:
-        console.print(table)
+def _straggler_section(analysis: Analysis) -> list[Item]:
+    per_rank = analysis.stragglers.per_rank
+    if not per_rank["times_last"].any():
+        return []
+    return [table("Stragglers", per_rank, _STRAGGLER_COLUMNS)]
+
+
+def _rank_section(analysis: Analysis) -> list[Item]:
+    return [table("Ranks", analysis.overview, _RANK_COLUMNS)]
+
+
+def _hta_section(analysis: Analysis) -> list[Item]:
+    hta = analysis.hta
+    if hta is None:
+        return ["HTA GPU metrics: not applicable (no GPU events in this run)."]
+    temporal = hta.temporal_breakdown.merge(hta.comm_comp_overlap, on="rank")
+    idle = hta.idle_time_breakdown
+    return [
+        table("GPU temporal breakdown (HTA rules, µs)", temporal, _HTA_TEMPORAL_COLUMNS),
+        table("GPU idle time by stream (HTA rules, µs)", idle, _HTA_IDLE_COLUMNS),
+    ]
+
+
+SECTIONS: tuple[Section, ...] = (
+    _run_section,
+    _bubble_section,
+    _straggler_section,
+    _rank_section,
+    _hta_section,
+)
+"""The human report of ``fsobs analyze``, top to bottom."""
 
 
 _CLASS_LABELS = {
@@ -282,7 +291,7 @@ def _straggler_findings(analysis: Analysis) -> list[str]:
     if len(ties):
         lines.append(
             f"{len(ties)} step(s) tie between ranks for the largest wait caused (steps "
-            f"{_list(ties['step'])}): no straggler named for them"
+            f"{short_list(ties['step'])}): no straggler named for them"
         )
     calm = per_step[per_step["rank"].isna() & (per_step["tied_ranks"].map(len) == 0)]
     if len(calm) and named:
@@ -342,9 +351,9 @@ def _coverage_findings(analysis: Analysis) -> list[str]:
     partial = analysis.collectives.partial
     for row in partial.itertuples(index=False):
         lines.append(
-            f"process group {row.group} misses ranks {_list(row.missing_ranks)} in this run: its "
-            f"{row.num_collectives} collective(s) give no waits (straggler analysis needs every "
-            "rank of the group); their time is unattributed communication"
+            f"process group {row.group} misses ranks {short_list(row.missing_ranks)} in this run: "
+            f"its {row.num_collectives} collective(s) give no waits (straggler analysis needs "
+            "every rank of the group); their time is unattributed communication"
         )
     problems = analysis.collectives.problems
     if len(problems):
@@ -352,45 +361,7 @@ def _coverage_findings(analysis: Analysis) -> list[str]:
     every = set(run.steps)
     some = sorted(set().union(*(set(t.steps) for t in run.ranks.values())) - every)
     if some:
-        lines.append(f"step(s) {_list(some)} are missing on some ranks: left out of the analysis")
+        lines.append(
+            f"step(s) {short_list(some)} are missing on some ranks: left out of the analysis"
+        )
     return lines
-
-
-def _list(values: object) -> str:
-    items = [str(v) for v in values]  # type: ignore[attr-defined]
-    return ", ".join(items[:8]) + (" ..." if len(items) > 8 else "")
-
-
-def _table(title: str, frame: pd.DataFrame, columns: dict[str, str]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for header in columns.values():
-        table.add_column(header, justify="right")
-    for row in frame.to_dict("records"):
-        table.add_row(*(_cell(row[c]) for c in columns))
-    return table
-
-
-def _cell(value: Any) -> str:
-    value = plain(value)
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    if isinstance(value, int):
-        return f"{value:,}" if abs(value) >= 10_000 else str(value)
-    return str(value)
-
-
-def toggles_line(toggles: dict[str, Any]) -> str:
-    """``balance on, priority_overlap off, sm_free requested, not applied (why)``."""
-    if not toggles:
-        return "not recorded (no run.json, or no toggles in it)"
-    parts = []
-    for name, t in toggles.items():
-        if not t.get("requested"):
-            parts.append(f"{name} off")
-        elif t.get("applied"):
-            parts.append(f"{name} on" + (f" ({t['reason']})" if t.get("reason") else ""))
-        else:
-            parts.append(f"{name} requested, not applied ({t.get('reason')})")
-    return "; ".join(parts)

@@ -1,0 +1,23 @@
+"""The reports of ``fsobs analyze``, ``compare`` and ``whatif``: each result as one JSON object
+(strict JSON, keys and units stable across versions) and as text for people (rich tables).
+
+:mod:`.analysis` renders an :class:`~fsobs.analysis.Analysis` (and words its findings),
+:mod:`.comparison` a :class:`~fsobs.analysis.Comparison`, :mod:`.whatif` a
+:class:`~fsobs.analysis.WhatIf`; ``_format`` and ``_json`` hold what they share. The arrows
+point one way: this package reads :mod:`fsobs.analysis`, which never imports it.
+"""
+
+from fsobs.report.analysis import findings, render, to_json
+from fsobs.report.comparison import compare_json, render_comparison, toggles_line
+from fsobs.report.whatif import render_whatif, whatif_json
+
+__all__ = [
+    "compare_json",
+    "findings",
+    "render",
+    "render_comparison",
+    "render_whatif",
+    "to_json",
+    "toggles_line",
+    "whatif_json",
+]
