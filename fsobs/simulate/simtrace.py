@@ -4,8 +4,9 @@ the step sidecars, ``run.json`` (``simulated: true``) and ``truth.json`` (no tor
 A rank's step is about 40 events: the ``ProfilerStep#N`` range, one launch per GPU activity
 (the link that puts the activity in its step), the activities of
 :mod:`fsobs.simulate.schedule` (NCCL kernels with the collective's args: name, group, ``Seq``,
-sizes) and FreeScale's role range around each collective's launch. Ranks are rendered in
-parallel processes, each file gzipped and written atomically.
+sizes) and FreeScale's role range around each collective's launch, one compact line each
+(:mod:`fsobs.simulate.kineto_writer`). Ranks are rendered in parallel processes, each file
+gzipped and written atomically.
 """
 
 from __future__ import annotations
@@ -22,8 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from fsobs.simulate._kineto_ops import us
 from fsobs.simulate.config import SIM_TOGGLES
+from fsobs.simulate.kineto_writer import (
+    COMPACT,
+    compact_event,
+    footer,
+    header,
+    host_name,
+    process_group,
+    trace_file_name,
+)
 from fsobs.simulate.schedule import START_NS, TRUTH_CLASSES, Schedule
 from optim.markers import DENSE_DESC, EMB_DESC, comm_marker
 from optim.plan import batch_digest
@@ -34,11 +43,6 @@ _A2A = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 _AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 _SHARED: dict[str, Any] = {}
 """The schedule, for the forked writer processes."""
-
-
-def _us(ns: int) -> str:
-    """Absolute ns -> µs after ``BASE_NS`` with three decimals (exact)."""
-    return us(ns - BASE_NS)
 
 
 class _Rank:
@@ -87,10 +91,7 @@ class _Rank:
         return out
 
     def _range(self, cat: str, name: str, start: int, end: int) -> str:
-        return (
-            f'{{"ph":"X","cat":"{cat}","name":"{name}","pid":{self.pid},"tid":{self.tid},'
-            f'"ts":{_us(start)},"dur":{us(end - start)}}}'
-        )
+        return compact_event(cat, name, self.pid, self.tid, start - BASE_NS, end - start)
 
     def _at(self, start: int, lead: int) -> int:
         """When the host launches an activity that starts at ``start`` (inside the step)."""
@@ -101,10 +102,8 @@ class _Rank:
         at = self._at(start, lead)
         self.corr += 1
         name = "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel"
-        return (
-            f'{{"ph":"X","cat":"cuda_runtime","name":"{name}","pid":{self.pid},'
-            f'"tid":{self.tid},"ts":{_us(at)},"dur":0.500,"args":{{"correlation":{self.corr}}}}}'
-        )
+        args = f'"correlation":{self.corr}'
+        return compact_event("cuda_runtime", name, self.pid, self.tid, at - BASE_NS, 500, args)
 
     def _gpu(
         self,
@@ -118,12 +117,9 @@ class _Rank:
     ) -> list[str]:
         launch = self._launch(start, cat, lead)
         device = self.rank % self.sched.cfg.ranks_per_host
-        return [
-            launch,
-            f'{{"ph":"X","cat":"{cat}","name":"{name}","pid":{device},"tid":{stream},'
-            f'"ts":{_us(start)},"dur":{us(end - start)},"args":{{"device":{device},'
-            f'"stream":{stream},"correlation":{self.corr}{extra}}}}}',
-        ]
+        args = f'"device":{device},"stream":{stream},"correlation":{self.corr}{extra}'
+        event = compact_event(cat, name, device, stream, start - BASE_NS, end - start, args)
+        return [launch, event]
 
     def _coll(
         self, role: str, coll: str, stream: int, start: int, end: int, tokens: int
@@ -146,40 +142,17 @@ class _Rank:
 
 
 def _header(sched: Schedule, rank: int) -> str:
-    cfg = sched.cfg
-    everyone = list(range(cfg.world_size))
-    groups = [
-        {
-            "pg_name": "0",
-            "pg_desc": "default_pg",
-            "backend_config": "cuda:nccl",
-            "pg_size": cfg.world_size,
-            "ranks": everyone,
-        }
-    ]
+    n = sched.cfg.world_size
+    names = [("0", "default_pg")]
     if "priority_overlap" in sched.toggles:
-        groups += [
-            {
-                "pg_name": name,
-                "pg_desc": desc,
-                "backend_config": "cuda:nccl",
-                "pg_size": cfg.world_size,
-                "ranks": everyone,
-            }
-            for name, desc in (("1", EMB_DESC), ("2", DENSE_DESC))
-        ]
-    info = {
-        "backend": "nccl",
-        "rank": rank,
-        "world_size": cfg.world_size,
-        "pg_count": len(groups),
-        "pg_config": groups,
-        "nccl_version": "2.21.5",
-    }
-    return (
-        '{"schemaVersion":1,"deviceProperties":[{"id":0,"name":"simulated GPU"}],'
-        f'"distributedInfo":{json.dumps(info, separators=(",", ":"))},'
-        f'"host_name":"sim-node{rank // cfg.ranks_per_host}","traceEvents":[\n'
+        names += [("1", EMB_DESC), ("2", DENSE_DESC)]
+    return header(
+        COMPACT,
+        rank=rank,
+        world_size=n,
+        groups=[process_group(name, desc, n) for name, desc in names],
+        devices='[{"id":0,"name":"simulated GPU"}]',
+        host=host_name(rank, sched.cfg.ranks_per_host),
     )
 
 
@@ -189,8 +162,7 @@ def render_rank(sched: Schedule, rank: int) -> bytes:
     events = []
     for i in range(sched.cfg.steps):
         events += writer.step(i)
-    tail = f'\n],"displayTimeUnit":"ms","baseTimeNanoseconds":{BASE_NS}}}\n'
-    return (_header(sched, rank) + ",\n".join(events) + tail).encode()
+    return (_header(sched, rank) + ",\n".join(events) + footer(COMPACT, BASE_NS)).encode()
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -205,7 +177,7 @@ def _write_ranks(ranks: list[int], out: str) -> int:
     for rank in ranks:
         raw = render_rank(sched, rank)
         size += len(raw)
-        _write_atomic(Path(out) / f"rank{rank}.trace.json.gz", gzip.compress(raw, 1, mtime=0))
+        _write_atomic(Path(out) / trace_file_name(rank), gzip.compress(raw, 1, mtime=0))
         _write_atomic(Path(out) / f"steps.rank{rank}.jsonl", _sidecar(sched, rank).encode())
     return size
 
@@ -273,7 +245,7 @@ def run_meta(sched: Schedule, name: str) -> dict[str, Any]:
     """``run.json`` with the keys of :func:`fsobs.collect.runmeta.build_run_meta` (which needs
     torch's package to import) and ``simulated: true``."""
     n = sched.cfg.world_size
-    hosts = sorted({f"sim-node{r // sched.cfg.ranks_per_host}" for r in range(n)})
+    hosts = sorted({host_name(r, sched.cfg.ranks_per_host) for r in range(n)})
     toggles = {
         t: {
             "requested": t in sched.toggles,

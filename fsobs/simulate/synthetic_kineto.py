@@ -20,14 +20,12 @@ and last longer, and the collectives end at (almost) the same time on every rank
 integer nanoseconds internally; the schedule is computed for all ranks first (cheap, no text), then
 each rank's file is rendered and streamed to disk on its own (in parallel processes).
 
-Run ``python -m fsobs.simulate.synthetic_kineto OUT --ranks 8 --steps 5 --mb 100``.
+From the command line: ``python benchmarks/gen_synthetic.py OUT --ranks 8 --steps 5 --mb 100``.
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip as _gzip
-import json
 import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
@@ -51,9 +49,16 @@ from fsobs.simulate._kineto_ops import (
     LOSS_READ,
     OPTIMIZER_OPS,
     SPARSE_OPS,
-    EventRenderer,
     GpuOp,
-    us,
+)
+from fsobs.simulate.kineto_writer import (
+    KINETO,
+    EventRenderer,
+    footer,
+    header,
+    host_name,
+    process_group,
+    trace_file_name,
 )
 
 START_NS = 1_767_225_600_123_456_789  # 2026-01-01T00:00:00.123Z: where every synthetic run starts
@@ -386,31 +391,22 @@ def _header(cfg: SyntheticRunConfig, rank: int) -> str:
         f'    {{\n      "id": {d}, {gpu}\n    }}'
         for d in range(min(cfg.ranks_per_host, cfg.num_ranks))
     )
-    ranks = list(range(cfg.num_ranks))
-    pg = {
-        "pg_name": "0",
-        "pg_desc": "default_pg",
-        "backend_config": "cuda:nccl",
-        "pg_size": cfg.num_ranks,
-        "ranks": ranks,
-    }
-    info = {
-        "backend": "nccl",
-        "rank": rank,
-        "world_size": cfg.num_ranks,
-        "pg_count": 1,
-        "pg_config": [pg],
-        "nccl_version": "2.21.5",
-    }
-    return (
-        '{\n  "schemaVersion": 1,\n  "deviceProperties": [\n'
-        f"{devices}\n  ],\n"
-        f'  "distributedInfo": {json.dumps(info)},\n'
-        '  "record_shapes": 0,\n  "profile_memory": 0,\n  "with_stack": 0,\n'
-        '  "cupti_version": 24,\n  "cuda_runtime_version": 12040,\n'
-        '  "cuda_driver_version": 12040,\n'
-        f'  "host_name": "sim-node{rank // cfg.ranks_per_host}",\n'
-        '  "traceEvents": [\n'
+    environment = [
+        ("record_shapes", "0"),
+        ("profile_memory", "0"),
+        ("with_stack", "0"),
+        ("cupti_version", "24"),
+        ("cuda_runtime_version", "12040"),
+        ("cuda_driver_version", "12040"),
+    ]
+    return header(
+        KINETO,
+        rank=rank,
+        world_size=cfg.num_ranks,
+        groups=[process_group("0", "default_pg", cfg.num_ranks)],
+        devices=f"[\n{devices}\n  ]",
+        host=host_name(rank, cfg.ranks_per_host),
+        environment=environment,
     )
 
 
@@ -430,24 +426,13 @@ def _trailer_events(cfg: SyntheticRunConfig, rank: int, end_ns: int, out: EventR
     ]
     for stream in (COMPUTE_STREAM, COMM_STREAM):
         meta.append(out.metadata("thread_name", dev, stream, begin, f'"name": "stream {stream} "'))
-    span = us(end_ns + 50_000 - begin)
+    end, ops = end_ns + 50_000, '"Op count": 0'
     meta += [
-        f'  {{\n    "ph": "X", "cat": "Trace", "ts": {us(begin - BASE_NS)}, "dur": {span},\n'
-        '    "pid": "Spans", "tid": "PyTorch Profiler",\n    "name": "PyTorch Profiler (0)",\n'
-        '    "args": {\n      "Op count": 0\n    }\n  }',
-        '  {\n    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",\n'
-        f'    "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": {us(begin - BASE_NS)}\n  }}',
-        '  {\n    "name": "Record Window End", "ph": "i", "s": "g",\n'
-        f'    "pid": "", "tid": "", "ts": {us(end_ns + 50_000 - BASE_NS)}\n  }}',
+        out.span("Trace", "PyTorch Profiler (0)", "Spans", "PyTorch Profiler", begin, end, ops),
+        out.instant("Iteration Start: PyTorch Profiler", "Traces", "Trace PyTorch Profiler", begin),
+        out.instant("Record Window End", "", "", end),
     ]
     return ",\n".join(meta)
-
-
-def _footer(path: Path) -> str:
-    return (
-        f'\n  ],\n  "traceName": "{path}",\n  "displayTimeUnit": "ms",\n'
-        f'  "baseTimeNanoseconds": {BASE_NS}\n}}\n'
-    )
 
 
 @contextmanager
@@ -487,7 +472,7 @@ def _write_rank(
             assert lay.step_end + 1_000 == sched.t0[s + 1, rank], "schedule and layout disagree"
             put(",\n".join(_render_step(cfg, rank, s, lay, out)) + ",\n")
         put(_trailer_events(cfg, rank, int(sched.t0[-1, rank]), out))
-        put(_footer(path))
+        put(footer(KINETO, BASE_NS, trace_name=str(path)))
     tmp.replace(path)
     return size
 
@@ -538,8 +523,7 @@ def write_gpu_run(
         cfg = replace(cfg, kernels_per_step=kernels_for_size(cfg, target_bytes_per_rank))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    suffix = ".trace.json.gz" if gzip else ".trace.json"
-    paths = [out / f"rank{r}{suffix}" for r in range(num_ranks)]
+    paths = [out / trace_file_name(r, gzip=gzip) for r in range(num_ranks)]
     sched = _schedule(cfg)
     workers = min(num_ranks, workers or os.cpu_count() or 1)
     if workers <= 1:
@@ -552,35 +536,3 @@ def write_gpu_run(
         for future in done:
             future.result()
     return paths
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m fsobs.simulate.synthetic_kineto OUT --ranks 8 --steps 5 --mb 100``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="output directory")
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--mb", type=float, default=None, help="uncompressed MB per rank")
-    parser.add_argument("--kernels-per-step", type=int, default=400)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-gzip", action="store_true")
-    parser.add_argument("--workers", type=int, default=None)
-    args = parser.parse_args(argv)
-    target = int(args.mb * 1e6) if args.mb else None
-    paths = write_gpu_run(
-        args.out,
-        num_ranks=args.ranks,
-        num_steps=args.steps,
-        kernels_per_step=args.kernels_per_step,
-        target_bytes_per_rank=target,
-        seed=args.seed,
-        gzip=not args.no_gzip,
-        workers=args.workers,
-    )
-    total = sum(p.stat().st_size for p in paths)
-    print(f"wrote {len(paths)} traces to {args.out} ({total / 1e6:.1f} MB on disk)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
