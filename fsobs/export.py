@@ -34,6 +34,7 @@ from fsobs.analysis.summary import RankSummary
 from fsobs.errors import FsobsError, TraceFormatError
 from fsobs.runformat.atomic import publish, temp_path
 from fsobs.runformat.names import RUN_JSON, sidecar_file_name, trace_file_name
+from fsobs.simulate.kineto_writer import us
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, read_trace_bytes
 from fsobs.trace.schema import Run
 
@@ -95,7 +96,7 @@ def bubble_events(trace: RankSummary, steps: list[StepBubbles]) -> list[str]:
         if any(sb.total_ns(name) > 0 for sb in steps)
     ]
     first = min((sb.window[0] for sb in steps), default=base)
-    ts0 = _us(first - base)
+    ts0 = us(first - base)
     meta = [
         _meta("process_name", ts0, None, {"name": f"fsobs bubbles (rank {trace.rank})"}),
         _meta("process_labels", ts0, None, {"labels": "bubble classes (fsobs)"}),
@@ -115,13 +116,6 @@ def bubble_events(trace: RankSummary, steps: list[StepBubbles]) -> list[str]:
     return meta + slices
 
 
-def _us(ns: int) -> str:
-    """Exact decimal microseconds of an integer nanosecond count (3 decimals)."""
-    sign = "-" if ns < 0 else ""
-    whole, frac = divmod(abs(ns), 1000)
-    return f"{sign}{whole}.{frac:03d}"
-
-
 def _meta(name: str, ts: str, tid: str | None, args: dict[str, object]) -> str:
     tid_text = json.dumps(tid if tid is not None else 0)
     return (
@@ -135,7 +129,7 @@ def _slice(name: str, tid: str, start_ns: int, dur_ns: int, step: int) -> str:
     return (
         f'{{"ph": "X", "cat": "{CATEGORY}", "name": {json.dumps(name)}, '
         f'"pid": {json.dumps(PID)}, "tid": {json.dumps(tid)}, '
-        f'"ts": {_us(start_ns)}, "dur": {_us(dur_ns)}, '
+        f'"ts": {us(start_ns)}, "dur": {us(dur_ns)}, '
         f'"args": {json.dumps(args, allow_nan=False)}}}'
     )
 

@@ -29,9 +29,9 @@ SIDECAR_RE = re.compile(r"^steps\.rank(\d+)\.jsonl$")
 PARTIAL_RE = re.compile(r"^steps\.rank(\d+)\.jsonl" + re.escape(PARTIAL_SUFFIX) + "$")
 
 
-def trace_file_name(rank: int) -> str:
-    """The trace of ``rank``: ``rank<R>.trace.json.gz``."""
-    return f"rank{rank}.trace.json.gz"
+def trace_file_name(rank: int, *, gzip: bool = True) -> str:
+    """The trace of ``rank``: ``rank<R>.trace.json.gz`` (``rank<R>.trace.json`` not gzipped)."""
+    return f"rank{rank}.trace.json" + (".gz" if gzip else "")
 
 
 def sidecar_file_name(rank: int) -> str:

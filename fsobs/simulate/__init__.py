@@ -5,10 +5,11 @@
   and the truth of every bubble class), :func:`write_run` (traces, sidecars, ``run.json`` with
   ``simulated: true``, ``truth.json``); :mod:`fsobs.simulate.study`: the scale study.
 - :func:`write_gpu_run` writes realistic multi-rank NCCL GPU Kineto traces with many kernels
-  per step (for benchmarks and tests of the loader and the analyses).
+  per step (for benchmarks and tests of the loader and the analyses; from the command line:
+  ``benchmarks/gen_synthetic.py``).
+- :mod:`fsobs.simulate.kineto_writer`: the Kineto trace text both writers render through.
 
-Names are imported lazily, so that ``python -m fsobs.simulate.synthetic_kineto`` runs the module
-only once.
+Names are imported lazily: importing the package loads neither writer.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""Operator catalog and Kineto JSON text rendering for :mod:`fsobs.simulate.synthetic_kineto`.
+"""Operator catalog of :mod:`fsobs.simulate.synthetic_kineto`: the host op chains, kernels and
+copies a step is drawn from, each with its typical GPU duration.
 
-Events are rendered straight to text with f-strings in the layout Kineto itself writes
-(``libkineto/src/output_json.cpp``: one key group per line, ``ts``/``dur`` as microseconds with
-three decimals), so a generated file looks, and parses, like a real PyTorch-profiler trace.
-The parts of an event that never change (kernel occupancy args, names) are rendered once.
+The parts of an event that never change (kernel occupancy args, names) are rendered here once,
+in the layout Kineto itself writes; :mod:`fsobs.simulate.kineto_writer` renders the events.
 """
 
 from __future__ import annotations
@@ -215,74 +214,3 @@ ALL_REDUCE = GpuOp(
     0.0,
     _NCCL_ARGS,
 )
-
-
-def us(ns: int) -> str:
-    """Relative nanoseconds as Kineto writes them: microseconds with three decimals."""
-    return f"{ns // 1000}.{ns % 1000:03d}"
-
-
-class EventRenderer:
-    """Renders one rank's events; owns the per-trace id counters (External id, correlation, ...)."""
-
-    def __init__(self, *, pid: int, device: int, base_ns: int) -> None:
-        self.pid = pid
-        self.device = device
-        self.base_ns = base_ns
-        self.ext_id = 0
-        self.corr = 0
-        self.ev_idx = 0
-
-    def host_range(
-        self, cat: str, name: str, tid: int, start: int, end: int, extra: str = ""
-    ) -> str:
-        """A cpu_op / user_annotation ``X`` event (absolute ns in, relative µs out)."""
-        self.ext_id += 1
-        self.ev_idx += 1
-        return (
-            f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": {self.pid},'
-            f' "tid": {tid},\n    "ts": {us(start - self.base_ns)}, "dur": {us(end - start)},\n'
-            f'    "args": {{\n      "External id": {self.ext_id},'
-            f'      "Record function id": {self.ext_id}, "Ev Idx": {self.ev_idx - 1}{extra}\n'
-            "    }\n  }"
-        )
-
-    def launch(self, op: GpuOp, tid: int, start: int, end: int) -> list[str]:
-        """The runtime call plus its ``ac2g`` flow start; takes a new correlation id."""
-        self.corr += 1
-        ts = us(start - self.base_ns)
-        return [
-            f'  {{\n    "ph": "X", "cat": "cuda_runtime", "name": "{op.launch}", "pid": {self.pid},'
-            f' "tid": {tid},\n    "ts": {ts}, "dur": {us(end - start)},\n    "args": {{\n'
-            f'      "External id": {self.ext_id},      "cbid": {op.cbid},'
-            f' "correlation": {self.corr}\n    }}\n  }}',
-            f'  {{\n    "ph": "s", "id": {self.corr}, "pid": {self.pid}, "tid": {tid},'
-            f' "ts": {ts},\n    "cat": "ac2g", "name": "ac2g"\n  }}',
-        ]
-
-    def device_event(
-        self, op: GpuOp, stream: int, start: int, end: int, ext_id: int, corr: int, extra: str = ""
-    ) -> list[str]:
-        """The GPU activity plus its ``ac2g`` flow end."""
-        ts = us(start - self.base_ns)
-        dev = self.device
-        queued = ', "queued": 0' if op.gpu_cat == "kernel" else ""
-        return [
-            f'  {{\n    "ph": "X", "cat": "{op.gpu_cat}", "name": "{op.gpu_name}", "pid": {dev},'
-            f' "tid": {stream},\n    "ts": {ts}, "dur": {us(end - start)},\n    "args": {{\n'
-            f'      "External id": {ext_id}{queued}, "device": {dev}, "context": 1,'
-            f'      "stream": {stream}, "correlation": {corr}{op.static_args}{extra}\n    }}\n  }}',
-            f'  {{\n    "ph": "f", "id": {corr}, "pid": {dev}, "tid": {stream}, "ts": {ts},\n'
-            f'    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }}',
-        ]
-
-    def metadata(self, name: str, pid: int | str, tid: int | str, ts: int, arg: str) -> str:
-        """An ``M`` event (process_name, thread_name, labels, sort indices); ``arg`` is rendered."""
-        return (
-            f'  {{\n    "name": "{name}", "ph": "M", "ts": {us(ts - self.base_ns)},'
-            f' "pid": {_id(pid)}, "tid": {_id(tid)},\n    "args": {{\n      {arg}\n    }}\n  }}'
-        )
-
-
-def _id(value: int | str) -> str:
-    return f'"{value}"' if isinstance(value, str) else str(value)

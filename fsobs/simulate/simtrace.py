@@ -4,8 +4,9 @@ the step sidecars, ``run.json`` (``simulated: true``) and ``truth.json`` (no tor
 A rank's step is about 40 events: the ``ProfilerStep#N`` range, one launch per GPU activity
 (the link that puts the activity in its step), the activities of
 :mod:`fsobs.simulate.schedule` (NCCL kernels with the collective's args: name, group, ``Seq``,
-sizes) and FreeScale's role range around each collective's launch. Ranks are rendered in
-parallel processes, each file gzipped and written atomically.
+sizes) and FreeScale's role range around each collective's launch, one compact line each
+(:mod:`fsobs.simulate.kineto_writer`). Ranks are rendered in parallel processes, each file
+gzipped and written atomically.
 """
 
 from __future__ import annotations
@@ -22,8 +23,19 @@ from typing import Any
 
 import numpy as np
 
-from fsobs.simulate._kineto_ops import us
+from fsobs.runformat.atomic import write_atomic
+from fsobs.runformat.names import TRUTH, trace_file_name
+from fsobs.runformat.runmeta import RunMeta, ToggleStatus, write_run_json
+from fsobs.runformat.steps import StepRecord, write_sidecar
 from fsobs.simulate.config import SIM_TOGGLES
+from fsobs.simulate.kineto_writer import (
+    COMPACT,
+    compact_event,
+    footer,
+    header,
+    host_name,
+    process_group,
+)
 from fsobs.simulate.schedule import START_NS, TRUTH_CLASSES, Schedule
 from optim.markers import DENSE_DESC, EMB_DESC, comm_marker
 from optim.plan import batch_digest
@@ -34,11 +46,6 @@ _A2A = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 _AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 _SHARED: dict[str, Any] = {}
 """The schedule, for the forked writer processes."""
-
-
-def _us(ns: int) -> str:
-    """Absolute ns -> µs after ``BASE_NS`` with three decimals (exact)."""
-    return us(ns - BASE_NS)
 
 
 class _Rank:
@@ -87,10 +94,7 @@ class _Rank:
         return out
 
     def _range(self, cat: str, name: str, start: int, end: int) -> str:
-        return (
-            f'{{"ph":"X","cat":"{cat}","name":"{name}","pid":{self.pid},"tid":{self.tid},'
-            f'"ts":{_us(start)},"dur":{us(end - start)}}}'
-        )
+        return compact_event(cat, name, self.pid, self.tid, start - BASE_NS, end - start)
 
     def _at(self, start: int, lead: int) -> int:
         """When the host launches an activity that starts at ``start`` (inside the step)."""
@@ -101,10 +105,8 @@ class _Rank:
         at = self._at(start, lead)
         self.corr += 1
         name = "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel"
-        return (
-            f'{{"ph":"X","cat":"cuda_runtime","name":"{name}","pid":{self.pid},'
-            f'"tid":{self.tid},"ts":{_us(at)},"dur":0.500,"args":{{"correlation":{self.corr}}}}}'
-        )
+        args = f'"correlation":{self.corr}'
+        return compact_event("cuda_runtime", name, self.pid, self.tid, at - BASE_NS, 500, args)
 
     def _gpu(
         self,
@@ -118,12 +120,9 @@ class _Rank:
     ) -> list[str]:
         launch = self._launch(start, cat, lead)
         device = self.rank % self.sched.cfg.ranks_per_host
-        return [
-            launch,
-            f'{{"ph":"X","cat":"{cat}","name":"{name}","pid":{device},"tid":{stream},'
-            f'"ts":{_us(start)},"dur":{us(end - start)},"args":{{"device":{device},'
-            f'"stream":{stream},"correlation":{self.corr}{extra}}}}}',
-        ]
+        args = f'"device":{device},"stream":{stream},"correlation":{self.corr}{extra}'
+        event = compact_event(cat, name, device, stream, start - BASE_NS, end - start, args)
+        return [launch, event]
 
     def _coll(
         self, role: str, coll: str, stream: int, start: int, end: int, tokens: int
@@ -146,40 +145,17 @@ class _Rank:
 
 
 def _header(sched: Schedule, rank: int) -> str:
-    cfg = sched.cfg
-    everyone = list(range(cfg.world_size))
-    groups = [
-        {
-            "pg_name": "0",
-            "pg_desc": "default_pg",
-            "backend_config": "cuda:nccl",
-            "pg_size": cfg.world_size,
-            "ranks": everyone,
-        }
-    ]
+    n = sched.cfg.world_size
+    names = [("0", "default_pg")]
     if "priority_overlap" in sched.toggles:
-        groups += [
-            {
-                "pg_name": name,
-                "pg_desc": desc,
-                "backend_config": "cuda:nccl",
-                "pg_size": cfg.world_size,
-                "ranks": everyone,
-            }
-            for name, desc in (("1", EMB_DESC), ("2", DENSE_DESC))
-        ]
-    info = {
-        "backend": "nccl",
-        "rank": rank,
-        "world_size": cfg.world_size,
-        "pg_count": len(groups),
-        "pg_config": groups,
-        "nccl_version": "2.21.5",
-    }
-    return (
-        '{"schemaVersion":1,"deviceProperties":[{"id":0,"name":"simulated GPU"}],'
-        f'"distributedInfo":{json.dumps(info, separators=(",", ":"))},'
-        f'"host_name":"sim-node{rank // cfg.ranks_per_host}","traceEvents":[\n'
+        names += [("1", EMB_DESC), ("2", DENSE_DESC)]
+    return header(
+        COMPACT,
+        rank=rank,
+        world_size=n,
+        groups=[process_group(name, desc, n) for name, desc in names],
+        devices='[{"id":0,"name":"simulated GPU"}]',
+        host=host_name(rank, sched.cfg.ranks_per_host),
     )
 
 
@@ -189,14 +165,7 @@ def render_rank(sched: Schedule, rank: int) -> bytes:
     events = []
     for i in range(sched.cfg.steps):
         events += writer.step(i)
-    tail = f'\n],"displayTimeUnit":"ms","baseTimeNanoseconds":{BASE_NS}}}\n'
-    return (_header(sched, rank) + ",\n".join(events) + tail).encode()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    return (_header(sched, rank) + ",\n".join(events) + footer(COMPACT, BASE_NS)).encode()
 
 
 def _write_ranks(ranks: list[int], out: str) -> int:
@@ -205,28 +174,27 @@ def _write_ranks(ranks: list[int], out: str) -> int:
     for rank in ranks:
         raw = render_rank(sched, rank)
         size += len(raw)
-        _write_atomic(Path(out) / f"rank{rank}.trace.json.gz", gzip.compress(raw, 1, mtime=0))
-        _write_atomic(Path(out) / f"steps.rank{rank}.jsonl", _sidecar(sched, rank).encode())
+        write_atomic(Path(out) / trace_file_name(rank), gzip.compress(raw, 1, mtime=0))
+        write_sidecar(out, rank, _sidecar(sched, rank))
     return size
 
 
-def _sidecar(sched: Schedule, rank: int) -> str:
-    lines = []
+def _sidecar(sched: Schedule, rank: int) -> list[StepRecord]:
+    records = []
     for i, parts in enumerate(sched.lengths):
         ids = np.arange(sum(len(p) for p in parts)) + i * 10**7  # the step's global batch
-        record = {
-            "step": i,
-            "num_samples": int(len(parts[rank])),
-            "seq_lengths": parts[rank].tolist(),
-            "est_cost": float(sched.est_cost[i, rank]),
-            "wall_start_ns": int(sched.t["t0"][i, rank]),
-            "wall_end_ns": int(sched.t["k4_end"][i]),
-            "imbalance_before": float(sched.imbalance_before[i]),
-            "imbalance_after": float(sched.imbalance_after[i]),
-            "batch_digest": batch_digest(ids),
-        }
-        lines.append(json.dumps(record, separators=(",", ":")))
-    return "\n".join(lines) + "\n"
+        record = StepRecord.of(
+            i,
+            parts[rank],
+            float(sched.est_cost[i, rank]),
+            int(sched.t["t0"][i, rank]),
+            int(sched.t["k4_end"][i]),
+            imbalance_before=float(sched.imbalance_before[i]),
+            imbalance_after=float(sched.imbalance_after[i]),
+            batch_digest=batch_digest(ids),
+        )
+        records.append(record)
+    return records
 
 
 def write_run(sched: Schedule, out: str | Path, workers: int | None = None) -> int:
@@ -247,11 +215,8 @@ def write_run(sched: Schedule, out: str | Path, workers: int | None = None) -> i
                 size = sum(pool.map(_write_ranks, chunks, [str(root)] * len(chunks)))
     finally:
         _SHARED.clear()
-    _write_atomic(root / "truth.json", json.dumps(truth_json(sched)).encode())
-    _write_atomic(
-        root / "run.json",
-        (json.dumps(run_meta(sched, root.name), indent=2, sort_keys=True) + "\n").encode(),
-    )
+    write_atomic(root / TRUTH, json.dumps(truth_json(sched)).encode())
+    write_run_json(root, run_meta(sched, root.name))
     return size
 
 
@@ -269,32 +234,30 @@ def truth_json(sched: Schedule) -> dict[str, Any]:
     return {"steps": rows, "toggles": sorted(sched.toggles), "config": sched.cfg.describe()}
 
 
-def run_meta(sched: Schedule, name: str) -> dict[str, Any]:
-    """``run.json`` with the keys of :func:`fsobs.collect.runmeta.build_run_meta` (which needs
-    torch's package to import) and ``simulated: true``."""
+def run_meta(sched: Schedule, name: str) -> RunMeta:
+    """``run.json`` of a simulated run (``simulated: true``; no torch ran it)."""
     n = sched.cfg.world_size
-    hosts = sorted({f"sim-node{r // sched.cfg.ranks_per_host}" for r in range(n)})
+    hosts = sorted({host_name(r, sched.cfg.ranks_per_host) for r in range(n)})
     toggles = {
-        t: {
-            "requested": t in sched.toggles,
-            "applied": t in sched.toggles,
-            "reason": "simulated policy" if t in sched.toggles else None,
-        }
+        t: ToggleStatus(
+            requested=t in sched.toggles,
+            applied=t in sched.toggles,
+            reason="simulated policy" if t in sched.toggles else None,
+        )
         for t in SIM_TOGGLES
     }
-    return {
-        "format_version": 1,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "name": name,
-        "world_size": n,
-        "backend": "nccl",
-        "device": "gpu",
-        "hosts": hosts,
-        "workload": {"simulator": sched.cfg.describe(), "steps": sched.cfg.steps},
-        "toggles": toggles,
-        "simulated": True,
-        "versions": {"python": python_version(), "torch": None, "torchrec": None},
-        "status": "complete",
-        "reason": None,
-        "ranks_present": list(range(n)),
-    }
+    return RunMeta(
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        name=name,
+        world_size=n,
+        backend="nccl",
+        device="gpu",
+        hosts=tuple(hosts),
+        workload={"simulator": sched.cfg.describe(), "steps": sched.cfg.steps},
+        toggles=toggles,
+        simulated=True,
+        versions={"python": python_version(), "torch": None, "torchrec": None},
+        status="complete",
+        reason=None,
+        ranks_present=tuple(range(n)),
+    )
