@@ -33,7 +33,7 @@ import msgspec
 from fsobs.analysis.bubble_store import BubbleStore
 from fsobs.analysis.bubbles import StepBubbles
 from fsobs.analysis.summary import RankSummary
-from fsobs.errors import FsobsError, TraceFormatError
+from fsobs.errors import ExportError, TraceFormatError
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, read_trace_bytes
 from fsobs.trace.loader import RUN_META
 from fsobs.trace.schema import Run
@@ -44,10 +44,6 @@ TRACKS = ("straggler_wait", "exposed_comm", "host_idle")
 """Always drawn; ``unattributed_comm`` and ``other`` are drawn too when a rank has any."""
 SORT_INDEX = -1000  # Kineto sorts CPU processes by pid and GPUs above 2**24: this goes on top
 GZIP_LEVEL = 6
-
-
-class ExportError(FsobsError):
-    """The export would overwrite the input or existing files."""
 
 
 def export_run(

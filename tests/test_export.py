@@ -17,7 +17,8 @@ from fsobs.analysis import analyze_path
 from fsobs.analysis.bubble_store import BubbleStore
 from fsobs.analysis.bubbles import bubble_table
 from fsobs.cli import main
-from fsobs.export import CATEGORY, PID, ExportError, export_run
+from fsobs.errors import ExportError
+from fsobs.export import CATEGORY, PID, export_run
 from fsobs.trace._decode import read_trace_bytes
 from tests import kineto as k
 from tests.test_hta_agreement import REFERENCE

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import fsobs
 import fsobs.analysis
+from fsobs import errors
 
 
 def test_exported_members():
@@ -42,6 +46,27 @@ def test_exported_members():
 def test_errors_are_value_errors():
     assert issubclass(fsobs.FsobsError, ValueError)
     assert issubclass(fsobs.DuplicateRankError, fsobs.RunError)
+
+
+def test_every_error_is_in_the_error_module_and_drawn_in_its_tree():
+    defined = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.FsobsError)
+    }
+    assert {"ClusterError", "ExportError", "LaunchError"} <= defined
+    assert defined == {"FsobsError", *re.findall(r"\+-- (\w+)", errors.__doc__ or "")}
+
+
+def test_the_error_module_imports_the_standard_library_only():
+    tree = ast.parse(Path(errors.__file__).read_text(encoding="utf-8"))
+    imported = {
+        (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
 
 
 def test_torch_free_packages_import_without_torch():
