@@ -13,12 +13,16 @@
 - ``optim.markers``: the range names the analyzer reads.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from optim._lazy import lazy_attributes
 from optim.balance import METHODS, CostModel, imbalance, partition
 from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
 from optim.plan import MODES, BalanceConfig, StepPlan
 from optim.sync_gc import SyncGCConfig
+
+if TYPE_CHECKING:
+    from optim.freescale import FreeScale, StepShare
 
 __all__ = [
     "METHODS",
@@ -37,11 +41,7 @@ __all__ = [
     "partition",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """``FreeScale`` and ``StepShare`` import torch; load them only when asked for."""
-    if name in ("FreeScale", "StepShare"):
-        from optim import freescale
-
-        return getattr(freescale, name)
-    raise AttributeError(f"module 'optim' has no attribute {name!r}")
+# ``FreeScale`` and ``StepShare`` import torch: loaded when first asked for.
+__getattr__, __dir__ = lazy_attributes(
+    __name__, {"FreeScale": ".freescale", "StepShare": ".freescale"}
+)

@@ -8,8 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import fsobs
 import fsobs.analysis
+import fsobs.simulate
+import fsobs.workload
+import optim
 from fsobs import errors
 
 
@@ -41,6 +46,20 @@ def test_exported_members():
     assert new <= set(fsobs.analysis.__all__)
     for name in fsobs.__all__ + fsobs.analysis.__all__:
         assert not name.startswith("_")
+
+
+@pytest.mark.parametrize("package", [optim, fsobs.simulate, fsobs.workload])
+def test_lazy_names_are_listed_and_unknown_ones_raise(package):
+    assert set(package.__all__) <= set(dir(package))
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        package.nope  # noqa: B018
+
+
+def test_a_lazy_name_is_loaded_once_and_kept():
+    from fsobs.simulate.simulator import SimConfig
+
+    assert fsobs.simulate.SimConfig is SimConfig
+    assert vars(fsobs.simulate)["SimConfig"] is SimConfig  # later lookups skip __getattr__
 
 
 def test_errors_are_value_errors():
