@@ -48,6 +48,31 @@ def test_exported_members():
         assert not name.startswith("_")
 
 
+def test_optim_exported_members():
+    assert sorted(optim.__all__) == sorted(
+        [
+            "METHODS",
+            "MODES",
+            "BalanceConfig",
+            "CostModel",
+            "FreeScale",
+            "FreeScaleConfig",
+            "PriorityConfig",
+            "SMFreeConfig",
+            "StepPlan",
+            "StepShare",
+            "SyncGCConfig",
+            "ToggleStatus",
+            "imbalance",
+            "partition",
+        ]
+    )
+    pytest.importorskip("torch")  # FreeScale and StepShare load optim.freescale
+    for name in optim.__all__:
+        assert not name.startswith("_")
+        assert getattr(optim, name) is not None, name
+
+
 @pytest.mark.parametrize("package", [optim, fsobs.simulate, fsobs.workload])
 def test_lazy_names_are_listed_and_unknown_ones_raise(package):
     assert set(package.__all__) <= set(dir(package))
