@@ -1,7 +1,8 @@
 """FreeScale optimizer. Importing ``optim`` needs numpy only; the torch parts load on first use.
 
-- ``optim.config``: :class:`FreeScaleConfig` with the three toggles (:class:`BalanceConfig`,
-  :class:`PriorityConfig`, :class:`SMFreeConfig`) and :class:`ToggleStatus`.
+- ``optim.config``: :class:`FreeScaleConfig` with every toggle (:class:`BalanceConfig`,
+  :class:`PriorityConfig`, :class:`SMFreeConfig`, :class:`SyncGCConfig`) and
+  :class:`ToggleStatus`.
 - ``optim.freescale``: :class:`FreeScale`, the facade a torchrec training loop embeds (torch).
 - ``optim.balance``: the per-sample cost model and the partitioners.
 - ``optim.plan``: the ``balance`` toggle's per-step plan.

@@ -1,4 +1,4 @@
-"""fsobs on a Dask cluster, and runs read straight from fsspec URLs (issue 16).
+"""fsobs on a Dask cluster, and runs read straight from fsspec URLs.
 
 - a 2-worker ``LocalCluster`` (one per module) gives the same JSON as the local pool;
 - a run served over HTTP on 127.0.0.1, or put in fsspec's memory filesystem, analyzes the same;

@@ -73,7 +73,7 @@ from optim.balance import CostModel
 TOGGLES = ("balance", "priority_overlap", "sm_free")
 CLASSES = KINDS[1:6]
 REPLAY_GATE = {"step_time_median": 0.03, "step_time_p90": 0.08}
-"""The replay must reproduce the run this closely (issue 13) for the predictions to hold."""
+"""The replay must reproduce the run this closely for the predictions to hold."""
 _PIECE_BUDGET = 3_000_000
 """Piece visits the draws may take in all (large runs get fewer draws)."""
 

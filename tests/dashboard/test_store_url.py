@@ -1,4 +1,4 @@
-"""A run store behind an fsspec URL (issue 16): listed like a local one, read-only."""
+"""A run store behind an fsspec URL: listed like a local one, read-only."""
 
 from __future__ import annotations
 
