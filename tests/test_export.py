@@ -21,7 +21,7 @@ from fsobs.errors import ExportError
 from fsobs.export import CATEGORY, PID, export_run
 from fsobs.trace._decode import read_trace_bytes
 from tests import kineto as k
-from tests.test_hta_agreement import REFERENCE
+from tests.kineto import REFERENCE
 
 GLOO = REFERENCE / "synthetic_gloo_a2a_straggler_4rank"
 RECSYS = REFERENCE / "hta_recsys_a2a_2rank"
