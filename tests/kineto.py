@@ -191,12 +191,13 @@ def write_allreduce_run(
         start += last + 50
     for rank, events in enumerate(docs):
         write(run_dir / f"rank{rank}.trace.json", trace(events, rank=rank, world_size=2))
-    for rank in range(2) if lengths else ():
+    for rank in range(2):
         records = [
             json.dumps({"step": n, "num_samples": len(ls[rank]), "seq_lengths": ls[rank]})
-            for n, ls in enumerate(lengths, start=1)
+            for n, ls in enumerate(lengths or [], start=1)
         ]
-        (run_dir / f"steps.rank{rank}.jsonl").write_text("\n".join(records) + "\n")
+        if records:
+            (run_dir / f"steps.rank{rank}.jsonl").write_text("\n".join(records) + "\n")
     if meta is not None:
         (run_dir / "run.json").write_text(json.dumps(meta))
     return run_dir
