@@ -6,7 +6,8 @@ global batches; each run is analyzed with fsobs. Per arm against the control it 
 median over pairs and a 95% bootstrap CI over the pooled steps of every pair (steps paired with
 the control's same step of the same pair) of:
 
-- the reduction of embedding exposed communication per step (``by_role``, issue 11's goal);
+- the reduction of embedding exposed communication per step (``by_role``: what
+  ``priority_overlap`` is for);
 - the reduction of straggler wait and of the whole bubble;
 - the step-time change (``1 - mean step time test / control``: positive = faster);
 

@@ -8,7 +8,7 @@ PSS of the child's whole process tree sampled from here):
   reduction in the workers, collective matching, bubbles, stragglers, KPIs, HTA metrics);
 - ``one_rank``: one rank parsed and reduced in-process: "one rank's worth" of memory.
 
-Goals (issue 3): analyze <= 2x parse; analyze's peak memory near one rank's worth.
+Goals: analyze <= 2x parse; analyze's peak memory near one rank's worth.
 The run is generated once with :func:`fsobs.simulate.write_gpu_run` into ``bench_data/``.
 
     .venv/bin/python benchmarks/bench_analyze.py [--repeats 3]

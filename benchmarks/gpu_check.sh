@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check (issues 4 and 11): one GPU, nccl, world size 1.
+# GPU check of the optimizer and the reference job: one GPU, nccl, world size 1.
 #   1. the optimizer API, torch only (benchmarks/gpu_freescale_check.py): groups, stream
 #      priority, the dense comm hook and its gate, the comm router, sm_free where it applies;
 #   2. with torchrec and fbgemm-gpu installed: the reference job with every toggle, profiled,

@@ -1,5 +1,5 @@
 """What SM-free communication buys on one GPU: GEMMs slowed by an SM-based transfer, not by a
-copy-engine one (issue 12). Torch only, plus fsobs from this checkout (msgspec, numpy, pandas,
+copy-engine one. Torch only, plus fsobs from this checkout (msgspec, numpy, pandas,
 rich: carry msgspec as a wheel on a machine without network).
 
     bash benchmarks/gpu_sm_free.sh [OUT_DIR]

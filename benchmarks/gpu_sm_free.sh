@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SM-free communication on one GPU (issue 12): GEMMs overlapped with an SM-based transfer and
+# SM-free communication on one GPU: GEMMs overlapped with an SM-based transfer and
 # with a copy-engine transfer of the same bytes, traced and analyzed by fsobs, plus an API
 # probe of NCCL, its CTA policies and symmetric memory; a table at the end.
 # Needs torch with CUDA; fsobs needs msgspec, numpy, pandas and rich (carry msgspec as a wheel

@@ -190,7 +190,7 @@ def main() -> None:
 
 
 def toggles(args: argparse.Namespace) -> FreeScaleConfig:
-    """The three toggles from the command line."""
+    """The toggles from the command line."""
     return FreeScaleConfig(
         balance=BalanceConfig(enabled=args.balance),
         priority_overlap=PriorityConfig(

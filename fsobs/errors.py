@@ -1,4 +1,4 @@
-"""Errors raised by fsobs on bad input.
+"""Errors raised by fsobs on bad input, and by its commands when they refuse to go on.
 
 Every error is one line that names the file, the rank and the field involved, so that the CLI
 can print it as is (and exit with code 2) and the dashboard can show it as a message::
@@ -11,9 +11,12 @@ can print it as is (and exit with code 2) and the dashboard can show it as a mes
           +-- DuplicateRankError     two files claim the same rank
           +-- MissingRankError       run.json promises ranks that have no trace
           +-- WorldSizeMismatchError files disagree on the world size
-     +-- ClusterError         (fsobs.trace.cluster) a worker lost a file after its retries
+     +-- ClusterError         the Dask cluster cannot be used, or lost a file after its retries
+     +-- ExportError          ``fsobs export`` would overwrite the input or existing files
+     +-- LaunchError          ``fsobs run`` could not start the job, or the job did not finish
 
 All of them are also ``ValueError`` so that generic callers can catch bad input the usual way.
+This module imports nothing heavy (no torch, no pandas): every part of fsobs can raise these.
 """
 
 from __future__ import annotations
@@ -83,3 +86,16 @@ class MissingRankError(RunError):
 
 class WorldSizeMismatchError(RunError):
     """Trace files disagree on the world size."""
+
+
+class ClusterError(FsobsError):
+    """The Dask cluster cannot be used, or lost a file's task for good (the message says which
+    file, and why)."""
+
+
+class ExportError(FsobsError):
+    """The export would overwrite the input or existing files."""
+
+
+class LaunchError(FsobsError):
+    """The job could not be started or did not finish."""

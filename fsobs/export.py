@@ -31,7 +31,7 @@ import msgspec
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.summary import RankSummary
-from fsobs.errors import FsobsError, TraceFormatError
+from fsobs.errors import ExportError, TraceFormatError
 from fsobs.runformat.atomic import publish, temp_path
 from fsobs.runformat.names import RUN_JSON, sidecar_file_name, trace_file_name
 from fsobs.simulate.kineto_writer import us
@@ -44,10 +44,6 @@ TRACKS = ("straggler_wait", "exposed_comm", "host_idle")
 """Always drawn; ``unattributed_comm`` and ``other`` are drawn too when a rank has any."""
 SORT_INDEX = -1000  # Kineto sorts CPU processes by pid and GPUs above 2**24: this goes on top
 GZIP_LEVEL = 6
-
-
-class ExportError(FsobsError):
-    """The export would overwrite the input or existing files."""
 
 
 def export_run(

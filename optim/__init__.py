@@ -1,7 +1,8 @@
 """FreeScale optimizer. Importing ``optim`` needs numpy only; the torch parts load on first use.
 
-- ``optim.config``: :class:`FreeScaleConfig` with the three toggles (:class:`BalanceConfig`,
-  :class:`PriorityConfig`, :class:`SMFreeConfig`) and :class:`ToggleStatus`.
+- ``optim.config``: :class:`FreeScaleConfig` with every toggle (:class:`BalanceConfig`,
+  :class:`PriorityConfig`, :class:`SMFreeConfig`, :class:`SyncGCConfig`) and
+  :class:`ToggleStatus`.
 - ``optim.freescale``: :class:`FreeScale`, the facade a torchrec training loop embeds (torch).
 - ``optim.balance``: the per-sample cost model and the partitioners.
 - ``optim.plan``: the ``balance`` toggle's per-step plan.
@@ -13,12 +14,16 @@
 - ``optim.markers``: the range names the analyzer reads.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from optim._lazy import lazy_attributes
 from optim.balance import METHODS, CostModel, imbalance, partition
 from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
 from optim.plan import MODES, BalanceConfig, StepPlan
 from optim.sync_gc import SyncGCConfig
+
+if TYPE_CHECKING:
+    from optim.freescale import FreeScale, StepShare
 
 __all__ = [
     "METHODS",
@@ -37,11 +42,7 @@ __all__ = [
     "partition",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """``FreeScale`` and ``StepShare`` import torch; load them only when asked for."""
-    if name in ("FreeScale", "StepShare"):
-        from optim import freescale
-
-        return getattr(freescale, name)
-    raise AttributeError(f"module 'optim' has no attribute {name!r}")
+# ``FreeScale`` and ``StepShare`` import torch: loaded when first asked for.
+__getattr__, __dir__ = lazy_attributes(
+    __name__, {"FreeScale": ".freescale", "StepShare": ".freescale"}
+)

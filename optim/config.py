@@ -72,7 +72,7 @@ class SMFreeConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class FreeScaleConfig:
-    """The three toggles (each with its parameters)."""
+    """Every toggle of :data:`TOGGLES`, each with its parameters."""
 
     balance: BalanceConfig = field(default_factory=BalanceConfig)
     priority_overlap: PriorityConfig = field(default_factory=PriorityConfig)

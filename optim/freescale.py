@@ -1,4 +1,4 @@
-"""``FreeScale``: the three toggles, embedded in any torchrec training loop.
+"""``FreeScale``: the toggles, embedded in any torchrec training loop.
 
 ::
 

@@ -10,7 +10,7 @@ import pytest
 import fsobs
 from fsobs.analysis import analyze
 from fsobs.report import findings
-from tests.test_hta_agreement import REFERENCE
+from tests.kineto import REFERENCE
 
 STEPS = (2, 3, 4, 5)
 

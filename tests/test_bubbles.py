@@ -2,8 +2,8 @@
 
 Every scenario draws its timeline in the test docstring (not to scale: every boundary has its
 own column); times are µs relative to the traces' ``baseTimeNanoseconds`` and the expected
-numbers are derived from the timeline by hand. The tables are in ms, so ``_row`` divides the µs
-values by 1000 and compares with a 1e-9 ms tolerance.
+numbers are derived from the timeline by hand. The tables are in ms, so ``expect_row``
+(tests/bubble_rows.py) divides the µs values by 1000 and compares with a 1e-9 ms tolerance.
 
 Legend: ``|`` a boundary, ``=`` compute kernel / CPU op, ``~`` in a collective before the last
 rank arrived (straggler wait), ``x`` in a collective after every rank arrived (exposed); where
@@ -15,137 +15,33 @@ from __future__ import annotations
 import gc
 import pickle
 import weakref
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import fsobs
 from fsobs.analysis import analyze
-from fsobs.analysis.bubbles.parts import CLASSES
 from fsobs.analysis.matching import Collectives
-from tests.kineto import BASE_NS, kernel, launch, step, thread_name, trace, write, x
+from tests.bubble_rows import TOL_MS, checked_table, expect_row, load_docs
+from tests.kineto import (
+    BASE_NS,
+    GLOO_TID,
+    REFERENCE,
+    allreduce,
+    gemm,
+    gpu_doc,
+    memcpy,
+    step,
+    thread_name,
+    trace,
+    x,
+)
 
-REFERENCE = Path(__file__).resolve().parent.parent / "traces" / "reference"
-TOL_MS = 1e-9
-NCCL_ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 DATA_LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
-GLOO_TID = 200
-
-
-# ----------------------------------------------------------------------------- trace builders
-
-
-def _gemm(ts: float, dur: float, *, name: str = "gemm", stream: int = 7) -> dict:
-    return kernel(name, ts, dur, stream=stream, corr=-1)
-
-
-def _allreduce(
-    ts: float,
-    dur: float,
-    seq: int,
-    *,
-    pg: str = "0",
-    nelems: int = 1024,
-    stream: int = 20,
-    **args,
-) -> dict:
-    return kernel(
-        NCCL_ALLREDUCE,
-        ts,
-        dur,
-        stream=stream,
-        corr=-1,
-        Collective_name="allreduce",
-        Process_Group_Name=pg,
-        Seq=seq,
-        In_msg_nelems=nelems,
-        dtype="Float",
-        **args,
-    )
-
-
-def _memcpy(ts: float, dur: float, *, stream: int) -> dict:
-    name = "Memcpy HtoD (Pageable -> Device)"
-    return x(name, "gpu_memcpy", ts, dur, pid=0, tid=stream, stream=stream, correlation=-1)
-
-
-def _gpu_doc(
-    rank: int,
-    steps: dict[int, tuple[float, float]],
-    work: list[tuple[int, dict]],
-    *,
-    world_size: int = 2,
-    host: str = "host-a",
-    shift: float = 0,
-) -> dict:
-    """One GPU rank: ``steps`` maps n -> (start, dur) of ProfilerStep#n on the CPU; every
-    ``(n, event)`` of ``work`` gets a cudaLaunchKernel inside step n (1 µs apart from the step's
-    start) with a fresh correlation id. ``shift`` is added to every timestamp."""
-    events = [step(n, ts, dur) for n, (ts, dur) in steps.items()]
-    launched = dict.fromkeys(steps, 0)
-    for corr, (n, event) in enumerate(work, start=1):
-        launched[n] += 1
-        events.append(launch(steps[n][0] + launched[n], corr, dur=0.5))
-        event["args"]["correlation"] = corr
-        events.append(event)
-    for event in events:
-        event["ts"] += shift
-    return trace(events, rank=rank, world_size=world_size, host=host)
-
-
-def _load(tmp_path: Path, docs: list[dict]) -> fsobs.Run:
-    for doc in docs:
-        write(tmp_path / f"rank{doc['distributedInfo']['rank']}.json", doc)
-    return fsobs.load_run(tmp_path)
 
 
 def match_collectives(run: fsobs.Run) -> Collectives:
     return analyze(run).collectives
-
-
-def _table(run: fsobs.Run, colls: Collectives | None = None) -> pd.DataFrame:
-    """The bubble table, checked for its identities, indexed by (rank, step)."""
-    del colls  # the analysis matches the collectives itself
-    table = analyze(run).steps
-    classes = table[[f"{c}_ms" for c in CLASSES]].sum(axis=1)
-    assert (classes - table["window_ms"]).abs().max() < TOL_MS
-    assert ((table["window_ms"] - table["busy_ms"]) - table["bubble_ms"]).abs().max() < TOL_MS
-    return table.set_index(["rank", "step"])
-
-
-def _row(
-    table: pd.DataFrame,
-    rank: int,
-    step_n: int,
-    *,
-    window: float,
-    busy: float,
-    straggler_wait: float = 0,
-    exposed_comm: float = 0,
-    unattributed: float = 0,
-    host_idle: float = 0,
-    other: float = 0,
-    contention: float = 0,
-) -> None:
-    """Compare one row against values in µs; also checks that they add up to the window."""
-    total = busy + straggler_wait + exposed_comm + unattributed + host_idle + other
-    assert total == pytest.approx(window)
-    expected_us = {
-        "window": window,
-        "busy": busy,
-        "bubble": window - busy,
-        "straggler_wait": straggler_wait,
-        "exposed_comm": exposed_comm,
-        "unattributed_comm": unattributed,
-        "host_idle": host_idle,
-        "other": other,
-        "contention": contention,
-    }
-    got = table.loc[(rank, step_n)]
-    for name, value in expected_us.items():
-        assert got[f"{name}_ms"] == pytest.approx(value / 1000, abs=TOL_MS), (rank, step_n, name)
 
 
 def _starts_us(colls: Collectives) -> dict[tuple[str, str], dict[int, float]]:
@@ -182,21 +78,23 @@ def test_gpu_straggler_wait_exposed_comm_host_idle_other(tmp_path):
     """
     steps = {1: (0, 100)}
     rank0 = [
-        (1, _gemm(10, 20)),
-        (1, _memcpy(28, 8, stream=8)),
-        (1, _allreduce(40, 40, seq=0)),
-        (1, _gemm(85, 10)),
+        (1, gemm(10, 20)),
+        (1, memcpy(28, 8, stream=8)),
+        (1, allreduce(40, 40, seq=0)),
+        (1, gemm(85, 10)),
     ]
-    rank1 = [(1, _gemm(10, 40)), (1, _allreduce(60, 20, seq=0)), (1, _gemm(85, 10))]
-    run = _load(tmp_path, [_gpu_doc(0, steps, rank0), _gpu_doc(1, steps, rank1)])
+    rank1 = [(1, gemm(10, 40)), (1, allreduce(60, 20, seq=0)), (1, gemm(85, 10))]
+    run = load_docs(tmp_path, [gpu_doc(0, steps, rank0), gpu_doc(1, steps, rank1)])
     colls = match_collectives(run)
     assert colls.problems.empty
     assert colls.offsets_ns == {0: 0, 1: 0}
     assert colls.instances["last_rank"].tolist() == [1, 1]
-    table = _table(run, colls)
+    table = checked_table(run)
     assert len(table) == 2
-    _row(table, 0, 1, window=85, busy=30, straggler_wait=20, exposed_comm=20, host_idle=9, other=6)
-    _row(table, 1, 1, window=85, busy=50, exposed_comm=20, host_idle=15)
+    expect_row(
+        table, 0, 1, window=85, busy=30, straggler_wait=20, exposed_comm=20, host_idle=9, other=6
+    )
+    expect_row(table, 1, 1, window=85, busy=50, exposed_comm=20, host_idle=15)
 
 
 # ----------------------------------------------------------------- 2. overlap and contention
@@ -226,23 +124,23 @@ def test_gpu_overlapped_collective_is_busy_and_contention(tmp_path):
     """
     steps = {1: (0, 100)}
     rank0 = [
-        (1, _gemm(0, 10)),
-        (1, _allreduce(20, 40, seq=0)),
-        (1, _gemm(30, 14)),
-        (1, _gemm(70, 10)),
+        (1, gemm(0, 10)),
+        (1, allreduce(20, 40, seq=0)),
+        (1, gemm(30, 14)),
+        (1, gemm(70, 10)),
     ]
     rank1 = [
-        (1, _gemm(0, 10)),
-        (1, _gemm(10, 26, name="other_k")),
-        (1, _allreduce(36, 24, seq=0)),
-        (1, _gemm(70, 10)),
+        (1, gemm(0, 10)),
+        (1, gemm(10, 26, name="other_k")),
+        (1, allreduce(36, 24, seq=0)),
+        (1, gemm(70, 10)),
     ]
-    run = _load(tmp_path, [_gpu_doc(0, steps, rank0), _gpu_doc(1, steps, rank1)])
-    table = _table(run)
+    run = load_docs(tmp_path, [gpu_doc(0, steps, rank0), gpu_doc(1, steps, rank1)])
+    table = checked_table(run)
     assert table.loc[(0, 1), "contention_ms"] == pytest.approx(0.004, abs=TOL_MS)
     expected = dict(straggler_wait=10, exposed_comm=16, host_idle=20, contention=4)
-    _row(table, 0, 1, window=80, busy=34, **expected)
-    _row(table, 1, 1, window=80, busy=46, exposed_comm=24, host_idle=10)
+    expect_row(table, 0, 1, window=80, busy=34, **expected)
+    expect_row(table, 1, 1, window=80, busy=46, exposed_comm=24, host_idle=10)
 
 
 # ------------------------------------------------------------- 3. matching by (group, Seq)
@@ -273,14 +171,14 @@ def test_two_process_groups_match_by_group_and_seq(tmp_path):
     ranks = "[0, 1]"
 
     def pg0(ts, dur, seq):
-        return _allreduce(ts, dur, seq, pg="0", stream=20, Process_Group_Ranks=ranks)
+        return allreduce(ts, dur, seq, pg="0", stream=20, Process_Group_Ranks=ranks)
 
     def pg1(ts, dur, seq):
-        return _allreduce(ts, dur, seq, pg="1", nelems=256, stream=24, Process_Group_Ranks=ranks)
+        return allreduce(ts, dur, seq, pg="1", nelems=256, stream=24, Process_Group_Ranks=ranks)
 
     rank0 = [(1, pg0(10, 20, 0)), (1, pg1(40, 20, 0)), (1, pg0(70, 25, 1)), (1, pg1(100, 20, 1))]
     rank1 = [(1, pg1(5, 55, 0)), (1, pg0(20, 10, 0)), (1, pg1(65, 55, 1)), (1, pg0(90, 5, 1))]
-    run = _load(tmp_path, [_gpu_doc(0, steps, rank0), _gpu_doc(1, steps, rank1)])
+    run = load_docs(tmp_path, [gpu_doc(0, steps, rank0), gpu_doc(1, steps, rank1)])
     colls = match_collectives(run)
     assert colls.problems.empty
     assert _starts_us(colls) == {
@@ -298,9 +196,9 @@ def test_two_process_groups_match_by_group_and_seq(tmp_path):
         ["0", "seq 1", 1],
     ]
     assert inst["msg_bytes"].tolist() == [1024, 4096, 1024, 4096]
-    table = _table(run, colls)
-    _row(table, 0, 1, window=110, busy=0, straggler_wait=30, exposed_comm=55, host_idle=25)
-    _row(table, 1, 1, window=115, busy=0, straggler_wait=70, exposed_comm=40, host_idle=5)
+    table = checked_table(run)
+    expect_row(table, 0, 1, window=110, busy=0, straggler_wait=30, exposed_comm=55, host_idle=25)
+    expect_row(table, 1, 1, window=115, busy=0, straggler_wait=70, exposed_comm=40, host_idle=5)
 
 
 # -------------------------------------------------------------- 4. across a step boundary
@@ -324,16 +222,16 @@ def test_collective_running_past_its_step_belongs_to_the_launching_step(tmp_path
     step 2 (the last): window [135, 180) = 45, all busy, on both ranks.
     """
     steps = {1: (0, 100), 2: (100, 100)}
-    rank0 = [(1, _gemm(10, 40)), (1, _allreduce(60, 70, seq=0)), (2, _gemm(135, 45))]
-    rank1 = [(1, _gemm(10, 40)), (1, _allreduce(80, 50, seq=0)), (2, _gemm(135, 45))]
-    run = _load(tmp_path, [_gpu_doc(0, steps, rank0), _gpu_doc(1, steps, rank1)])
+    rank0 = [(1, gemm(10, 40)), (1, allreduce(60, 70, seq=0)), (2, gemm(135, 45))]
+    rank1 = [(1, gemm(10, 40)), (1, allreduce(80, 50, seq=0)), (2, gemm(135, 45))]
+    run = load_docs(tmp_path, [gpu_doc(0, steps, rank0), gpu_doc(1, steps, rank1)])
     colls = match_collectives(run)
     assert colls.instances["step"].tolist() == [1, 1]
-    table = _table(run, colls)
-    _row(table, 0, 1, window=125, busy=40, straggler_wait=20, exposed_comm=50, host_idle=15)
-    _row(table, 1, 1, window=125, busy=40, exposed_comm=50, host_idle=35)
+    table = checked_table(run)
+    expect_row(table, 0, 1, window=125, busy=40, straggler_wait=20, exposed_comm=50, host_idle=15)
+    expect_row(table, 1, 1, window=125, busy=40, exposed_comm=50, host_idle=35)
     for rank in (0, 1):
-        _row(table, rank, 2, window=45, busy=45)
+        expect_row(table, rank, 2, window=45, busy=45)
 
 
 def test_sub_microsecond_pieces_are_exact(tmp_path):
@@ -354,13 +252,13 @@ def test_sub_microsecond_pieces_are_exact(tmp_path):
     rank 1: busy 10.3 + 9.98 = 20.28, exposed_comm 9.7, host_idle 0.02, contention 0.
     """
     steps = {1: (0, 100)}
-    rank0 = [(1, _gemm(10, 10.1)), (1, _allreduce(20.05, 9.95, 0)), (1, _gemm(30.02, 9.98))]
-    rank1 = [(1, _gemm(10, 10.3)), (1, _allreduce(20.3, 9.7, 0)), (1, _gemm(30.02, 9.98))]
-    run = _load(tmp_path, [_gpu_doc(0, steps, rank0), _gpu_doc(1, steps, rank1)])
-    table = _table(run)
+    rank0 = [(1, gemm(10, 10.1)), (1, allreduce(20.05, 9.95, 0)), (1, gemm(30.02, 9.98))]
+    rank1 = [(1, gemm(10, 10.3)), (1, allreduce(20.3, 9.7, 0)), (1, gemm(30.02, 9.98))]
+    run = load_docs(tmp_path, [gpu_doc(0, steps, rank0), gpu_doc(1, steps, rank1)])
+    table = checked_table(run)
     expected = dict(straggler_wait=0.2, exposed_comm=9.7, host_idle=0.02, contention=0.12)
-    _row(table, 0, 1, window=30, busy=20.08, **expected)
-    _row(table, 1, 1, window=30, busy=20.28, exposed_comm=9.7, host_idle=0.02)
+    expect_row(table, 0, 1, window=30, busy=20.08, **expected)
+    expect_row(table, 1, 1, window=30, busy=20.28, exposed_comm=9.7, host_idle=0.02)
 
 
 # --------------------------------------------------------------- 5. rotating straggler
@@ -384,25 +282,25 @@ def test_rotating_straggler_per_step(tmp_path):
     busy = own gemm, other = 0. GPU windows tile: steps 1 and 2 run to the next step's first
     kernel (window 100, host_idle [60, 100) = 40); step 3, the last, ends with its work (60).
     """
-    gemm = {1: (50, 20, 30), 2: (30, 50, 20), 3: (20, 30, 50)}
-    steps = {s: (100 * (s - 1), 100) for s in gemm}
+    gemms = {1: (50, 20, 30), 2: (30, 50, 20), 3: (20, 30, 50)}
+    steps = {s: (100 * (s - 1), 100) for s in gemms}
     docs = []
     for rank in range(3):
         work = []
-        for s, lengths in gemm.items():
+        for s, lengths in gemms.items():
             base, own = steps[s][0], lengths[rank]
-            work += [(s, _gemm(base, own)), (s, _allreduce(base + own, 60 - own, seq=s - 1))]
-        docs.append(_gpu_doc(rank, steps, work, world_size=3))
-    run = _load(tmp_path, docs)
+            work += [(s, gemm(base, own)), (s, allreduce(base + own, 60 - own, seq=s - 1))]
+        docs.append(gpu_doc(rank, steps, work, world_size=3))
+    run = load_docs(tmp_path, docs)
     colls = match_collectives(run)
     inst = colls.instances.drop_duplicates("instance").set_index("instance")
     assert inst["last_rank"].tolist() == [0, 1, 2]
     assert inst["step"].tolist() == [1, 2, 3]
-    table = _table(run, colls)
-    for s, lengths in gemm.items():
+    table = checked_table(run)
+    for s, lengths in gemms.items():
         for rank in range(3):
             own, last = lengths[rank], s == 3
-            _row(
+            expect_row(
                 table,
                 rank,
                 s,
@@ -475,7 +373,7 @@ def test_cpu_gloo_classes(tmp_path):
         ("aten::mm", "cpu_op", 80, 15),
         ("aten::add", "cpu_op", 95, 3),
     ]
-    run = _load(tmp_path, [_gloo_doc(0, rank0, (42, 38)), _gloo_doc(1, rank1, (62, 18))])
+    run = load_docs(tmp_path, [_gloo_doc(0, rank0, (42, 38)), _gloo_doc(1, rank1, (62, 18))])
     assert run.device == "cpu"
     colls = match_collectives(run)
     assert colls.problems.empty
@@ -484,10 +382,10 @@ def test_cpu_gloo_classes(tmp_path):
         ["default", "all_reduce", "all_reduce @1 #0", 4096, 1],
         ["default", "all_reduce", "all_reduce @1 #0", 4096, 1],
     ]
-    table = _table(run, colls)
+    table = checked_table(run)
     expected = dict(straggler_wait=15, exposed_comm=20, host_idle=10, contention=2)
-    _row(table, 0, 1, window=100, busy=55, **expected)
-    _row(table, 1, 1, window=100, busy=70, exposed_comm=20, host_idle=10)
+    expect_row(table, 0, 1, window=100, busy=55, **expected)
+    expect_row(table, 1, 1, window=100, busy=70, exposed_comm=20, host_idle=10)
     assert (table["other_ms"] == 0).all()
 
 
@@ -511,9 +409,9 @@ def test_missing_and_disagreeing_collectives_are_reported_not_matched(tmp_path):
             host_idle [30, 80) = 50.
     """
     steps = {1: (0, 200)}
-    rank0 = [(1, _allreduce(10, 20, 0)), (1, _allreduce(40, 20, 1)), (1, _allreduce(70, 20, 2))]
-    rank1 = [(1, _allreduce(20, 10, 0)), (1, _allreduce(80, 10, 2, nelems=2048))]
-    run = _load(tmp_path, [_gpu_doc(0, steps, rank0), _gpu_doc(1, steps, rank1)])
+    rank0 = [(1, allreduce(10, 20, 0)), (1, allreduce(40, 20, 1)), (1, allreduce(70, 20, 2))]
+    rank1 = [(1, allreduce(20, 10, 0)), (1, allreduce(80, 10, 2, nelems=2048))]
+    run = load_docs(tmp_path, [gpu_doc(0, steps, rank0), gpu_doc(1, steps, rank1)])
     colls = match_collectives(run)
     problems = colls.problems.sort_values("key")
     assert problems.values.tolist() == [
@@ -521,8 +419,8 @@ def test_missing_and_disagreeing_collectives_are_reported_not_matched(tmp_path):
         ["0", "all_reduce", "seq 2", "ranks disagree on the size: [1024, 2048]", [0, 1]],
     ]
     assert colls.instances["key"].tolist() == ["seq 0", "seq 0"]
-    table = _table(run, colls)
-    _row(
+    table = checked_table(run)
+    expect_row(
         table,
         0,
         1,
@@ -533,7 +431,7 @@ def test_missing_and_disagreeing_collectives_are_reported_not_matched(tmp_path):
         unattributed=40,
         host_idle=20,
     )
-    _row(table, 1, 1, window=70, busy=0, exposed_comm=10, unattributed=10, host_idle=50)
+    expect_row(table, 1, 1, window=70, busy=0, exposed_comm=10, unattributed=10, host_idle=50)
 
 
 # ----------------------------------------------------------------- 8. clock alignment
@@ -551,12 +449,12 @@ _GEMMS = {
 def _two_host_docs(shift1: float, hosts: tuple[str, str] = ("a", "b")) -> list[dict]:
     docs = []
     for rank in (0, 1):
-        work = [(1, _gemm(ts, end - ts)) for ts, end in _GEMMS[rank]]
+        work = [(1, gemm(ts, end - ts)) for ts, end in _GEMMS[rank]]
         for seq, spans in enumerate(_AR):
             ts, end = spans[rank]
-            work.append((1, _allreduce(ts, end - ts, seq)))
+            work.append((1, allreduce(ts, end - ts, seq)))
         shift = shift1 if rank == 1 else 0
-        docs.append(_gpu_doc(rank, {1: (0, 600)}, work, host=hosts[rank], shift=shift))
+        docs.append(gpu_doc(rank, {1: (0, 600)}, work, host=hosts[rank], shift=shift))
     return docs
 
 
@@ -575,8 +473,8 @@ def test_clock_alignment_across_hosts(tmp_path):
     [50,70) + [260,280) + [330,350) = 60, exposed 220. rank 1: window [0, 498), busy 226,
     all_reduces 272 of which waiting [130,150) + [420,450) = 50, exposed 222.
     """
-    plain = _load(tmp_path / "plain", _two_host_docs(0))
-    shifted = _load(tmp_path / "shifted", _two_host_docs(5000))
+    plain = load_docs(tmp_path / "plain", _two_host_docs(0))
+    shifted = load_docs(tmp_path / "shifted", _two_host_docs(5000))
     plain_colls, shifted_colls = match_collectives(plain), match_collectives(shifted)
     assert plain_colls.offsets_ns == {0: 0, 1: 0}
     assert plain_colls.skew_ms == 0
@@ -586,23 +484,23 @@ def test_clock_alignment_across_hosts(tmp_path):
     # aligned starts are the same in both runs
     assert _starts_us(shifted_colls) == _starts_us(plain_colls)
 
-    before, after = _table(plain, plain_colls), _table(shifted, shifted_colls)
+    before, after = checked_table(plain), checked_table(shifted)
     assert before.index.equals(after.index)
     assert (after - before).abs().max().max() <= 0.05
-    _row(before, 0, 1, window=500, busy=220, straggler_wait=60, exposed_comm=220)
-    _row(before, 1, 1, window=498, busy=226, straggler_wait=50, exposed_comm=222)
+    expect_row(before, 0, 1, window=500, busy=220, straggler_wait=60, exposed_comm=220)
+    expect_row(before, 1, 1, window=498, busy=226, straggler_wait=50, exposed_comm=222)
 
     # The same shifted traces claimed to share a host are not aligned: rank 1 seems to start
     # every all_reduce 5 ms after rank 0 had finished it, which no all_reduce can do. So no
     # pair is used (each is reported), and the time is unattributed_comm.
-    same_host = _load(tmp_path / "same_host", _two_host_docs(5000, hosts=("a", "a")))
+    same_host = load_docs(tmp_path / "same_host", _two_host_docs(5000, hosts=("a", "a")))
     colls = match_collectives(same_host)
     assert colls.instances.empty
     assert len(colls.problems) == 5
     assert colls.problems["issue"].str.contains("before the last rank started it").all()
-    naive = _table(same_host)
-    _row(naive, 0, 1, window=500, busy=220, unattributed=280)
-    _row(naive, 1, 1, window=498, busy=226, unattributed=272)
+    naive = checked_table(same_host)
+    expect_row(naive, 0, 1, window=500, busy=220, unattributed=280)
+    expect_row(naive, 1, 1, window=498, busy=226, unattributed=272)
 
 
 # ------------------------------------------------------- 9. the real gloo straggler trace
@@ -618,7 +516,7 @@ def test_reference_gloo_trace_rank2_is_the_straggler():
     a2a = inst[inst["coll"] == "all_to_all"]
     assert len(a2a) == 4
     assert (a2a["last_rank"] == 2).all()
-    table = _table(run, colls)
+    table = checked_table(run)
     assert run.steps == [2, 3, 4, 5]
     assert len(table) == 4 * 4
     waits = table["straggler_wait_ms"].unstack("rank")
@@ -649,10 +547,10 @@ def test_cpu_op_waiting_inside_a_collective_is_a_bubble(tmp_path):
         ("c10d::alltoall_base_", "cpu_op", 20, 2),
     ]
     main1 = [("aten::mm", "cpu_op", 0, 60)]
-    run = _load(tmp_path, [_gloo_doc(0, main0, (20, 50)), _gloo_doc(1, main1, (60, 10))])
-    table = _table(run)
-    _row(table, 0, 1, window=100, busy=50, straggler_wait=40, exposed_comm=10)
-    _row(table, 1, 1, window=100, busy=90, exposed_comm=10)
+    run = load_docs(tmp_path, [_gloo_doc(0, main0, (20, 50)), _gloo_doc(1, main1, (60, 10))])
+    table = checked_table(run)
+    expect_row(table, 0, 1, window=100, busy=50, straggler_wait=40, exposed_comm=10)
+    expect_row(table, 1, 1, window=100, busy=90, exposed_comm=10)
 
 
 def test_the_step_parts_and_the_classes_wait_on_disk_one_rank_each():

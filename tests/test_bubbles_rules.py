@@ -6,7 +6,6 @@ legend: ``~`` straggler wait, ``x`` exposed, ``u`` unattributed, ``=`` compute, 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,36 +15,29 @@ from fsobs.analysis import analyze
 from fsobs.analysis.bubbles.tables import step_times
 from fsobs.analysis.stragglers.identify import StragglerConfig, find_stragglers
 from fsobs.report import findings
-from tests.kineto import step, thread_name, trace, write, x
-from tests.test_bubbles import _allreduce, _gpu_doc, _row, _table
+from tests.bubble_rows import checked_table, expect_row, load_docs
+from tests.kineto import (
+    GLOO_PG1_TID,
+    GLOO_TID,
+    allreduce,
+    cpu_doc,
+    cpu_op,
+    gemm,
+    gloo,
+    gpu_doc,
+    kernel,
+    launch,
+    memcpy,
+    step,
+    thread_name,
+    trace,
+    write,
+    x,
+)
 
-GLOO = 200
-GLOO_PG1 = 300
 DATA = "## fsobs:data ##"
 TINY = StragglerConfig(min_wait_ms=0.0, min_wait_share=0.0)
 """Hand-built traces are in µs: name every straggler, however small."""
-
-
-def _cpu_doc(rank: int, events: list[dict], *, world_size: int = 2, steps=((1, 0, 100),)) -> dict:
-    """A gloo rank: the ProfilerSteps ``(n, start, dur)`` and ``events`` on the main thread
-    (gloo events carry their own tid)."""
-    marks = [step(n, ts, dur) for n, ts, dur in steps]
-    names = [thread_name(GLOO, "pt_gloo_runloop"), thread_name(GLOO_PG1, "pt_gloo_runloop")]
-    return trace([*names, *marks, *events], rank=rank, world_size=world_size, backend="gloo")
-
-
-def _op(name: str, ts: float, dur: float) -> dict:
-    return x(name, "cpu_op", ts, dur)
-
-
-def _gloo(coll: str, ts: float, dur: float, tid: int = GLOO) -> dict:
-    return x(f"gloo:{coll}", "user_annotation", ts, dur, tid=tid)
-
-
-def _load(tmp_path: Path, docs: list[dict]) -> fsobs.Run:
-    for doc in docs:
-        write(tmp_path / f"rank{doc['distributedInfo']['rank']}.json", doc)
-    return fsobs.load_run(tmp_path)
 
 
 # ------------------------------------------------------------- 1. the innermost-op rule (CPU)
@@ -78,28 +70,28 @@ def test_innermost_compute_op_is_busy_whatever_is_in_flight(tmp_path):
 
     def tail() -> list[dict]:
         return [
-            _op("autograd::engine::evaluate_function: MmBackward0", 60, 20),
-            _op("aten::mm", 62, 16),
+            cpu_op("autograd::engine::evaluate_function: MmBackward0", 60, 20),
+            cpu_op("aten::mm", 62, 16),
             x(DATA, "user_annotation", 80, 20),
-            _op("aten::cat", 85, 5),
+            cpu_op("aten::cat", 85, 5),
         ]
 
     rank0 = [
-        _op("c10d::allreduce_", 3, 2),
-        _op("aten::bmm", 10, 30),
-        _op("aten::resolve_conj", 20, 2),
-        _gloo("all_reduce", 5, 55),
+        cpu_op("c10d::allreduce_", 3, 2),
+        cpu_op("aten::bmm", 10, 30),
+        cpu_op("aten::resolve_conj", 20, 2),
+        gloo("all_reduce", 5, 55),
         *tail(),
     ]
     rank1 = [
-        _op("aten::mm", 0, 48),
-        _op("c10d::allreduce_", 48, 2),
-        _gloo("all_reduce", 50, 10),
+        cpu_op("aten::mm", 0, 48),
+        cpu_op("c10d::allreduce_", 48, 2),
+        gloo("all_reduce", 50, 10),
         *tail(),
     ]
-    table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
-    _row(table, 0, 1, window=100, busy=58, straggler_wait=15, exposed_comm=12, host_idle=15)
-    _row(table, 1, 1, window=100, busy=73, exposed_comm=12, host_idle=15)
+    table = checked_table(load_docs(tmp_path, [cpu_doc(0, rank0), cpu_doc(1, rank1)]))
+    expect_row(table, 0, 1, window=100, busy=58, straggler_wait=15, exposed_comm=12, host_idle=15)
+    expect_row(table, 1, 1, window=100, busy=73, exposed_comm=12, host_idle=15)
 
 
 def test_collective_in_flight_inside_the_data_range_is_blocked_not_idle(tmp_path):
@@ -119,22 +111,22 @@ def test_collective_in_flight_inside_the_data_range_is_blocked_not_idle(tmp_path
     [60,100) = 75; blocked [38, 50) exposed 12; host_idle [35,38) + [50,60) = 13; busy 75.
     """
     rank0 = [
-        _op("aten::mm", 0, 20),
+        cpu_op("aten::mm", 0, 20),
         x(DATA, "user_annotation", 20, 40),
-        _op("c10d::alltoall_base_", 28, 1),
-        _gloo("all_to_all", 30, 20),
-        _op("aten::mm", 60, 40),
+        cpu_op("c10d::alltoall_base_", 28, 1),
+        gloo("all_to_all", 30, 20),
+        cpu_op("aten::mm", 60, 40),
     ]
     rank1 = [
-        _op("aten::mm", 0, 35),
+        cpu_op("aten::mm", 0, 35),
         x(DATA, "user_annotation", 35, 25),
-        _op("c10d::alltoall_base_", 38, 1),
-        _gloo("all_to_all", 40, 10),
-        _op("aten::mm", 60, 40),
+        cpu_op("c10d::alltoall_base_", 38, 1),
+        gloo("all_to_all", 40, 10),
+        cpu_op("aten::mm", 60, 40),
     ]
-    table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
-    _row(table, 0, 1, window=100, busy=60, straggler_wait=10, exposed_comm=12, host_idle=18)
-    _row(table, 1, 1, window=100, busy=75, exposed_comm=12, host_idle=13)
+    table = checked_table(load_docs(tmp_path, [cpu_doc(0, rank0), cpu_doc(1, rank1)]))
+    expect_row(table, 0, 1, window=100, busy=60, straggler_wait=10, exposed_comm=12, host_idle=18)
+    expect_row(table, 1, 1, window=100, busy=75, exposed_comm=12, host_idle=13)
 
 
 # ------------------------------------------------------------ 3. matching without Seq
@@ -155,12 +147,12 @@ def test_an_extra_collective_before_the_first_step_shifts_nothing(tmp_path):
     """
     steps = ((1, 0, 100), (2, 100, 100))
     rank0 = [
-        _gloo("all_reduce", -30, 10),
-        _gloo("all_reduce", 40, 20),
-        _gloo("all_reduce", 150, 10),
+        gloo("all_reduce", -30, 10),
+        gloo("all_reduce", 40, 20),
+        gloo("all_reduce", 150, 10),
     ]
-    rank1 = [_gloo("all_reduce", 50, 10), _gloo("all_reduce", 140, 20)]
-    run = _load(tmp_path, [_cpu_doc(0, rank0, steps=steps), _cpu_doc(1, rank1, steps=steps)])
+    rank1 = [gloo("all_reduce", 50, 10), gloo("all_reduce", 140, 20)]
+    run = load_docs(tmp_path, [cpu_doc(0, rank0, steps=steps), cpu_doc(1, rank1, steps=steps)])
     result = analyze(run)
     assert result.collectives.problems[["key", "issue", "ranks"]].values.tolist() == [
         ["all_reduce @-1 #0", "missing on ranks [1]", [0]]
@@ -170,11 +162,11 @@ def test_an_extra_collective_before_the_first_step_shifts_nothing(tmp_path):
         ["all_reduce @1 #0", 1],
         ["all_reduce @2 #0", 0],
     ]
-    table = _table(run)
-    _row(table, 0, 1, window=100, busy=80, straggler_wait=10, exposed_comm=10)
-    _row(table, 1, 1, window=100, busy=90, exposed_comm=10)
-    _row(table, 0, 2, window=100, busy=90, exposed_comm=10)
-    _row(table, 1, 2, window=100, busy=80, straggler_wait=10, exposed_comm=10)
+    table = checked_table(run)
+    expect_row(table, 0, 1, window=100, busy=80, straggler_wait=10, exposed_comm=10)
+    expect_row(table, 1, 1, window=100, busy=90, exposed_comm=10)
+    expect_row(table, 0, 2, window=100, busy=90, exposed_comm=10)
+    expect_row(table, 1, 2, window=100, busy=80, straggler_wait=10, exposed_comm=10)
 
 
 def test_ranks_that_disagree_on_the_step_are_not_paired(tmp_path):
@@ -188,11 +180,11 @@ def test_ranks_that_disagree_on_the_step_are_not_paired(tmp_path):
         r1 gloo   |             |   |uuuu|       [105, 120): step 2
     """
     steps = ((1, 0, 100), (2, 100, 100))
-    run = _load(
+    run = load_docs(
         tmp_path,
         [
-            _cpu_doc(0, [_gloo("all_reduce", 90, 20)], steps=steps),
-            _cpu_doc(1, [_gloo("all_reduce", 105, 15)], steps=steps),
+            cpu_doc(0, [gloo("all_reduce", 90, 20)], steps=steps),
+            cpu_doc(1, [gloo("all_reduce", 105, 15)], steps=steps),
         ],
     )
     colls = analyze(run).collectives
@@ -201,10 +193,10 @@ def test_ranks_that_disagree_on_the_step_are_not_paired(tmp_path):
         ["all_reduce @1 #0", "missing on ranks [1]"],
         ["all_reduce @2 #0", "missing on ranks [0]"],
     ]
-    table = _table(run)
-    _row(table, 0, 1, window=100, busy=90, unattributed=10)
-    _row(table, 0, 2, window=100, busy=90, unattributed=10)
-    _row(table, 1, 2, window=100, busy=85, unattributed=15)
+    table = checked_table(run)
+    expect_row(table, 0, 1, window=100, busy=90, unattributed=10)
+    expect_row(table, 0, 2, window=100, busy=90, unattributed=10)
+    expect_row(table, 1, 2, window=100, busy=85, unattributed=15)
 
 
 def test_an_instance_whose_ends_spread_far_more_than_the_others_is_not_paired(tmp_path):
@@ -216,22 +208,24 @@ def test_an_instance_whose_ends_spread_far_more_than_the_others_is_not_paired(tm
     steps = tuple((n, 1_000_000 * (n - 1), 1_000_000) for n in (1, 2, 3, 4))
     rank0, rank1 = [], []
     for n, base, _ in steps:
-        rank0.append(_gloo("all_reduce", base + 10_000, 10_000))
+        rank0.append(gloo("all_reduce", base + 10_000, 10_000))
         late_end = 100_000 if n == 3 else 1
-        rank1.append(_gloo("all_reduce", base + 15_000, 5_000 + late_end))
-    run = _load(tmp_path, [_cpu_doc(0, rank0, steps=steps), _cpu_doc(1, rank1, steps=steps)])
+        rank1.append(gloo("all_reduce", base + 15_000, 5_000 + late_end))
+    run = load_docs(tmp_path, [cpu_doc(0, rank0, steps=steps), cpu_doc(1, rank1, steps=steps)])
     colls = analyze(run).collectives
     assert colls.problems["key"].tolist() == ["all_reduce @3 #0"]
     assert "end times spread 100.000 ms" in colls.problems["issue"].iloc[0]
     assert sorted(colls.instances["key"].unique()) == [f"all_reduce @{n} #0" for n in (1, 2, 4)]
-    table = _table(run)
-    _row(table, 0, 3, window=1_000_000, busy=990_000, unattributed=10_000)
-    _row(table, 1, 3, window=1_000_000, busy=895_000, unattributed=105_000)
-    _row(table, 0, 1, window=1_000_000, busy=990_000, straggler_wait=5_000, exposed_comm=5_000)
+    table = checked_table(run)
+    expect_row(table, 0, 3, window=1_000_000, busy=990_000, unattributed=10_000)
+    expect_row(table, 1, 3, window=1_000_000, busy=895_000, unattributed=105_000)
+    expect_row(
+        table, 0, 1, window=1_000_000, busy=990_000, straggler_wait=5_000, exposed_comm=5_000
+    )
 
 
 def _two_group_doc(rank: int, events: list[dict]) -> dict:
-    doc = _cpu_doc(rank, events)
+    doc = cpu_doc(rank, events)
     doc["distributedInfo"]["pg_config"] = [
         {"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]},
         {"pg_name": "1", "pg_desc": "freescale_balance", "pg_size": 2, "ranks": [0, 1]},
@@ -263,28 +257,28 @@ def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path)
     """
     rank0 = [
         x("## fsobs:comm:other:1 ##", "user_annotation", 10, 2),
-        _op("c10d::allreduce_", 10, 1),
-        _gloo("all_reduce", 12, 18, tid=GLOO_PG1),
-        _op("c10d::allreduce_", 20, 1),
-        _gloo("all_reduce", 22, 18),
+        cpu_op("c10d::allreduce_", 10, 1),
+        gloo("all_reduce", 12, 18, tid=GLOO_PG1_TID),
+        cpu_op("c10d::allreduce_", 20, 1),
+        gloo("all_reduce", 22, 18),
     ]
     rank1 = [
-        _op("c10d::allreduce_", 4, 1),
-        _gloo("all_reduce", 7, 33),
+        cpu_op("c10d::allreduce_", 4, 1),
+        gloo("all_reduce", 7, 33),
         x("## fsobs:comm:other:1 ##", "user_annotation", 25, 2),
-        _op("c10d::allreduce_", 25, 1),
-        _gloo("all_reduce", 28, 2, tid=GLOO_PG1),
+        cpu_op("c10d::allreduce_", 25, 1),
+        gloo("all_reduce", 28, 2, tid=GLOO_PG1_TID),
     ]
-    run = _load(tmp_path, [_two_group_doc(0, rank0), _two_group_doc(1, rank1)])
+    run = load_docs(tmp_path, [_two_group_doc(0, rank0), _two_group_doc(1, rank1)])
     result = analyze(run)
     assert result.collectives.problems.empty
     inst = result.collectives.instances.sort_values(["group", "rank"])
     assert inst[["group", "rank", "start_ns"]].assign(
         start_ns=lambda f: (f["start_ns"] - run[0].base_time_ns) / 1000
     ).values.tolist() == [["1", 0, 10], ["1", 1, 25], ["default", 0, 20], ["default", 1, 4]]
-    table = _table(run)
-    _row(table, 0, 1, window=100, busy=70, straggler_wait=15, exposed_comm=15)
-    _row(table, 1, 1, window=100, busy=64, straggler_wait=16, exposed_comm=20)
+    table = checked_table(run)
+    expect_row(table, 0, 1, window=100, busy=70, straggler_wait=15, exposed_comm=15)
+    expect_row(table, 1, 1, window=100, busy=64, straggler_wait=16, exposed_comm=20)
     strag = find_stragglers(result.caused, step_times(result.steps), run.rank_ids, TINY)
     assert strag.per_step.loc[0, "rank"] == 0  # caused 16 µs, rank 1 caused 15
     assert strag.per_rank["wait_caused_ms"].tolist() == pytest.approx([0.016, 0.015])
@@ -310,22 +304,22 @@ def test_a_group_with_a_missing_rank_gives_no_waits(tmp_path):
     steps = {1: (0, 100)}
 
     def group0(ts, dur):
-        return _allreduce(ts, dur, 0, pg="0", Process_Group_Ranks="[0, 1, 2]")
+        return allreduce(ts, dur, 0, pg="0", Process_Group_Ranks="[0, 1, 2]")
 
     def group5(ts, dur):
-        return _allreduce(ts, dur, 0, pg="5", stream=24, Process_Group_Ranks="[0, 1]")
+        return allreduce(ts, dur, 0, pg="5", stream=24, Process_Group_Ranks="[0, 1]")
 
     rank0 = [(1, group0(10, 20)), (1, group5(40, 20))]
     rank1 = [(1, group0(20, 10)), (1, group5(50, 10))]
-    docs = [_gpu_doc(r, steps, w, world_size=3) for r, w in ((0, rank0), (1, rank1))]
-    run = _load(tmp_path, docs)
+    docs = [gpu_doc(r, steps, w, world_size=3) for r, w in ((0, rank0), (1, rank1))]
+    run = load_docs(tmp_path, docs)
     result = analyze(run)
     partial = result.collectives.partial
     assert partial.values.tolist() == [["0", [2], 1]]
     assert result.collectives.problems.empty
     assert result.collectives.instances["group"].unique().tolist() == ["5"]
-    table = _table(run)
-    _row(
+    table = checked_table(run)
+    expect_row(
         table,
         0,
         1,
@@ -336,7 +330,7 @@ def test_a_group_with_a_missing_rank_gives_no_waits(tmp_path):
         exposed_comm=10,
         host_idle=10,
     )
-    _row(table, 1, 1, window=40, busy=0, unattributed=10, exposed_comm=10, host_idle=20)
+    expect_row(table, 1, 1, window=40, busy=0, unattributed=10, exposed_comm=10, host_idle=20)
     assert any(
         "misses ranks 2" in line and "every rank of the group" in line for line in findings(result)
     )
@@ -363,13 +357,13 @@ def test_overlapping_waits_are_charged_once_to_the_binding_last_rank(tmp_path):
     steps = {1: (0, 100)}
 
     def pg0(ts, dur):
-        return _allreduce(ts, dur, 0, pg="0", Process_Group_Ranks="[0, 1]")
+        return allreduce(ts, dur, 0, pg="0", Process_Group_Ranks="[0, 1]")
 
     def pg1(ts, dur):
-        return _allreduce(ts, dur, 0, pg="1", stream=24, Process_Group_Ranks="[0, 2]")
+        return allreduce(ts, dur, 0, pg="1", stream=24, Process_Group_Ranks="[0, 2]")
 
     work = {0: [(1, pg0(10, 50)), (1, pg1(20, 40))], 1: [(1, pg0(30, 30))], 2: [(1, pg1(40, 20))]}
-    run = _load(tmp_path, [_gpu_doc(r, steps, w, world_size=3) for r, w in work.items()])
+    run = load_docs(tmp_path, [gpu_doc(r, steps, w, world_size=3) for r, w in work.items()])
     result = analyze(run)
     bubbles = {sb.rank: sb for sb in result.bubbles}
     assert bubbles[0].caused_ns == {1: 10_000, 2: 20_000}
@@ -392,9 +386,9 @@ def test_equal_waits_are_a_tie_and_tiny_waits_name_no_straggler(tmp_path):
         rank 1         |xxxx|~~~~|xxxx|                rank 1         |xxxx|
     """
     steps = ((1, 0, 100), (2, 100, 100))
-    rank0 = [_gloo("all_reduce", 0, 20), _gloo("all_reduce", 30, 10), _gloo("all_reduce", 100, 10)]
-    rank1 = [_gloo("all_reduce", 10, 10), _gloo("all_reduce", 20, 20), _gloo("all_reduce", 105, 5)]
-    run = _load(tmp_path, [_cpu_doc(0, rank0, steps=steps), _cpu_doc(1, rank1, steps=steps)])
+    rank0 = [gloo("all_reduce", 0, 20), gloo("all_reduce", 30, 10), gloo("all_reduce", 100, 10)]
+    rank1 = [gloo("all_reduce", 10, 10), gloo("all_reduce", 20, 20), gloo("all_reduce", 105, 5)]
+    run = load_docs(tmp_path, [cpu_doc(0, rank0, steps=steps), cpu_doc(1, rank1, steps=steps)])
     result = analyze(run)
     strag = find_stragglers(result.caused, step_times(result.steps), run.rank_ids, TINY)
     first, second = strag.per_step.to_dict("records")
@@ -413,7 +407,7 @@ def test_equal_waits_are_a_tie_and_tiny_waits_name_no_straggler(tmp_path):
 
 
 def _stepless_doc(rank: int, events: list[dict]) -> dict:
-    names = [thread_name(GLOO, "pt_gloo_runloop")]
+    names = [thread_name(GLOO_TID, "pt_gloo_runloop")]
     return trace([*names, *events], rank=rank, world_size=2, backend="gloo")
 
 
@@ -431,15 +425,15 @@ def test_a_trace_without_steps_is_one_window_per_rank(tmp_path):
 
     rank 0: window [0, 50): busy 30, wait 10, exposed 10. rank 1: [0, 60): busy 50, exposed 10.
     """
-    rank0 = [_op("aten::mm", 0, 30), _gloo("all_reduce", 30, 20)]
-    rank1 = [_op("aten::mm", 0, 40), _gloo("all_reduce", 40, 10), _op("aten::add", 50, 10)]
-    run = _load(tmp_path, [_stepless_doc(0, rank0), _stepless_doc(1, rank1)])
+    rank0 = [cpu_op("aten::mm", 0, 30), gloo("all_reduce", 30, 20)]
+    rank1 = [cpu_op("aten::mm", 0, 40), gloo("all_reduce", 40, 10), cpu_op("aten::add", 50, 10)]
+    run = load_docs(tmp_path, [_stepless_doc(0, rank0), _stepless_doc(1, rank1)])
     assert run.steps == [0]
     assert {t.step_source for t in run.ranks.values()} == {"whole trace"}
     assert any("one window (step 0)" in w for w in run.warnings)
-    table = _table(run)
-    _row(table, 0, 0, window=50, busy=30, straggler_wait=10, exposed_comm=10)
-    _row(table, 1, 0, window=60, busy=50, exposed_comm=10)
+    table = checked_table(run)
+    expect_row(table, 0, 0, window=50, busy=30, straggler_wait=10, exposed_comm=10)
+    expect_row(table, 1, 0, window=60, busy=50, exposed_comm=10)
 
 
 def test_a_step_marker_makes_the_users_ranges_the_steps(tmp_path):
@@ -467,19 +461,19 @@ def test_a_step_marker_makes_the_users_ranges_the_steps(tmp_path):
         ]
         return _stepless_doc(rank, [*ranges, *work])
 
-    rank0 = [_op("aten::mm", 0, 30), _gloo("all_reduce", 30, 15)]
-    rank0 += [_op("aten::mm", 50, 30), _gloo("all_reduce", 80, 10)]
-    rank1 = [_op("aten::mm", 0, 40), _gloo("all_reduce", 40, 5)]
-    rank1 += [_op("aten::mm", 50, 20), _gloo("all_reduce", 70, 20)]
+    rank0 = [cpu_op("aten::mm", 0, 30), gloo("all_reduce", 30, 15)]
+    rank0 += [cpu_op("aten::mm", 50, 30), gloo("all_reduce", 80, 10)]
+    rank1 = [cpu_op("aten::mm", 0, 40), gloo("all_reduce", 40, 5)]
+    rank1 += [cpu_op("aten::mm", 50, 20), gloo("all_reduce", 70, 20)]
     for r, work in ((0, rank0), (1, rank1)):
         write(tmp_path / f"rank{r}.json", doc(r, work))
     run = fsobs.load_run(tmp_path, fsobs.LoadConfig(step_marker="train_step"))
     assert run.steps == [0, 1]
-    table = _table(run)
-    _row(table, 0, 0, window=50, busy=35, straggler_wait=10, exposed_comm=5)
-    _row(table, 1, 0, window=50, busy=45, exposed_comm=5)
-    _row(table, 0, 1, window=50, busy=40, exposed_comm=10)
-    _row(table, 1, 1, window=50, busy=30, straggler_wait=10, exposed_comm=10)
+    table = checked_table(run)
+    expect_row(table, 0, 0, window=50, busy=35, straggler_wait=10, exposed_comm=5)
+    expect_row(table, 1, 0, window=50, busy=45, exposed_comm=5)
+    expect_row(table, 0, 1, window=50, busy=40, exposed_comm=10)
+    expect_row(table, 1, 1, window=50, busy=30, straggler_wait=10, exposed_comm=10)
 
 
 # -------------------------------------------------------------------------- 6. findings
@@ -498,18 +492,16 @@ def test_findings_report_large_other_and_steps_missing_on_some_ranks(tmp_path):
     other 10, host_idle 60; rank 1: window [10, 50): busy 30, other 10. other = 20 of 140
     (14.3%) of the window: above the 5% it should be.
     """
-    from tests.test_bubbles import _gemm, _memcpy
-
-    step1 = [(1, _gemm(10, 30)), (1, _memcpy(40, 10, stream=8))]
+    step1 = [(1, gemm(10, 30)), (1, memcpy(40, 10, stream=8))]
     docs = [
-        _gpu_doc(0, {1: (0, 100), 2: (100, 100)}, [*step1, (2, _gemm(110, 10))]),
-        _gpu_doc(1, {1: (0, 100)}, [(1, _gemm(10, 30)), (1, _memcpy(40, 10, stream=8))]),
+        gpu_doc(0, {1: (0, 100), 2: (100, 100)}, [*step1, (2, gemm(110, 10))]),
+        gpu_doc(1, {1: (0, 100)}, [(1, gemm(10, 30)), (1, memcpy(40, 10, stream=8))]),
     ]
-    run = _load(tmp_path, docs)
+    run = load_docs(tmp_path, docs)
     assert run.steps == [1]
-    table = _table(run)
-    _row(table, 0, 1, window=100, busy=30, other=10, host_idle=60)
-    _row(table, 1, 1, window=40, busy=30, other=10)
+    table = checked_table(run)
+    expect_row(table, 0, 1, window=100, busy=30, other=10, host_idle=60)
+    expect_row(table, 1, 1, window=40, busy=30, other=10)
     lines = findings(analyze(run))
     assert any(line.startswith("'other' takes 14.3% of the window") for line in lines)
     assert "step(s) 2 are missing on some ranks: left out of the analysis" in lines
@@ -545,15 +537,15 @@ def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
     def doc(rank: int, asks: tuple[float, float], a2a: tuple[float, float], ar) -> dict:
         events = [
             x("## fsobs:comm:embedding:2 ##", "user_annotation", asks[0], 1),
-            _op("c10d::alltoall_base_", asks[0], 1),
+            cpu_op("c10d::alltoall_base_", asks[0], 1),
             x("## fsobs:comm:dense:3 ##", "user_annotation", asks[1], 1),
-            _op("c10d::allreduce_", asks[1], 1),
-            _gloo("all_to_all", *a2a, tid=GLOO_PG1),
-            _gloo("all_reduce", *ar, tid=400),
+            cpu_op("c10d::allreduce_", asks[1], 1),
+            gloo("all_to_all", *a2a, tid=GLOO_PG1_TID),
+            gloo("all_reduce", *ar, tid=400),
         ]
-        return _cpu_doc(rank, events)
+        return cpu_doc(rank, events)
 
-    run = _load(
+    run = load_docs(
         tmp_path,
         [doc(0, (5, 8), (10, 30), (10, 20)), doc(1, (19, 24), (20, 20), (25, 5))],
     )
@@ -563,9 +555,9 @@ def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
         ["2", "embedding", "all_to_all"],
         ["3", "dense", "all_reduce"],
     ]
-    table = _table(run)
-    _row(table, 0, 1, window=100, busy=65, straggler_wait=19, exposed_comm=16)
-    _row(table, 1, 1, window=100, busy=79, exposed_comm=21)
+    table = checked_table(run)
+    expect_row(table, 0, 1, window=100, busy=65, straggler_wait=19, exposed_comm=16)
+    expect_row(table, 1, 1, window=100, busy=79, exposed_comm=21)
     roles = by_role(result.roles)
     assert roles["embedding"] == pytest.approx(
         {"straggler_wait_ms_per_step": 0.0015, "exposed_comm_ms_per_step": 0.0185}
@@ -584,20 +576,20 @@ def test_roles_from_the_nccl_group_description_and_from_run_json(tmp_path):
     steps = {1: (0, 100)}
 
     def emb(ts, dur):
-        return _allreduce(ts, dur, 0, pg="4", Process_Group_Description="freescale_emb")
+        return allreduce(ts, dur, 0, pg="4", Process_Group_Description="freescale_emb")
 
-    docs = [_gpu_doc(0, steps, [(1, emb(10, 20))]), _gpu_doc(1, steps, [(1, emb(20, 10))])]
-    roles = by_role(analyze(_load(tmp_path / "gpu", docs)).roles)
+    docs = [gpu_doc(0, steps, [(1, emb(10, 20))]), gpu_doc(1, steps, [(1, emb(20, 10))])]
+    roles = by_role(analyze(load_docs(tmp_path / "gpu", docs)).roles)
     assert roles["embedding"]["straggler_wait_ms_per_step"] == pytest.approx(0.005)  # 10/2 µs
 
-    rank0 = [_gloo("all_reduce", 10, 20)]
-    rank1 = [_gloo("all_reduce", 20, 10)]
-    gloo = tmp_path / "gloo"
+    rank0 = [gloo("all_reduce", 10, 20)]
+    rank1 = [gloo("all_reduce", 20, 10)]
+    gloo_dir = tmp_path / "gloo"
     for r, events in ((0, rank0), (1, rank1)):
-        write(gloo / f"rank{r}.json", _cpu_doc(r, events))
+        write(gloo_dir / f"rank{r}.json", cpu_doc(r, events))
     layout = {"dense": {"pg_name": "default"}, "embedding": {"pg_name": "7"}}
-    (gloo / "run.json").write_text(json.dumps({"world_size": 2, "process_groups": layout}))
-    roles = by_role(analyze(fsobs.load_run(gloo)).roles)
+    (gloo_dir / "run.json").write_text(json.dumps({"world_size": 2, "process_groups": layout}))
+    roles = by_role(analyze(fsobs.load_run(gloo_dir)).roles)
     assert roles["dense"]["straggler_wait_ms_per_step"] == pytest.approx(0.005)
     assert roles["embedding"]["straggler_wait_ms_per_step"] == 0.0
 
@@ -620,21 +612,21 @@ def test_an_async_collective_issued_before_the_data_range_does_not_block_it(tmp_
     [60, 100) = 50.   rank 1: blocked [48, 60) exposed 12; busy 88.
     """
     rank0 = [
-        _op("aten::mm", 0, 10),
-        _op("c10d::alltoall_base_", 10, 1),
-        _gloo("all_to_all", 11, 49),
+        cpu_op("aten::mm", 0, 10),
+        cpu_op("c10d::alltoall_base_", 10, 1),
+        gloo("all_to_all", 11, 49),
         x(DATA, "user_annotation", 12, 28),
-        _op("aten::mm", 60, 40),
+        cpu_op("aten::mm", 60, 40),
     ]
     rank1 = [
-        _op("aten::mm", 0, 48),
-        _op("c10d::alltoall_base_", 48, 1),
-        _gloo("all_to_all", 50, 10),
-        _op("aten::mm", 60, 40),
+        cpu_op("aten::mm", 0, 48),
+        cpu_op("c10d::alltoall_base_", 48, 1),
+        gloo("all_to_all", 50, 10),
+        cpu_op("aten::mm", 60, 40),
     ]
-    table = _table(_load(tmp_path, [_cpu_doc(0, rank0), _cpu_doc(1, rank1)]))
-    _row(table, 0, 1, window=100, busy=50, straggler_wait=10, exposed_comm=12, host_idle=28)
-    _row(table, 1, 1, window=100, busy=88, exposed_comm=12)
+    table = checked_table(load_docs(tmp_path, [cpu_doc(0, rank0), cpu_doc(1, rank1)]))
+    expect_row(table, 0, 1, window=100, busy=50, straggler_wait=10, exposed_comm=12, host_idle=28)
+    expect_row(table, 1, 1, window=100, busy=88, exposed_comm=12)
 
 
 # ----------------------------------------------------------- 12. contention and copy engines
@@ -657,9 +649,8 @@ def test_contention_compares_like_kernels_and_ignores_copy_engine_transfers(tmp_
     engines take no SMs) -> median 30; during NCCL 34: +4. Total 9 µs. (By name alone the
     median of 10, 10, 30, 40, 30 would be 30, giving 0 + 4 = 4.)
     """
-    from tests.kineto import kernel, launch
 
-    def gemm(ts, dur, corr, grid):
+    def grid_gemm(ts, dur, corr, grid):
         return kernel("gemm", ts, dur, corr=corr, grid=[grid, 1, 1], block=[128, 1, 1])
 
     def nccl(ts, dur, corr, seq):
@@ -686,20 +677,21 @@ def test_contention_compares_like_kernels_and_ignores_copy_engine_transfers(tmp_
         correlation=9,
     )
     gpu = [
-        gemm(0, 10, 1, 1), gemm(20, 15, 2, 1), gemm(60, 10, 3, 1),
-        gemm(80, 30, 4, 2), gemm(106, 40, 5, 2), gemm(140, 30, 6, 2), gemm(172, 34, 7, 2),
+        grid_gemm(0, 10, 1, 1), grid_gemm(20, 15, 2, 1), grid_gemm(60, 10, 3, 1),
+        grid_gemm(80, 30, 4, 2), grid_gemm(106, 40, 5, 2), grid_gemm(140, 30, 6, 2),
+        grid_gemm(172, 34, 7, 2),
         nccl(18, 22, 8, 0), nccl(170, 30, 10, 1), copy,
     ]  # fmt: skip
     cpu = [step(1, -50, 400)] + [launch(-40 + corr, corr, dur=0.5) for corr in range(1, 11)]
     cpu.append(x("## fsobs:comm:embedding:2 ##", "user_annotation", -32, 2))  # around corr 9
-    run = _load(tmp_path, [trace(cpu + gpu, rank=0, world_size=1)])
+    run = load_docs(tmp_path, [trace(cpu + gpu, rank=0, world_size=1)])
     events = run[0].events
     assert events.loc[events["name"] == "Memcpy DtoD (Device -> Device)", "kind"].tolist() == [
         "comm"
     ]
     colls = run[0].collectives
     assert colls.loc[colls["source"] == "launch_context", "coll"].tolist() == ["transfer"]
-    table = _table(run)
+    table = checked_table(run)
     assert table.loc[(0, 1), "contention_ms"] == pytest.approx(0.009, abs=1e-9)
 
 
@@ -719,14 +711,14 @@ def test_gloo_collectives_are_paired_with_their_enqueues_first_in_first_out(tmp_
     the collective: in flight from 12).
     """
     events = [
-        _gloo("all_reduce", 2, 4),
+        gloo("all_reduce", 2, 4),
         *(x("## fsobs:comm:dense:0 ##", "user_annotation", t, 1) for t in (10, 11, 12)),
-        *(_op("c10d::allreduce_", t, 1) for t in (10, 11, 12)),
-        _gloo("all_reduce", 10, 10),
-        _gloo("all_reduce", 11, 19, tid=GLOO_PG1),
-        _gloo("all_reduce", 30, 10),
+        *(cpu_op("c10d::allreduce_", t, 1) for t in (10, 11, 12)),
+        gloo("all_reduce", 10, 10),
+        gloo("all_reduce", 11, 19, tid=GLOO_PG1_TID),
+        gloo("all_reduce", 30, 10),
     ]
-    run = _load(tmp_path, [_cpu_doc(0, events, world_size=1)])
+    run = load_docs(tmp_path, [cpu_doc(0, events, world_size=1)])
     colls = (
         run[0]
         .collectives.merge(run[0].events[["ts_ns"]], left_on="row", right_index=True)
@@ -736,9 +728,9 @@ def test_gloo_collectives_are_paired_with_their_enqueues_first_in_first_out(tmp_
     asked = [(e - base) / 1000 if e >= 0 else None for e in colls["enqueue_ns"]]
     assert asked == [None, 10, 11, 12]
     assert colls["role"].tolist()[1:] == ["dense"] * 3
-    table = _table(run)
+    table = checked_table(run)
     # in flight [2, 6) and [10, 40): 34 µs; rank 0 alone: nothing to wait for, all exposed
-    _row(table, 0, 1, window=100, busy=66, exposed_comm=34)
+    expect_row(table, 0, 1, window=100, busy=66, exposed_comm=34)
 
 
 def test_a_gloo_collective_belongs_to_the_step_that_asked_for_it(tmp_path):
@@ -758,19 +750,19 @@ def test_a_gloo_collective_belongs_to_the_step_that_asked_for_it(tmp_path):
     """
     steps = ((1, 0, 50), (2, 50, 50))
     docs = [
-        _cpu_doc(
+        cpu_doc(
             rank,
             [
-                _op("c10d::allreduce_", 40, 1),
-                _op("c10d::allreduce_", 70, 1),
-                _gloo("all_reduce", first, 60 - first),
-                _gloo("all_reduce", second, 80 - second),
+                cpu_op("c10d::allreduce_", 40, 1),
+                cpu_op("c10d::allreduce_", 70, 1),
+                gloo("all_reduce", first, 60 - first),
+                gloo("all_reduce", second, 80 - second),
             ],
             steps=steps,
         )
         for rank, first, second in ((0, 55, 75), (1, 42, 72))
     ]
-    run = _load(tmp_path, docs)
+    run = load_docs(tmp_path, docs)
     colls = analyze(run).collectives
     assert colls.problems.empty
     inst = colls.instances.sort_values(["instance", "rank"])

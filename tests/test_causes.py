@@ -10,8 +10,7 @@ import pytest
 import fsobs
 from fsobs.analysis import analyze
 from fsobs.report import findings, to_json
-from tests.kineto import write
-from tests.test_bubbles_rules import _cpu_doc, _gloo, _op
+from tests.kineto import cpu_doc, cpu_op, gloo, write
 
 MS = 1000  # the trace's µs per ms
 
@@ -24,10 +23,10 @@ def _run(tmp_path, pauses: bool):
     rank 1    |=======mm=======|xx|           |    busy 90
     """
     docs = [
-        _cpu_doc(0, [_op("aten::mm", 0, 40 * MS), _gloo("all_reduce", 40 * MS, 30 * MS)],
-                 steps=((1, 0, 100 * MS),)),
-        _cpu_doc(1, [_op("aten::mm", 0, 60 * MS), _gloo("all_reduce", 60 * MS, 10 * MS)],
-                 steps=((1, 0, 100 * MS),)),
+        cpu_doc(0, [cpu_op("aten::mm", 0, 40 * MS), gloo("all_reduce", 40 * MS, 30 * MS)],
+                steps=((1, 0, 100 * MS),)),
+        cpu_doc(1, [cpu_op("aten::mm", 0, 60 * MS), gloo("all_reduce", 60 * MS, 10 * MS)],
+                steps=((1, 0, 100 * MS),)),
     ]  # fmt: skip
     side = {0: (100.0, 0.0, 70.0), 1: (110.0, 2.0, 86.0)}  # est_cost, gc_ms, cpu_ms
     for doc in docs:

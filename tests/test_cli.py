@@ -19,7 +19,7 @@ from fsobs.cli import build_parser, main
 from fsobs.trace import LoadConfig, loader
 from fsobs.workload import launch
 from fsobs.workload.launch import LaunchConfig
-from tests.test_hta_agreement import REFERENCE
+from tests.kineto import REFERENCE
 
 ROOT = Path(__file__).resolve().parents[1]
 

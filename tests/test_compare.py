@@ -4,8 +4,8 @@ Two kinds of input:
 
 - analyses whose bubble table is written by hand (``_analysis``; the KPIs come from the real
   :func:`fsobs.analysis.kpis`), for exact reductions, the bootstrap and the batch checks;
-- hand-built two-rank GPU runs on disk (``write_gpu_run``), analyzed end to end, for the
-  reduction through the whole pipeline and for the CLI.
+- hand-built two-rank GPU runs on disk (``write_allreduce_run`` of tests/kineto.py), analyzed
+  end to end, for the reduction through the whole pipeline and for the CLI.
 """
 
 from __future__ import annotations
@@ -31,10 +31,7 @@ from fsobs.cli.run import job_args
 from fsobs.report import compare_json
 from fsobs.runformat import RunMeta
 from fsobs.trace.schema import Run
-from tests.kineto import kernel, launch, step, trace, write
-from tests.test_hta_agreement import REFERENCE
-
-NCCL_ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+from tests.kineto import REFERENCE, write_allreduce_run
 
 # ------------------------------------------------------------------ hand-written bubble tables
 
@@ -361,65 +358,6 @@ def test_json_is_strict():
 
 # ------------------------------------------------------------- hand-built GPU runs on disk
 
-
-def write_gpu_run(
-    run_dir: Path,
-    compute_us: list[tuple[float, float]],
-    *,
-    lengths: list[tuple[list[int], list[int]]] | None = None,
-    meta: dict[str, Any] | None = None,
-) -> Path:
-    """Two GPU ranks; in step n (ProfilerStep#n, n = 1, 2, ...) rank r computes
-    ``compute_us[n-1][r]`` µs, then both meet in an all_reduce that lasts 20 µs after the last
-    arrival. With M = max over the ranks, the step starts at T::
-
-        t (µs)   T+10        T+10+c_r     T+10+M     T+30+M           T+60+M = next T+10
-        rank r   |=====c_r=====|~~~wait~~~~|xxxxxxxxxx|    (host idle)   |
-                 <------------------------ window: M + 50 ------------->
-
-    busy = c_r, straggler_wait = M - c_r, exposed_comm = 20, host_idle = 30, so bubble =
-    M + 50 - c_r; the last step's window ends with its all_reduce (no host idle: M + 20 - c_r).
-    ``lengths`` (per step, per rank) become the step sidecars; ``meta`` the run.json.
-    """
-    docs: list[list[dict]] = [[], []]
-    start = 0.0
-    for n, costs in enumerate(compute_us, start=1):
-        last = max(costs)
-        for rank, cost in enumerate(costs):
-            gemm = kernel("gemm", start + 10, cost, stream=7, corr=2 * n)
-            coll = kernel(
-                NCCL_ALLREDUCE,
-                start + 10 + cost,
-                last - cost + 20,
-                stream=20,
-                corr=2 * n + 1,
-                Collective_name="allreduce",
-                Process_Group_Name="0",
-                Seq=n,
-                In_msg_nelems=1024,
-                dtype="Float",
-            )
-            docs[rank] += [
-                step(n, start, last + 50),
-                launch(start + 1, 2 * n, dur=0.5),
-                launch(start + 2, 2 * n + 1, dur=0.5),
-                gemm,
-                coll,
-            ]
-        start += last + 50
-    for rank, events in enumerate(docs):
-        write(run_dir / f"rank{rank}.trace.json", trace(events, rank=rank, world_size=2))
-    for rank in range(2) if lengths else ():
-        records = [
-            json.dumps({"step": n, "num_samples": len(ls[rank]), "seq_lengths": ls[rank]})
-            for n, ls in enumerate(lengths, start=1)
-        ]
-        (run_dir / f"steps.rank{rank}.jsonl").write_text("\n".join(records) + "\n")
-    if meta is not None:
-        (run_dir / "run.json").write_text(json.dumps(meta))
-    return run_dir
-
-
 UNEVEN = [(100.0, 300.0)] * 4
 EVEN = [(200.0, 200.0)] * 4
 # mean bubble per step over the ranks: three steps of M + 50 - mean(c), then M + 20 - mean(c)
@@ -431,10 +369,10 @@ TEST_BUBBLE_US = (3 * (200 + 50 - 200) + (200 + 20 - 200)) / 4
 def gpu_runs(tmp_path):
     batch = [([10, 20], [30, 40])] * 4
     meta = {"name": "uneven", "world_size": 2, "status": "complete", "workload": WORKLOAD}
-    control = write_gpu_run(tmp_path / "control", UNEVEN, lengths=batch, meta=meta)
+    control = write_allreduce_run(tmp_path / "control", UNEVEN, lengths=batch, meta=meta)
     moved = [([10, 40], [30, 20])] * 4  # same global batch, other split
     meta = meta | {"name": "even"}
-    test = write_gpu_run(tmp_path / "test", EVEN, lengths=moved, meta=meta)
+    test = write_allreduce_run(tmp_path / "test", EVEN, lengths=moved, meta=meta)
     return control, test
 
 

@@ -14,8 +14,7 @@ from fsobs.analysis import analyze_path, fit_cost, fit_points
 from fsobs.analysis.costfit import nonnegative_lstsq
 from fsobs.cli import main
 from optim.balance import CostModel
-from tests.test_compare import write_gpu_run
-from tests.test_hta_agreement import REFERENCE
+from tests.kineto import REFERENCE, write_allreduce_run
 
 
 def _points(lengths: list[list[int]], c0: float, a: float, b: float) -> tuple:
@@ -132,7 +131,7 @@ def test_fit_cost_on_an_analyzed_gpu_run(tmp_path):
         return 2 * len(ls) + sum(ls) / 100 + sum(v * v for v in ls) / 1000
 
     compute = [(busy_us(a), busy_us(b)) for a, b in lengths]
-    run_dir = write_gpu_run(tmp_path / "run", compute, lengths=lengths)
+    run_dir = write_allreduce_run(tmp_path / "run", compute, lengths=lengths)
     fit = fit_cost(analyze_path(run_dir))
     assert fit.n_points == 8
     assert [fit.model.c0, fit.model.a, fit.model.b] == pytest.approx([2000, 10, 1], rel=1e-6)
@@ -156,7 +155,7 @@ def fit_run(tmp_path):
     compute = [
         tuple(sum(1 + 0.1 * v + v * v / 1000 for v in ls) for ls in pair) for pair in lengths
     ]
-    return write_gpu_run(tmp_path / "run", compute, lengths=lengths)
+    return write_allreduce_run(tmp_path / "run", compute, lengths=lengths)
 
 
 def test_cli_fit_cost_writes_the_model(fit_run, capsys):
@@ -190,7 +189,7 @@ def test_cli_fit_cost_refuses_a_zero_model(tmp_path, capsys):
     """Rank 0 computes 100 µs per step but trains no sample; rank 1 trains samples in 0 µs: the
     busy time is orthogonal to every feature, the fit is all zero and refused (exit 2)."""
     lengths = [([], [10, 20]), ([], [30]), ([], [5, 5, 5]), ([], [40, 1])]
-    run = write_gpu_run(tmp_path / "run", [(100.0, 0.0)] * 4, lengths=lengths)
+    run = write_allreduce_run(tmp_path / "run", [(100.0, 0.0)] * 4, lengths=lengths)
     assert main(["fit-cost", str(run)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""

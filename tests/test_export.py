@@ -17,11 +17,12 @@ from fsobs.analysis import analyze_path
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import bubble_table
 from fsobs.cli import main
-from fsobs.export import CATEGORY, PID, ExportError, export_run
+from fsobs.errors import ExportError
+from fsobs.export import CATEGORY, PID, export_run
 from fsobs.runformat import RunMeta
 from fsobs.trace._decode import read_trace_bytes
 from tests import kineto as k
-from tests.test_hta_agreement import REFERENCE
+from tests.kineto import REFERENCE
 
 GLOO = REFERENCE / "synthetic_gloo_a2a_straggler_4rank"
 RECSYS = REFERENCE / "hta_recsys_a2a_2rank"

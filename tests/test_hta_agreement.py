@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,8 +12,8 @@ import pytest
 import fsobs
 from fsobs.analysis import analyze_path
 from fsobs.analysis.hta_compat import HtaView, _hta_merge, comm_comp_overlap, temporal_breakdown
+from tests.kineto import REFERENCE
 
-REFERENCE = Path(__file__).resolve().parents[1] / "traces" / "reference"
 GPU_FOLDERS = [
     "hta_recsys_a2a_2rank",
     "hta_recsys_a2a_rs_16rank_rank0",

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 
+from fsobs.runformat import trace_file_name
 from fsobs.simulate.kineto_writer import (
     COMPACT,
     KINETO,
@@ -15,7 +16,6 @@ from fsobs.simulate.kineto_writer import (
     footer,
     header,
     process_group,
-    trace_file_name,
     us,
 )
 

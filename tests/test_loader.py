@@ -8,7 +8,18 @@ import pytest
 import fsobs
 from fsobs.runformat import names
 from fsobs.trace import LoadConfig, loader
-from tests.kineto import BASE_NS, MAIN_TID, kernel, launch, step, thread_name, trace, write, x
+from tests.kineto import (
+    BASE_NS,
+    MAIN_TID,
+    REFERENCE,
+    kernel,
+    launch,
+    step,
+    thread_name,
+    trace,
+    write,
+    x,
+)
 
 
 def _events(path):
@@ -263,8 +274,6 @@ def test_list_of_files(tmp_path):
 
 
 def test_every_reference_trace_loads():
-    from tests.test_hta_agreement import REFERENCE
-
     files = sorted(REFERENCE.rglob("*.json.gz"))
     assert len(files) >= 15
     for path in files:

@@ -8,8 +8,7 @@ import json
 import pytest
 
 from fsobs.trace import _build, _stream
-from tests.kineto import kernel, launch, step, trace, x
-from tests.test_hta_agreement import REFERENCE
+from tests.kineto import REFERENCE, kernel, launch, step, trace, x
 
 BIG = 2**34
 

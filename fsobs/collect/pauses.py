@@ -1,7 +1,7 @@
 """Why a rank was slow in a step, measured where it happens: GC pauses, CPU time, preemption.
 
 :class:`StepMonitor` watches the training thread, step by step, and gives the step sidecar
-(:mod:`fsobs.collect.sidecar`) five numbers per step::
+(:mod:`fsobs.runformat.steps`) five numbers per step::
 
     gc_count, gc_ms, gc_max_gen   Python's garbage collector (``gc.callbacks``): pauses in the
                                   step, their total and the oldest generation collected

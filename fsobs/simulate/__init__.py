@@ -14,17 +14,16 @@ Names are imported lazily: importing the package loads neither writer.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from optim._lazy import lazy_attributes
 
 _SYNTHETIC = ("SyntheticRunConfig", "kernels_for_size", "write_gpu_run")
 _SIMULATOR = ("SimConfig", "calibrate", "simulate", "write_run", "truth_frame", "truth_error")
 __all__ = [*_SYNTHETIC, *_SIMULATOR]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _SYNTHETIC:
-        return getattr(importlib.import_module("fsobs.simulate.synthetic_kineto"), name)
-    if name in _SIMULATOR:
-        return getattr(importlib.import_module("fsobs.simulate.simulator"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {
+        **dict.fromkeys(_SYNTHETIC, ".synthetic_kineto"),
+        **dict.fromkeys(_SIMULATOR, ".simulator"),
+    },
+)

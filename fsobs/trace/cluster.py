@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fsobs.errors import FsobsError
+from fsobs.errors import ClusterError, FsobsError
 
 SCHEDULER_ENV = "FSOBS_DASK_SCHEDULER"
 """Environment variable naming the Dask scheduler when ``LoadConfig.scheduler`` is None."""
@@ -36,11 +36,6 @@ CONNECT_TIMEOUT_S = 30
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-class ClusterError(FsobsError):
-    """The Dask cluster cannot be used, or lost a file's task for good (the message says which
-    file, and why)."""
 
 
 Progress = Callable[[int, int], None]

@@ -18,8 +18,9 @@ Modules (torch-free ones import without torch; names load lazily from them on fi
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from optim._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from fsobs.workload.batch import Batch, collate
@@ -76,14 +77,6 @@ __all__ = [
     "wrap_model",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _SOURCES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(
+    __name__, {name: f".{module}" for name, module in _SOURCES.items()}
+)

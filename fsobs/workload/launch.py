@@ -41,7 +41,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from fsobs.errors import FsobsError
+from fsobs.errors import LaunchError
 
 LOG_DIR = "logs"
 AGENT_LOG = "torchrun.log"
@@ -50,10 +50,6 @@ TAIL_LINES = 20
 POLL_S = 0.25
 STANDALONE = ("--standalone", "--local-addr=127.0.0.1")
 """torchrun flags of a run on this node alone (no ``rdzv`` flags given)."""
-
-
-class LaunchError(FsobsError):
-    """The job could not be started or did not finish."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -12,50 +12,37 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
 import fsobs  # noqa: E402
 from fsobs.collect import ProfilerConfig, StepProfiler  # noqa: E402
 from fsobs.runformat import RunMeta, SidecarWriter, StepRecord, write_run_json  # noqa: E402
+from tests.dist import run_ranks  # noqa: E402
 
 WORLD_SIZE = 2
 CONFIG = ProfilerConfig(wait=1, warmup=1, active=2)
 
 
-def _rank_main(rank: int, world_size: int, run_dir: str, init_file: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size
-    )
-    try:
-        try:  # the rank given must be the process's rank
-            StepProfiler(run_dir, world_size - 1 - rank, CONFIG).__enter__()
-        except ValueError as error:
-            assert "torch.distributed says" in str(error)
-        else:
-            raise AssertionError("a wrong rank was accepted")
-        with StepProfiler(run_dir, rank, CONFIG) as prof, SidecarWriter(run_dir, rank) as sidecar:
-            for step in range(CONFIG.num_steps):
-                start = time.time_ns()
-                x = torch.full((256,), float(rank + 1))
-                dist.all_reduce(x)
-                lengths = [10 * (rank + 1)] * (step + 1)
-                record = StepRecord.of(step, lengths, float(x[0]), start, time.time_ns())
-                sidecar.write(record)
-                prof.step()
-    finally:
-        dist.destroy_process_group()
+def _rank_main(rank: int, world_size: int, run_dir: str) -> None:
+    try:  # the rank given must be the process's rank
+        StepProfiler(run_dir, world_size - 1 - rank, CONFIG).__enter__()
+    except ValueError as error:
+        assert "torch.distributed says" in str(error)
+    else:
+        raise AssertionError("a wrong rank was accepted")
+    with StepProfiler(run_dir, rank, CONFIG) as prof, SidecarWriter(run_dir, rank) as sidecar:
+        for step in range(CONFIG.num_steps):
+            start = time.time_ns()
+            x = torch.full((256,), float(rank + 1))
+            dist.all_reduce(x)
+            lengths = [10 * (rank + 1)] * (step + 1)
+            sidecar.write(StepRecord.of(step, lengths, float(x[0]), start, time.time_ns()))
+            prof.step()
 
 
 @pytest.mark.multiprocess
 def test_two_gloo_ranks_write_a_loadable_run(tmp_path):
     run_dir = tmp_path / "run"
-    mp.spawn(
-        _rank_main,
-        args=(WORLD_SIZE, str(run_dir), str(tmp_path / "init")),
-        nprocs=WORLD_SIZE,
-        join=True,
-    )
+    run_ranks(_rank_main, WORLD_SIZE, str(run_dir))
     names = sorted(p.name for p in run_dir.iterdir())
     assert names == [
         "rank0.trace.json.gz",

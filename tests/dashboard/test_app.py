@@ -22,7 +22,7 @@ from fsobs import analyze_path
 from fsobs.analysis.ab import compare
 from fsobs.analysis.costfit import fit_cost
 from fsobs.runformat import read_step_lengths
-from tests.dashboard.conftest import (
+from tests.dashboard.stores import (
     APP,
     RUN_IDS,
     listing,

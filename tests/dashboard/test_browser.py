@@ -1,6 +1,6 @@
 """The dashboard in a real headless Chromium: every page renders its charts, and an upload works.
 
-One Streamlit server (``FSOBS_STORE`` = a copy of the store of ``conftest.build_store``) and one
+One Streamlit server (``FSOBS_STORE`` = a copy of the store of ``stores.build_store``) and one
 Chromium per module, driven over the DevTools Protocol (``tests/dashboard/cdp.py``, the method
 of ``shared/notes/browser_testing.md``). For each page: navigate, wait until the script has
 finished, the page title and the expected Plotly charts are drawn and no skeleton placeholder is
@@ -9,7 +9,7 @@ and that no Streamlit exception box is shown; click the page's tabs and check th
 save a screenshot to ``screenshots/<page>.png`` (git-ignored) that must decode and not be blank.
 The upload test puts a 2-rank run into the runs page's real ``<input type=file>``
 (``DOM.setFileInputFiles``), stores it and reads it back from the runs table. The big-run test
-opens a 64-rank run (``conftest.write_big_run``): the heatmap and the timeline show its top
+opens a 64-rank run (``stores.write_big_run``): the heatmap and the timeline show its top
 stragglers, then the ranks typed into the rank filter's list; the class bars are folded. The
 last test checks the shipped Streamlit config: no Deploy button, no developer menu items, and
 the uploader states the 512 MiB rule.
@@ -42,7 +42,7 @@ from tests.dashboard.cdp import (
     find_chromium,
     page_ready_js,
 )
-from tests.dashboard.conftest import BIG_RUN_ID, RUN_IDS, write_big_run
+from tests.dashboard.stores import BIG_RUN_ID, RUN_IDS, write_big_run
 
 pytestmark = pytest.mark.browser
 
@@ -139,7 +139,7 @@ def chromium() -> str:
 
 @pytest.fixture(scope="module")
 def browser_store(shared_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A writable copy of the dashboard test store (``conftest.build_store``) for this module,
+    """A writable copy of the dashboard test store (``stores.build_store``) for this module,
     with the 64-rank run ``big/sim64`` added."""
     store = Path(shutil.copytree(shared_store, tmp_path_factory.mktemp("browser") / "store"))
     write_big_run(store)

@@ -19,7 +19,7 @@ from dashboard.store import folder_signature, list_runs
 from dashboard.upload import store_upload
 from fsobs import Analysis, analyze_path
 from fsobs.analysis.bubbles.store import BubbleStore
-from tests.dashboard.conftest import RUN_IDS, run_files, zip_bytes
+from tests.dashboard.stores import RUN_IDS, run_files, zip_bytes
 
 GOOD = ("reference/gloo_straggler_4rank", "sim/control")
 

@@ -21,7 +21,7 @@ from fsobs.analysis.ab import compare
 from fsobs.analysis.costfit import fit_cost
 from fsobs.runformat import read_step_lengths
 from optim.balance import CostModel, imbalance
-from tests.dashboard.conftest import FIRST_STEP, global_batches
+from tests.dashboard.stores import FIRST_STEP, global_batches
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from dashboard.tables import class_means_by_rank
 from dashboard.upload import MAX_UPLOAD_BYTES, UPLOADER_MB
 from fsobs import analyze_path
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
-from tests.dashboard.conftest import APP, BIG_RANKS, BIG_RUN_ID, ROOT, write_big_run
+from tests.dashboard.stores import APP, BIG_RANKS, BIG_RUN_ID, ROOT, write_big_run
 
 PER_RANK = pd.DataFrame(
     {

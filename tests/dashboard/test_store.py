@@ -15,7 +15,7 @@ from dashboard.upload import (
     sanitize_name,
     store_upload,
 )
-from tests.dashboard.conftest import (
+from tests.dashboard.stores import (
     RUN_IDS,
     MiB,
     listing,

@@ -1,4 +1,4 @@
-"""A run store behind an fsspec URL (issue 16): listed like a local one, read-only."""
+"""A run store behind an fsspec URL: listed like a local one, read-only."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dashboard.store import (
 from fsobs import analyze_path
 from fsobs.report import to_json
 from fsobs.storage import RemotePath
-from tests.dashboard.conftest import RUN_IDS
+from tests.dashboard.stores import RUN_IDS
 
 fsspec = pytest.importorskip("fsspec")
 
@@ -119,7 +119,7 @@ def test_the_app_on_a_url_store_lists_analyzes_and_offers_no_upload(
     written (no cache folder in a URL store)."""
     from streamlit.testing.v1 import AppTest
 
-    from tests.dashboard.conftest import APP
+    from tests.dashboard.stores import APP
 
     monkeypatch.setenv("FSOBS_STORE", str(http_store))
     at = AppTest.from_file(APP, default_timeout=90)

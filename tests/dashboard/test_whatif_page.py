@@ -17,7 +17,7 @@ from dashboard import figures
 from fsobs import analyze_path
 from fsobs.analysis.whatif.predict import whatif
 from fsobs.simulate.simulator import SimConfig, simulate, write_run
-from tests.dashboard.conftest import APP
+from tests.dashboard.stores import APP
 
 GLOO = "reference/gloo_straggler_4rank"
 

@@ -8,13 +8,11 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+pytest.importorskip("torch")
 
 from optim.plan import BalanceConfig, StepPlan  # noqa: E402
 from optim.shuffle import PlanDivergedError, ShuffleBalancer, check_plan  # noqa: E402
+from tests.dist import run_ranks  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
 
@@ -41,25 +39,20 @@ def _shares(num_rows: int, world: int, uneven: bool) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
 
 
-def _shuffle_main(rank, world, init, out, method, uneven, num_rows):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
-    try:
-        rows = _rows(num_rows, seed=7)
-        start, stop = _shares(num_rows, world, uneven)[rank]
-        mine = rows[start:stop]
-        balancer = ShuffleBalancer(BalanceConfig(enabled=True, method=method, mode="shuffle"))
-        got, plan = balancer(0, mine, _costs(mine))
-        record = {
-            "ids": [int(r[0]) for r in got],
-            "intact": all(np.array_equal(r, rows[int(r[0])]) for r in got),
-            "digest": plan.digest,
-            "before": plan.imbalance_before,
-            "after": plan.imbalance_after,
-        }
-        (out / f"rank{rank}.json").write_text(json.dumps(record))
-    finally:
-        dist.destroy_process_group()
+def _shuffle_main(rank, world, out, method, uneven, num_rows):
+    rows = _rows(num_rows, seed=7)
+    start, stop = _shares(num_rows, world, uneven)[rank]
+    mine = rows[start:stop]
+    balancer = ShuffleBalancer(BalanceConfig(enabled=True, method=method, mode="shuffle"))
+    got, plan = balancer(0, mine, _costs(mine))
+    record = {
+        "ids": [int(r[0]) for r in got],
+        "intact": all(np.array_equal(r, rows[int(r[0])]) for r in got),
+        "digest": plan.digest,
+        "before": plan.imbalance_before,
+        "after": plan.imbalance_after,
+    }
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
 
 
 @pytest.mark.parametrize(
@@ -68,11 +61,7 @@ def _shuffle_main(rank, world, init, out, method, uneven, num_rows):
 )
 def test_shuffle_exchanges_every_row_exactly_once(tmp_path, world, method, uneven):
     num_rows = 48
-    mp.spawn(
-        _shuffle_main,
-        args=(world, str(tmp_path / "init"), tmp_path, method, uneven, num_rows),
-        nprocs=world,
-    )
+    run_ranks(_shuffle_main, world, tmp_path, method, uneven, num_rows)
     records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
     rows = _rows(num_rows, seed=7)
     expected = StepPlan.make(
@@ -90,20 +79,16 @@ def test_shuffle_exchanges_every_row_exactly_once(tmp_path, world, method, uneve
     assert expected.imbalance_after < 1.1
 
 
-def _diverge_main(rank, world, init, out):
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+def _diverge_main(rank, world, out):
+    check_plan("same", 3)  # agreeing ranks pass
     try:
-        check_plan("same", 3)  # agreeing ranks pass
-        try:
-            check_plan("aaaa" if rank == 0 else "bbbb", 4)
-        except PlanDivergedError as err:
-            (out / f"rank{rank}.txt").write_text(str(err))
-    finally:
-        dist.destroy_process_group()
+        check_plan("aaaa" if rank == 0 else "bbbb", 4)
+    except PlanDivergedError as err:
+        (out / f"rank{rank}.txt").write_text(str(err))
 
 
 def test_diverged_plan_fails_on_every_rank(tmp_path):
-    mp.spawn(_diverge_main, args=(2, str(tmp_path / "init"), tmp_path), nprocs=2)
+    run_ranks(_diverge_main, 2, tmp_path)
     for rank in range(2):
         message = (tmp_path / f"rank{rank}.txt").read_text()
         assert message.startswith("balance plan diverged at step 4")

@@ -9,15 +9,16 @@ accounting. Every rank's output must equal what torch's uneven ``all_to_all_sing
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
 
 from optim.sm_free import SMFreePath  # noqa: E402
+from tests.dist import run_ranks  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
 
@@ -31,32 +32,27 @@ def _plain_buffers(self, rows, like):
     return like.new_empty((rows, *like.shape[1:])), like.new_empty((rows, *like.shape[1:]))
 
 
-def _main(rank: int, world: int, init: str, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
-    try:
-        SMFreePath._symmetric = _plain_buffers  # type: ignore[method-assign]
-        path = SMFreePath(dist.group.WORLD)
-        equal = []
-        for call in range(3):
-            send = _splits(world, rank, call)
-            recv = [_splits(world, peer, call)[rank] for peer in range(world)]
-            data = torch.arange(sum(send) * 4, dtype=torch.float32).reshape(-1, 4) + 1000 * rank
-            want = torch.empty(sum(recv), 4)
-            dist.all_to_all_single(want, data, recv, send)
-            got = torch.full((sum(recv), 4), -1.0)
-            work = path.all_to_all_single(got, data, recv, send, async_op=True)
-            work.wait()
-            equal.append(bool(torch.equal(got, want)))
-        record = {"equal": equal, "capacity": path.capacity, "stats": vars(path.stats)}
-        (__import__("pathlib").Path(out) / f"rank{rank}.json").write_text(json.dumps(record))
-    finally:
-        dist.destroy_process_group()
+def _main(rank: int, world: int, out: Path) -> None:
+    SMFreePath._symmetric = _plain_buffers  # type: ignore[method-assign]
+    path = SMFreePath(dist.group.WORLD)
+    equal = []
+    for call in range(3):
+        send = _splits(world, rank, call)
+        recv = [_splits(world, peer, call)[rank] for peer in range(world)]
+        data = torch.arange(sum(send) * 4, dtype=torch.float32).reshape(-1, 4) + 1000 * rank
+        want = torch.empty(sum(recv), 4)
+        dist.all_to_all_single(want, data, recv, send)
+        got = torch.full((sum(recv), 4), -1.0)
+        work = path.all_to_all_single(got, data, recv, send, async_op=True)
+        work.wait()
+        equal.append(bool(torch.equal(got, want)))
+    record = {"equal": equal, "capacity": path.capacity, "stats": vars(path.stats)}
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_padded_all_to_all_equals_the_uneven_one(tmp_path, world):
-    mp.spawn(_main, args=(world, str(tmp_path / "init"), str(tmp_path)), nprocs=world)
+    run_ranks(_main, world, tmp_path)
     records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
     largest = max(
         max(_splits(world, r, c)) for r in range(world) for c in range(3)
