@@ -12,6 +12,7 @@ can print it as is (and exit with code 2) and the dashboard can show it as a mes
           +-- MissingRankError       run.json promises ranks that have no trace
           +-- WorldSizeMismatchError files disagree on the world size
      +-- ClusterError         (fsobs.trace.cluster) a worker lost a file after its retries
+     +-- JobConfigError       a job's config (job.json) is unreadable or has a bad field
 
 All of them are also ``ValueError`` so that generic callers can catch bad input the usual way.
 """
@@ -83,3 +84,8 @@ class MissingRankError(RunError):
 
 class WorldSizeMismatchError(RunError):
     """Trace files disagree on the world size."""
+
+
+class JobConfigError(FsobsError):
+    """A job configuration (``job.json``, :mod:`fsobs.workload.config`) cannot be read or has
+    a bad field."""

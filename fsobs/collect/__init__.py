@@ -1,7 +1,8 @@
 """Collect a run (DESIGN §3): per-rank traces, step sidecars and ``run.json``, all atomic.
 
-Needs torch (``pip install freescale[train]``); ``fsobs``, ``fsobs.trace`` and ``fsobs.analysis``
-never import this package. Pieces:
+Profiling needs torch (``pip install freescale[train]``), imported when a :class:`StepProfiler`
+starts: the configs and writers import without it, so a launcher can build a job's config before
+any rank runs. ``fsobs``, ``fsobs.trace`` and ``fsobs.analysis`` never import this package. Pieces:
 
 - :class:`StepProfiler` / :class:`ProfilerConfig`: ``rank<R>.trace.json.gz`` (``profiler``);
 - :class:`SidecarWriter`: ``steps.rank<R>.jsonl`` (``sidecar``);

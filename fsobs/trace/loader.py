@@ -47,7 +47,9 @@ COST_MODEL = "cost_model.json"
 """Written into a run directory by ``fsobs fit-cost``; not a trace."""
 TRUTH = "truth.json"
 """Written into a simulated run by ``fsobs simulate`` (the true classes); not a trace."""
-NOT_TRACES = frozenset({RUN_META, COST_MODEL, TRUTH})
+JOB = "job.json"
+"""Written into a run directory by ``fsobs run`` (the job's config the ranks read); not a trace."""
+NOT_TRACES = frozenset({RUN_META, COST_MODEL, TRUTH, JOB})
 Source = str | Path | RemotePath | Sequence[str | Path | RemotePath]
 """A run directory, a trace file, or a list of trace files; each a local path or a URL."""
 
