@@ -14,6 +14,7 @@ can print it as is (and exit with code 2) and the dashboard can show it as a mes
      +-- ClusterError         the Dask cluster cannot be used, or lost a file after its retries
      +-- ExportError          ``fsobs export`` would overwrite the input or existing files
      +-- LaunchError          ``fsobs run`` could not start the job, or the job did not finish
+     +-- JobConfigError       a job's config (job.json) is unreadable or has a bad field
 
 All of them are also ``ValueError`` so that generic callers can catch bad input the usual way.
 This module imports nothing heavy (no torch, no pandas): every part of fsobs can raise these.
@@ -99,3 +100,8 @@ class ExportError(FsobsError):
 
 class LaunchError(FsobsError):
     """The job could not be started or did not finish."""
+
+
+class JobConfigError(FsobsError):
+    """A job configuration (``job.json``, :mod:`fsobs.workload.config`) cannot be read or has
+    a bad field."""

@@ -1,4 +1,4 @@
-"""A/B comparison (DESIGN §5 "Bubble reduction") and ``fsobs compare`` / ``dashboard`` / ``run``.
+"""A/B comparison (DESIGN §5 "Bubble reduction") and ``fsobs compare`` / ``dashboard``.
 
 Two kinds of input:
 
@@ -25,9 +25,8 @@ from fsobs.analysis.ab import bootstrap_reduction, same_batches
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import caused_table
 from fsobs.analysis.matching import Collectives
-from fsobs.cli import build_parser, main
+from fsobs.cli import main
 from fsobs.cli.dashboard import dashboard_app
-from fsobs.cli.run import job_args
 from fsobs.report import compare_json
 from fsobs.runformat import RunMeta
 from fsobs.trace.schema import Run
@@ -464,91 +463,6 @@ def test_cli_compare_bad_input(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "nope"), str(tmp_path / "nope2")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fsobs: error: ") and err.count("\n") == 1 and "nope" in err
-
-
-# ---------------------------------------------------------------------- fsobs run (args only)
-
-
-def _run_args(*extra: str) -> list[str]:
-    return job_args(build_parser().parse_args(["run", "--world-size", "2", "--out", "x", *extra]))
-
-
-BASE_JOB = ["--steps=20", "--preset=lognormal", "--model-size=small", "--batch-size=32", "--seed=0"]
-
-
-def test_run_forwards_balance_options(tmp_path, monkeypatch):
-    assert _run_args() == BASE_JOB
-    assert _run_args("--balance") == [
-        *BASE_JOB,
-        "--balance",
-        "--balance-method=kk",
-        "--balance-mode=plan",
-    ]
-    fsobs_model = tmp_path / "cost.json"
-    fsobs_model.write_text(json.dumps({"c0": 1.0, "a": 2.0, "b": 3.0}))
-    monkeypatch.chdir(tmp_path)
-    args = _run_args(
-        "--num-samples",
-        "512",
-        "--balance",
-        "--balance-method",
-        "lpt",
-        "--balance-mode",
-        "shuffle",
-        "--cost-model",
-        "cost.json",
-    )
-    assert args == [
-        *BASE_JOB,
-        "--num-samples=512",
-        "--balance",
-        "--balance-method=lpt",
-        "--balance-mode=shuffle",
-        f"--cost-model={fsobs_model.resolve()}",
-    ]
-
-
-def test_run_forwards_the_overlap_and_sm_free_toggles():
-    assert _run_args("--priority-overlap") == [
-        *BASE_JOB,
-        "--priority-overlap",
-        "--dense-order=after_embedding",
-    ]
-    assert _run_args("--priority-overlap", "--dense-order", "concurrent", "--sm-free") == [
-        *BASE_JOB,
-        "--priority-overlap",
-        "--dense-order=concurrent",
-        "--sm-free",
-    ]
-    assert _run_args("--dense-mb", "16") == [*BASE_JOB, "--dense-mb=16.0"]
-
-
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--dense-order", "concurrent"], "--dense-order needs --priority-overlap"),
-        (["--cost-model", "missing.json"], "missing.json: cost model file not found"),
-        (["--cost-model", "bad.json"], "bad cost model: "),
-        (["--balance-method", "lpt"], "--balance-method needs --balance"),
-        (["--balance-mode", "shuffle"], "--balance-mode needs --balance"),
-    ],
-)
-def test_run_rejects_bad_options_before_launching(tmp_path, monkeypatch, capsys, extra, message):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "bad.json").write_text('{"c0": 1}')
-    argv = ["run", "--world-size", "2", "--out", str(tmp_path / "out"), *extra]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
-    assert not (tmp_path / "out").exists()
-
-
-def test_run_rejects_an_unknown_method(capsys):
-    with pytest.raises(SystemExit) as info:
-        build_parser().parse_args(
-            ["run", "--world-size", "2", "--out", "x", "--balance-method", "x"]
-        )
-    assert info.value.code == 2
 
 
 # -------------------------------------------------------------------------- fsobs dashboard

@@ -1,4 +1,9 @@
-"""``fsobs run``: the reference job on N ranks with torchrun (torch imported only to launch)."""
+"""``fsobs run``: the reference job on N ranks with torchrun (torch imported only to launch).
+
+The flags are a frozen set (``tests/test_cli_run.py``): :func:`job_config` turns them into
+the :class:`~fsobs.workload.config.JobConfig` that the launcher writes to ``<out>/job.json`` and
+the ranks read; the defaults are the config's. A new knob goes into its component's config.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,14 @@ from pathlib import Path
 
 from fsobs.cli.common import Commands, cost_model_path, example
 from fsobs.errors import FsobsError
+from fsobs.workload.config import MODEL_PRESETS, JobConfig, ModelSpec, data_config_for, job_profiler
 from optim.balance import METHODS
-from optim.config import DENSE_ORDERS
+from optim.config import DENSE_ORDERS, FreeScaleConfig, PriorityConfig, SMFreeConfig
+from optim.plan import MODES, BalanceConfig
+from optim.sync_gc import SyncGCConfig
 
-BALANCE_MODES = ("plan", "shuffle")
+DEFAULT = JobConfig()
+"""The job of ``fsobs run`` without flags: the flags' defaults."""
 
 
 def add_run(commands: Commands) -> None:
@@ -24,13 +33,17 @@ def add_run(commands: Commands) -> None:
         epilog=example("fsobs run --world-size 2 --steps 20 --out out/demo/balanced --balance"),
     )
     cmd.add_argument("--world-size", type=int, required=True, help="ranks on this node")
-    cmd.add_argument("--steps", type=int, default=20)
+    cmd.add_argument("--steps", type=int, default=DEFAULT.steps)
     cmd.add_argument("--out", required=True, help="run directory to write")
-    cmd.add_argument("--preset", default="lognormal", help="sequence-length distribution")
-    cmd.add_argument("--model-size", default="small", choices=["tiny", "small", "medium"])
-    cmd.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
-    cmd.add_argument("--num-samples", type=int, default=None, help="samples in the data set")
-    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--preset", default=DEFAULT.data.preset, help="sequence-length distribution")
+    cmd.add_argument("--model-size", default=DEFAULT.model.size, choices=list(MODEL_PRESETS))
+    cmd.add_argument(
+        "--batch-size", type=int, default=DEFAULT.batch_size, help="samples per rank and step"
+    )
+    cmd.add_argument(
+        "--num-samples", type=int, default=DEFAULT.data.num_samples, help="samples in the data set"
+    )
+    cmd.add_argument("--seed", type=int, default=DEFAULT.seed)
     cmd.add_argument("--threads-per-rank", type=int, default=None)
     cmd.add_argument("--no-profile", action="store_true", help="train without the profiler")
     cmd.add_argument(
@@ -43,7 +56,7 @@ def add_run(commands: Commands) -> None:
     )
     cmd.add_argument(
         "--balance-mode",
-        choices=BALANCE_MODES,
+        choices=MODES,
         help="plan: every rank plans from the lengths; shuffle: all-gather the costs and "
         "exchange samples (default: plan)",
     )
@@ -77,13 +90,13 @@ def add_run(commands: Commands) -> None:
     cmd.add_argument(
         "--dense-mb",
         type=float,
-        default=None,
+        default=DEFAULT.model.dense_mb,
         help="add a dense block of about this many MiB to the model (a large dense all-reduce)",
     )
     cmd.add_argument(
         "--ddp-bucket-mb",
         type=int,
-        default=None,
+        default=DEFAULT.ddp_bucket_mb,
         help="DDP bucket size of the dense all-reduce (default: torchrec's 25)",
     )
     cmd.add_argument(
@@ -97,47 +110,56 @@ def add_run(commands: Commands) -> None:
     cmd.set_defaults(handler=_run)
 
 
-def job_args(args: argparse.Namespace) -> list[str]:
-    """The training job's flags for ``fsobs run`` (checks the balance options and the cost
-    model file, whose path is made absolute)."""
-    out = [
-        f"--steps={args.steps}",
-        f"--preset={args.preset}",
-        f"--model-size={args.model_size}",
-        f"--batch-size={args.batch_size}",
-        f"--seed={args.seed}",
-    ] + (["--no-profile"] if args.no_profile else [])
-    if args.num_samples is not None:
-        out.append(f"--num-samples={args.num_samples}")
+def job_config(args: argparse.Namespace) -> JobConfig:
+    """The job that ``fsobs run`` trains, from its flags. Checks the options that need another
+    one and the cost model file (its path made absolute); a bad value raises FsobsError."""
     for flag, value in (
         ("--balance-method", args.balance_method),
         ("--balance-mode", args.balance_mode),
     ):
         if value is not None and not args.balance:
             raise FsobsError(f"{flag} needs --balance")
-    if args.balance:
-        out.append("--balance")
-        out.append(f"--balance-method={args.balance_method or 'kk'}")
-        out.append(f"--balance-mode={args.balance_mode or 'plan'}")
-    if args.cost_model is not None:
-        out.append(f"--cost-model={cost_model_path(args.cost_model)}")
+    cost_model = None if args.cost_model is None else cost_model_path(args.cost_model)
     if args.dense_order is not None and not args.priority_overlap:
         raise FsobsError("--dense-order needs --priority-overlap")
-    if args.priority_overlap:
-        out += ["--priority-overlap", f"--dense-order={args.dense_order or 'after_embedding'}"]
-    if args.sm_free:
-        out.append("--sm-free")
-    if args.sync_gc:
-        out.append("--sync-gc")
-    if args.dense_mb is not None:
-        out.append(f"--dense-mb={args.dense_mb}")
-    if args.ddp_bucket_mb is not None:
-        out.append(f"--ddp-bucket-mb={args.ddp_bucket_mb}")
-    return out
+    try:
+        model = ModelSpec(size=args.model_size, dense_mb=args.dense_mb)
+        data = data_config_for(
+            model.config(), preset=args.preset, num_samples=args.num_samples, seed=args.seed
+        )
+        return JobConfig(
+            steps=args.steps,
+            batch_size=args.batch_size,
+            model=model,
+            data=data,
+            profiler=job_profiler(args.steps, enabled=not args.no_profile),
+            freescale=_freescale(args),
+            cost_model=cost_model,
+            ddp_bucket_mb=args.ddp_bucket_mb,
+        )
+    except ValueError as exc:  # the configs name the field
+        raise FsobsError(f"bad job option: {exc}") from None
+
+
+def _freescale(args: argparse.Namespace) -> FreeScaleConfig:
+    """The toggles; an option not given keeps its config's default."""
+    balance, overlap = DEFAULT.freescale.balance, DEFAULT.freescale.priority_overlap
+    return FreeScaleConfig(
+        balance=BalanceConfig(
+            enabled=args.balance,
+            method=args.balance_method or balance.method,
+            mode=args.balance_mode or balance.mode,
+        ),
+        priority_overlap=PriorityConfig(
+            enabled=args.priority_overlap, dense_order=args.dense_order or overlap.dense_order
+        ),
+        sm_free=SMFreeConfig(enabled=args.sm_free),
+        sync_gc=SyncGCConfig(enabled=args.sync_gc),
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
-    job = job_args(args)  # before torch is imported: bad flags fail fast
+    job = job_config(args)  # before torch is imported: bad flags fail fast
     from fsobs.workload.launch import LaunchConfig, failure_report, launch, log_dir
 
     rdzv = tuple(a for a in args.rdzv if a != "--")
@@ -146,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
         out=Path(args.out),
         threads_per_rank=args.threads_per_rank,
         rdzv=rdzv,
-        job_args=tuple(job),
+        job=job,
     )
     verbose = bool(getattr(args, "verbose", False))
     print(

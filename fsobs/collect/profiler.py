@@ -24,6 +24,9 @@ each cycle's export replaces the previous one, so the file always holds the late
 
 Profiling only observes: it adds no synchronization, no randomness and no change to tensors, so
 the trained parameters are the same with the profiler on or off (tested bit for bit).
+
+:class:`ProfilerConfig` imports without torch (a launcher builds it before any rank starts);
+torch is imported when a :class:`StepProfiler` starts.
 """
 
 from __future__ import annotations
@@ -37,13 +40,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-
-import torch
-import torch.distributed as dist
-from torch.profiler import ProfilerActivity
+from typing import TYPE_CHECKING, Any
 
 from fsobs.runformat.atomic import publish, temp_path
 from fsobs.runformat.names import trace_file_name
+
+if TYPE_CHECKING:
+    import torch
+    from torch.profiler import ProfilerActivity
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +58,8 @@ __all__ = ["ProfilerConfig", "StepProfiler", "export_trace"]
 class ProfilerConfig:
     """What to profile and when (the ``torch.profiler.schedule`` of each rank)."""
 
+    enabled: bool = True
+    """Profile at all; False: :class:`StepProfiler` does nothing (and writes nothing)."""
     wait: int = 1
     """Steps skipped at the start of each cycle."""
     warmup: int = 1
@@ -74,9 +80,22 @@ class ProfilerConfig:
             value = getattr(self, name)
             if type(value) is not int or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        for name in ("record_shapes", "with_stack", "profile_memory"):
+        for name in ("enabled", "record_shapes", "with_stack", "profile_memory"):
             if type(getattr(self, name)) is not bool:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    @classmethod
+    def every_step(cls, steps: int, **fields: Any) -> ProfilerConfig:
+        """One cycle that records every step of a ``steps``-step loop after its ``wait`` and
+        ``warmup`` steps (default one each); ``fields`` set the others, not ``active`` and
+        ``repeat``."""
+        wait, warmup = fields.pop("wait", 1), fields.pop("warmup", 1)
+        if steps <= wait + warmup:
+            raise ValueError(
+                f"steps: must be > wait + warmup ({wait + warmup}) so that a step is recorded, "
+                f"got {steps}"
+            )
+        return cls(wait=wait, warmup=warmup, active=steps - wait - warmup, **fields)
 
     @property
     def cycle_steps(self) -> int:
@@ -92,13 +111,11 @@ class ProfilerConfig:
 class StepProfiler:
     """Context manager profiling one rank's training loop into ``run_dir``.
 
-    With ``enabled=False`` it is a true no-op: no profiler is created, nothing is written (not
-    even the directory), and ``step()`` does nothing, so the call sites stay the same.
+    With ``config.enabled`` False it is a true no-op: no profiler is created, nothing is
+    written (not even the directory), and ``step()`` does nothing, so the call sites stay the same.
     """
 
-    def __init__(
-        self, run_dir: str | Path, rank: int, config: ProfilerConfig, *, enabled: bool = True
-    ) -> None:
+    def __init__(self, run_dir: str | Path, rank: int, config: ProfilerConfig) -> None:
         if type(rank) is not int or rank < 0:
             raise ValueError(f"rank must be a non-negative integer, got {rank!r}")
         if not isinstance(config, ProfilerConfig):
@@ -106,7 +123,7 @@ class StepProfiler:
         self.run_dir = Path(run_dir)
         self.rank = rank
         self.config = config
-        self.enabled = enabled
+        self.enabled = config.enabled
         self.trace_path = self.run_dir / trace_file_name(rank)
         """Where the trace is written."""
         self.num_exports = 0
@@ -125,6 +142,8 @@ class StepProfiler:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.trace_path.exists():
             raise FileExistsError(f"{self.trace_path}: a trace of this rank is already there")
+        import torch
+
         cfg = self.config
         prof = torch.profiler.profile(
             activities=_activities(),
@@ -217,6 +236,9 @@ def _gzip(source: Path, target: Path) -> None:
 
 
 def _activities() -> list[ProfilerActivity]:
+    import torch
+    from torch.profiler import ProfilerActivity
+
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
@@ -225,6 +247,8 @@ def _activities() -> list[ProfilerActivity]:
 
 def _check_rank(rank: int) -> None:
     """The file name and ``distributedInfo.rank`` must agree, or the analysis mixes ranks up."""
+    import torch.distributed as dist
+
     if dist.is_available() and dist.is_initialized() and dist.get_rank() != rank:
         raise ValueError(
             f"rank {rank} given, but torch.distributed says this process is rank {dist.get_rank()}"

@@ -4,6 +4,8 @@
 
     <run>/
       run.json                  the run's metadata (:mod:`fsobs.runformat.runmeta`)
+      job.json                  the reference job's config, read by its ranks
+                                (:mod:`fsobs.workload.config`; other loops may have none)
       rank<R>.trace.json.gz     one Kineto trace per rank (the loader reads any *.json(.gz) that
                                 is no file named here, whatever its name)
       steps.rank<R>.jsonl       one line per step and rank (:mod:`fsobs.runformat.steps`)
@@ -18,9 +20,10 @@ import re
 FORMAT_VERSION = 1
 """The ``format_version`` of ``run.json``."""
 RUN_JSON = "run.json"
+JOB_JSON = "job.json"
 COST_MODEL = "cost_model.json"
 TRUTH = "truth.json"
-NOT_TRACES = frozenset({RUN_JSON, COST_MODEL, TRUTH})
+NOT_TRACES = frozenset({RUN_JSON, JOB_JSON, COST_MODEL, TRUTH})
 """JSON files of a run directory that are not traces."""
 PARTIAL_SUFFIX = ".partial"
 """A step sidecar still being written (or left by a rank that died) carries this suffix."""

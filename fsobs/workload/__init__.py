@@ -6,14 +6,17 @@ Modules (torch-free ones import without torch; names load lazily from them on fi
 - ``data``: ``DataConfig``, ``SyntheticHistories``, ``Sample``, ``global_batches``,
   ``random_split``, ``pack_sample`` / ``unpack_sample``. No torch (except
   ``SyntheticHistories.batch``).
-- ``config``: ``ModelConfig`` and its presets, ``data_config_for``. No torch.
+- ``config``: ``ModelConfig`` and its presets, ``data_config_for``; ``JobConfig`` (the job,
+  composed of its components' configs) and its ``job.json``. No torch.
 - ``cost``: ``estimate_cost``, ``cost_coefficients`` (an ``optim.balance.CostModel``). No torch.
 - ``batch``: ``Batch`` (torchrec KJTs), ``collate``.
 - ``model``: ``SeqRecModel`` (EBC + EC + HSTU blocks on jagged sequences).
 - ``sharding``: ``wrap_model`` (DMP), ``build_optimizer``.
 - ``inputs``: ``StepInputs``: each rank's batch per step, the random split or a balanced plan.
-- ``train``: the instrumented job, one process per rank (``python -m fsobs.workload.train``).
-- ``launch``: ``fsobs run``: starts the ranks with torchrun, no torch in this process.
+- ``train``: the instrumented job, one process per rank (``python -m fsobs.workload.train
+  RUN_DIR``: it trains ``RUN_DIR/job.json``).
+- ``launch``: ``fsobs run``: writes ``job.json``, starts the ranks with torchrun, no torch in
+  this process.
 """
 
 from __future__ import annotations

@@ -1,12 +1,42 @@
-"""Model shape (no torch): the config of ``SeqRecModel`` and its named presets."""
+"""The job's configuration (no torch): the model's shape, and ``JobConfig`` with its ``job.json``.
+
+- :class:`ModelConfig` (the shape of ``SeqRecModel``) and its named presets; :class:`ModelSpec`,
+  which of them a job trains.
+- :class:`JobConfig`: one reference-job configuration composed of its components' own configs,
+  each knob declared once, in the component that reads it::
+
+      JobConfig(
+          steps=20, batch_size=32, ...                 # the training loop's own knobs
+          model=ModelSpec(size="small"),               # here: ModelConfig.preset + a dense block
+          data=DataConfig(preset="lognormal", ...),    # fsobs.workload.data
+          profiler=ProfilerConfig(...),                # fsobs.collect.profiler
+          freescale=FreeScaleConfig(...),              # optim.config: the toggles
+      )
+
+- ``job.json``: ``fsobs run`` builds the JobConfig from its flags and writes it into the run
+  directory (:func:`write_job_json`, atomic); every rank reads it (:func:`read_job_json`), which
+  turns a bad field into one :class:`~fsobs.errors.JobConfigError` line naming the file and the
+  field (``data.preset``). ``run.json`` keeps its flat ``workload`` record
+  (:meth:`JobConfig.workload`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Literal
+import json
+import math
+import re
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from fsobs.collect.profiler import ProfilerConfig
+from fsobs.errors import JobConfigError
+from fsobs.runformat.atomic import write_atomic
+from fsobs.runformat.names import JOB_JSON
 from fsobs.workload.data import DataConfig
+from optim.config import FreeScaleConfig
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -137,3 +167,256 @@ def check_compatible(model: ModelConfig, data: DataConfig) -> None:
                 f"{name}: data ids go up to {getattr(data, name)} but the model table has "
                 f"{getattr(model, name)} rows"
             )
+
+
+# ---- the job ----
+@dataclass(kw_only=True, frozen=True)
+class ModelSpec:
+    """Which model a job trains: a named size and an optional dense block (:meth:`config`)."""
+
+    size: str = "small"
+    """A key of ``MODEL_PRESETS``: ``tiny``, ``small`` or ``medium``."""
+    dense_mb: float = 0.0
+    """An extra dense block of about this many MiB in the head (``ModelConfig.wide_dim``), so
+    that the dense all-reduce is large; 0: none."""
+
+    def __post_init__(self) -> None:
+        if self.size not in MODEL_PRESETS:
+            raise ValueError(f"size: unknown {self.size!r}, expected one of {list(MODEL_PRESETS)}")
+        if not (math.isfinite(self.dense_mb) and self.dense_mb >= 0):
+            raise ValueError(f"dense_mb: must be >= 0, got {self.dense_mb}")
+
+    def config(self) -> ModelConfig:
+        """The model's shape: the preset, with ``wide_dim`` sized for ``dense_mb``."""
+        base = MODEL_PRESETS[self.size]
+        return dataclasses.replace(base, wide_dim=base.wide_dim_for(self.dense_mb))
+
+
+OPTIMIZERS: tuple[str, ...] = ("adagrad", "sgd")
+"""``adagrad`` (default): exact row-wise Adagrad on the tables, Adagrad on the dense parameters.
+``sgd``: plain SGD on both, for tests: an update proportional to the gradient, so a wrong scale of
+the loss shows in the parameters (Adagrad's update is invariant to a constant factor)."""
+_STEPS = 20
+_TABLES = ("num_items", "num_categories", "num_users", "num_contexts")
+
+
+def job_profiler(steps: int, **fields: Any) -> ProfilerConfig:
+    """The job's profiler: every step after one wait and one warm-up step, input shapes not
+    recorded (they cost step time on CPU, BENCHMARKS.md "Profiler overhead"); ``fields`` set
+    the other knobs (``enabled``, ``record_shapes``, ...)."""
+    return ProfilerConfig.every_step(steps, **({"record_shapes": False} | fields))
+
+
+def _default_data() -> DataConfig:
+    return data_config_for(ModelSpec().config())
+
+
+def _default_profiler() -> ProfilerConfig:
+    return job_profiler(_STEPS)
+
+
+@dataclass(kw_only=True, frozen=True)
+class JobConfig:
+    """The reference job, the same on every rank (``job.json``); the defaults are
+    ``fsobs run``'s. Sections that depend on others are checked against them: ``data`` fills
+    the model's tables, ``profiler``'s cycles fit in ``steps``."""
+
+    steps: int = _STEPS
+    """Training steps (one global batch each)."""
+    batch_size: int = 32
+    """Samples per rank and step."""
+    model: ModelSpec = field(default_factory=ModelSpec)
+    """The model trained."""
+    data: DataConfig = field(default_factory=_default_data)
+    """The synthetic dataset; its id ranges equal the model's tables (``data_config_for``), and
+    its ``seed`` is the job's: the dataset, the batch order and the model's initialization."""
+    profiler: ProfilerConfig = field(default_factory=_default_profiler)
+    """The per-rank profiler (``job_profiler(steps)``: every step after one wait and one
+    warm-up step); ``enabled=False`` trains without it."""
+    freescale: FreeScaleConfig = field(default_factory=FreeScaleConfig)
+    """The optimizer's toggles (``optim.FreeScale``)."""
+    cost_model: Path | None = None
+    """A JSON cost model (``fsobs fit-cost``) for ``balance``; None: the analytic one of the
+    model shape."""
+    optimizer: str = "adagrad"
+    """One of ``OPTIMIZERS`` (``sgd`` for equivalence tests)."""
+    ddp_bucket_mb: int = 25
+    """DDP's bucket size for the dense all-reduce (torchrec's default 25); smaller buckets make
+    more all-reduces that can be in flight when the embedding all-to-all is issued."""
+    save_params: bool = False
+    """Write each rank's final parameters to ``params.rank<R>.pt`` (for equivalence tests)."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "ddp_bucket_mb"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(
+                f"optimizer: unknown {self.optimizer!r}, expected one of {list(OPTIMIZERS)}"
+            )
+        shape = self.model.config()
+        for name in _TABLES:
+            if getattr(self.data, name) != getattr(shape, name):
+                raise ValueError(
+                    f"data.{name}: {getattr(self.data, name)} ids, but the model's table has "
+                    f"{getattr(shape, name)} rows (build the data with data_config_for)"
+                )
+        if self.profiler.num_steps > self.steps:
+            raise ValueError(
+                f"profiler: its cycles take {self.profiler.num_steps} steps, the job has "
+                f"{self.steps} (job_profiler(steps) records every step)"
+            )
+
+    @property
+    def seed(self) -> int:
+        """The job's seed (``data.seed``)."""
+        return self.data.seed
+
+    def workload(self) -> dict[str, Any]:
+        """The knobs as ``run.json``'s flat ``workload`` record (``job.json`` has them all).
+        ``profile_active`` is None when the profiler records every step after its wait and
+        warm-up (the default)."""
+        prof, fs = self.profiler, self.freescale
+        every = prof.active == self.steps - prof.wait - prof.warmup
+        return {
+            "steps": self.steps,
+            "model_size": self.model.size,
+            "preset": self.data.preset,
+            "batch_size": self.batch_size,
+            "num_samples": self.data.num_samples,
+            "seed": self.seed,
+            "profile": prof.enabled,
+            "profile_active": None if every else prof.active,
+            "profile_repeat": prof.repeat,
+            "record_shapes": prof.record_shapes,
+            "balance": fs.balance.enabled,
+            "balance_method": fs.balance.method,
+            "balance_mode": fs.balance.mode,
+            "cost_model": str(self.cost_model) if self.cost_model else "analytic",
+            "save_params": self.save_params,
+            "optimizer": self.optimizer,
+            "priority_overlap": fs.priority_overlap.enabled,
+            "dense_order": fs.priority_overlap.dense_order,
+            "sm_free": fs.sm_free.enabled,
+            "sync_gc": fs.sync_gc.enabled,
+            "ddp_bucket_mb": self.ddp_bucket_mb,
+            "dense_mb": self.model.dense_mb,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values, one object per section (what ``job.json`` holds)."""
+        obj: dict[str, Any] = _encode(self)
+        return obj
+
+    @classmethod
+    def from_json(cls, obj: object, *, path: str | Path | None = None) -> JobConfig:
+        """The config that :meth:`to_json` gave; a section or field left out takes its default.
+        A bad, unknown or mistyped field raises :class:`JobConfigError` naming it (and
+        ``path``)."""
+        try:
+            job: JobConfig = _decode(cls, obj, "")
+        except _BadField as bad:
+            raise JobConfigError(bad.message, path=path, field=bad.field or None) from None
+        return job
+
+
+def write_job_json(run_dir: str | Path, job: JobConfig) -> Path:
+    """Write ``run_dir/job.json`` atomically (indent 2, strict JSON); its path."""
+    path = Path(run_dir) / JOB_JSON
+    text = json.dumps(job.to_json(), indent=2, allow_nan=False) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text.encode("utf-8"))
+    return path
+
+
+def read_job_json(run_dir: str | Path) -> JobConfig:
+    """The job of the run in ``run_dir`` (its ``job.json``); :class:`JobConfigError`, one line
+    naming the file and the field, when it is missing, not JSON or holds a bad field."""
+    path = Path(run_dir) / JOB_JSON
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise JobConfigError(f"cannot read the job config ({exc.strerror})", path=path) from None
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise JobConfigError(f"not JSON: {exc}", path=path) from None
+    return JobConfig.from_json(obj, path=path)
+
+
+# ---- JSON <-> config dataclasses, by their type hints ----
+class _BadField(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field, self.message = field, message
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_encode(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+_LEADING_NAME = re.compile(r"^([a-z_][a-z0-9_]*)((?:\.[a-z_][a-z0-9_]*)*)\b")
+"""The field a config's ValueError names first (``name: ...``, ``name must ...``, ``a.b: ...``)."""
+
+
+def _decode(hint: Any, value: Any, where: str) -> Any:
+    """``value`` (parsed JSON) as an instance of the type ``hint``; ``where``: its dotted name."""
+    origin, args = get_origin(hint), get_args(hint)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _build(hint, value, where)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]  # X | None only
+        return _decode(inner, value, where)
+    if origin is Literal:
+        if value not in args:
+            raise _BadField(where, f"must be one of {list(args)}, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _BadField(where, f"must be a list, got {value!r}")
+        return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    wanted, name = _SCALARS[hint]
+    if isinstance(value, bool) != (hint is bool) or not isinstance(value, wanted):
+        raise _BadField(where, f"must be {name}, got {json.dumps(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _BadField(where, f"must be a finite number, got {value}")
+    return hint(value)
+
+
+_SCALARS: dict[Any, tuple[tuple[type, ...], str]] = {
+    int: ((int,), "an integer"),
+    float: ((int, float), "a number"),
+    bool: ((bool,), "true or false"),
+    str: ((str,), "a string"),
+    Path: ((str,), "a path (a string)"),
+}
+"""The JSON values each scalar field type takes, and how an error names the type."""
+
+
+def _build(cls: type[Any], obj: Any, where: str) -> Any:
+    if not isinstance(obj, dict):
+        raise _BadField(where, f"must be a JSON object, got {json.dumps(obj)}")
+    hints = get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    prefix = f"{where}." if where else ""
+    for key in obj:
+        if key not in names:
+            raise _BadField(f"{prefix}{key}", f"unknown field; expected one of {names}")
+    kwargs = {key: _decode(hints[key], obj[key], f"{prefix}{key}") for key in obj}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:  # the config's own check, naming the field first
+        message = str(exc)
+        match = _LEADING_NAME.match(message)
+        if match is None or match.group(1) not in names:
+            raise _BadField(where, message) from None
+        rest = message[match.end() :].lstrip(": ")
+        raise _BadField(f"{prefix}{match.group(0)}", rest) from None

@@ -1,16 +1,19 @@
 """``fsobs run``: start the reference job on N ranks with torchrun and watch it.
 
-This module does not import torch: it builds the ``torch.distributed.run`` command line, starts it
-as a child process, shows one progress bar from the rank-0 step sidecar as it grows, and when the
-job fails marks the run incomplete (with the reason) so that whatever was written stays analyzable.
+This module does not import torch: it writes the job's config into the run directory, builds the
+``torch.distributed.run`` command line, starts it as a child process, shows one progress bar from
+the rank-0 step sidecar as it grows, and when the job fails marks the run incomplete (with the
+reason) so that whatever was written stays analyzable.
 
-Output, so that the console shows only our lines::
+Files besides the run format, so that the console shows only our lines::
 
+    <out>/job.json             the JobConfig every rank trains (fsobs.workload.config)
     <out>/logs/rank<R>.log     everything rank R printed (Python and C++, stdout and stderr)
     <out>/logs/torchrun.log    torchrun's own output (its failure summary names the failed rank)
 
 Each rank runs this module as its entry point (``python -m fsobs.workload.launch --log-dir DIR
--- MODULE ARGS``): it points its file descriptors 1 and 2 at its log, then runs ``MODULE``.
+-- MODULE ARGS``): it points its file descriptors 1 and 2 at its log, then runs ``MODULE``
+(``fsobs.workload.train <out>``, which reads ``<out>/job.json``).
 ``verbose`` streams every log to the console as it grows, each line prefixed with its source.
 
 Rendezvous on one node (torch 2.13 ``--standalone``): torchrun hosts its c10d store on a port
@@ -42,6 +45,7 @@ from rich.progress import (
 )
 
 from fsobs.errors import LaunchError
+from fsobs.workload.config import JobConfig, write_job_json
 
 LOG_DIR = "logs"
 AGENT_LOG = "torchrun.log"
@@ -54,7 +58,7 @@ STANDALONE = ("--standalone", "--local-addr=127.0.0.1")
 
 @dataclass(kw_only=True, frozen=True)
 class LaunchConfig:
-    """How the ranks are started."""
+    """How the ranks are started, and what they train."""
 
     world_size: int
     """Processes on this node (``--nproc-per-node``)."""
@@ -64,9 +68,10 @@ class LaunchConfig:
     """Intra-op threads of each rank; default: the node's cores divided among its ranks."""
     rdzv: tuple[str, ...] = ()
     """Multi-node rendezvous flags passed to torchrun as they are (``--nnodes 2 ...``)."""
-    job_args: tuple[str, ...] = ()
-    """Arguments of ``python -m fsobs.workload.train`` after ``--out``."""
+    job: JobConfig = field(default_factory=JobConfig)
+    """What every rank trains: written to ``<out>/job.json``, which the ranks read."""
     env: dict[str, str] = field(default_factory=dict)
+    """Environment variables set for torchrun and the ranks, besides the threads."""
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -100,9 +105,7 @@ def torchrun_command(config: LaunchConfig) -> list[str]:
         str(log_dir(config.out)),
         "--",
         "fsobs.workload.train",
-        "--out",
         str(config.out),
-        *config.job_args,
     ]
 
 
@@ -119,7 +122,8 @@ def launch(
     verbose: bool = False,
     console: Console | None = None,
 ) -> int:
-    """Run the job to its end; return torchrun's exit code (0 when every rank finished).
+    """Write ``<out>/job.json`` and run the job to its end; return torchrun's exit code (0 when
+    every rank finished).
 
     ``progress``: one progress bar on ``console`` (default: stderr; on a file or pipe only its
     final state is printed); ``verbose``: stream the logs to the console instead. On failure the
@@ -133,6 +137,7 @@ def launch(
     logs.mkdir(parents=True, exist_ok=True)
     for old in [*logs.glob("*.log"), *logs.glob("*.error.json")]:
         old.unlink()
+    write_job_json(out, config.job)
     threads = str(_threads(config))
     env = os.environ | {
         "OMP_NUM_THREADS": threads,
@@ -144,7 +149,7 @@ def launch(
     watch = _Follow(logs, console) if verbose else None
     bar = None
     if progress and not verbose:
-        bar = _Progress(out, _total_steps(config.job_args), console)
+        bar = _Progress(out, config.job.steps, console)
     with open(logs / AGENT_LOG, "wb") as agent_log:
         child = subprocess.Popen(
             torchrun_command(config), env=env, stdout=agent_log, stderr=subprocess.STDOUT
@@ -168,16 +173,6 @@ def launch(
 
             finalize_incomplete(out, reason=f"torchrun exited with code {child.returncode}")
     return child.returncode
-
-
-def _total_steps(job_args: Sequence[str]) -> int | None:
-    """The ``--steps`` of the job's arguments (None if absent: the bar has no total)."""
-    for number, arg in enumerate(job_args):
-        if arg.startswith("--steps="):
-            return int(arg.partition("=")[2])
-        if arg == "--steps" and number + 1 < len(job_args):
-            return int(job_args[number + 1])
-    return None
 
 
 # ---- failure report ----

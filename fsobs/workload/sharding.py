@@ -5,7 +5,7 @@ Follows ``shared/examples/torchrec_cpu_dmp.py`` and the CPU rules in
 (an EmbeddingCollection must not be data_parallel; on CPU an EmbeddingBagCollection cannot be
 row_wise), the fused compute kernel (the planner picks it), and the fused embedding optimizer
 combined with a dense optimizer that leaves the fused parameters out (Adagrad by default; plain
-SGD for tests, ``OPTIMIZERS``).
+SGD for tests, ``fsobs.workload.config.OPTIMIZERS``).
 
 Defaults: the pooled tables (user, context: one to four ids per sample) are table_wise; the
 sequence tables (item, category: every history event) are row_wise, so that every rank does the
@@ -29,13 +29,10 @@ from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, Tr
 from torchrec.distributed.types import ModuleSharder, ShardingEnv, ShardingPlan
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 
+from fsobs.workload.config import OPTIMIZERS
 from fsobs.workload.model import EBC_TABLES, EC_TABLES, SeqRecModel
 
 EMBEDDING_LR = 0.01
-OPTIMIZERS: tuple[str, ...] = ("adagrad", "sgd")
-"""``adagrad`` (default): exact row-wise Adagrad on the tables, Adagrad on the dense parameters.
-``sgd``: plain SGD on both, for tests: an update proportional to the gradient, so a wrong scale of
-the loss shows in the parameters (Adagrad's update is invariant to a constant factor)."""
 
 
 def _check_optimizer(optimizer: str) -> None:

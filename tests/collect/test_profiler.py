@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def test_disabled_is_a_no_op(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.profiler, "profile", refuse)
     run_dir = tmp_path / "run"
-    prof = StepProfiler(run_dir, 0, CONFIG, enabled=False)
+    prof = StepProfiler(run_dir, 0, replace(CONFIG, enabled=False))
     prof.step()  # also outside the block
     with prof:
         _work(6, prof)
@@ -83,8 +84,8 @@ def _train(enabled: bool, run_dir: Path) -> dict[str, torch.Tensor]:
     model = torch.nn.Linear(8, 4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     data = torch.Generator().manual_seed(99)
-    config = ProfilerConfig()  # the defaults, record_shapes included
-    with StepProfiler(run_dir, 0, config, enabled=enabled) as prof:
+    config = ProfilerConfig(enabled=enabled)  # the defaults, record_shapes included
+    with StepProfiler(run_dir, 0, config) as prof:
         for _ in range(config.num_steps + 1):
             x = torch.randn(16, 8, generator=data)
             y = torch.randn(16, 4, generator=data)
@@ -155,6 +156,7 @@ def test_step_outside_the_block_is_an_error(tmp_path):
         ({"repeat": 0}, "repeat"),
         ({"active": 2.0}, "active"),
         ({"record_shapes": 1}, "record_shapes"),
+        ({"enabled": "no"}, "enabled"),
     ],
 )
 def test_config_is_validated(kwargs, field):
@@ -165,6 +167,11 @@ def test_config_is_validated(kwargs, field):
 def test_config_step_counts():
     config = ProfilerConfig(wait=2, warmup=1, active=3, repeat=2)
     assert (config.cycle_steps, config.num_steps) == (6, 12)
+    every = ProfilerConfig.every_step(20, record_shapes=False)
+    assert (every.wait, every.warmup, every.active, every.repeat) == (1, 1, 18, 1)
+    assert ProfilerConfig.every_step(6, wait=2).active == 3
+    with pytest.raises(ValueError, match="steps: must be > wait \\+ warmup \\(2\\)"):
+        ProfilerConfig.every_step(2)
     with pytest.raises(ValueError, match="rank"):
         StepProfiler("x", -1, config)
 

@@ -1,10 +1,10 @@
 """The ``balance`` toggle in the real job (torchrun, 2 gloo ranks, torchrec DMP): every sample of
 each global batch trained exactly once, and the same training as the baseline.
 
-Every run trains with plain SGD (``--optimizer=sgd``, exact SGD on the tables too): an update is
-``lr`` times the gradient, so the parameters show the gradient itself. (Adagrad would hide a wrong
-constant factor on the loss: its update ``g / sqrt(Σ g²)`` does not change when every gradient
-is scaled by the same factor.)
+Every run trains with plain SGD (``JobConfig(optimizer="sgd")``, exact SGD on the tables too): an
+update is ``lr`` times the gradient, so the parameters show the gradient itself. (Adagrad would
+hide a wrong constant factor on the loss: its update ``g / sqrt(Σ g²)`` does not change when
+every gradient is scaled by the same factor.)
 
 Tolerance, balanced vs baseline on the same global batches: each rank trains other samples, so
 only the float summation order of the gradients differs: they agree to float32 rounding (relative
@@ -20,6 +20,7 @@ Plan and shuffle mode train the same samples in the same order: identical.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -28,6 +29,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fsobs.cli import build_parser  # noqa: E402
+from fsobs.cli.run import job_config  # noqa: E402
 from fsobs.runformat import read_sidecars  # noqa: E402
 from fsobs.workload.config import ModelConfig, data_config_for  # noqa: E402
 from fsobs.workload.cost import cost_coefficients  # noqa: E402
@@ -56,12 +59,12 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     COST.to_json(root / "cost.json")
     out = {}
     for name, variant_flags in VARIANTS.items():
-        flags = tuple(f.format(cost=root / "cost.json") for f in variant_flags)
-        job = (f"--steps={STEPS}", "--model-size=tiny", f"--batch-size={BATCH}", "--no-profile")
-        test_only = ("--save-params", "--optimizer=sgd")
-        config = LaunchConfig(
-            world_size=WORLD, out=root / name, job_args=(*job, *test_only, *flags)
-        )
+        flags = [f.format(cost=root / "cost.json") for f in variant_flags]
+        argv = ["run", f"--world-size={WORLD}", f"--out={root / name}", f"--steps={STEPS}"]
+        argv += ["--model-size=tiny", f"--batch-size={BATCH}", "--no-profile", *flags]
+        job = job_config(build_parser().parse_args(argv))  # as `fsobs run` builds it
+        job = dataclasses.replace(job, save_params=True, optimizer="sgd")  # test-only knobs
+        config = LaunchConfig(world_size=WORLD, out=root / name, job=job)
         assert launch(config, progress=False) == 0, name
         out[name] = root / name
     return out

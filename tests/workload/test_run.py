@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -9,13 +10,21 @@ import pytest
 
 import fsobs
 from fsobs.cli import main
-from fsobs.workload.config import ModelConfig, data_config_for
+from fsobs.collect.profiler import ProfilerConfig
+from fsobs.workload.config import JobConfig, ModelConfig, ModelSpec, data_config_for, job_profiler
 from fsobs.workload.data import SyntheticHistories, global_batches, random_split
 from fsobs.workload.launch import LaunchConfig, failure_report, launch
 from fsobs.workload.train import FAIL_ENV
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 STEPS, BATCH = 6, 8
+
+
+def _tiny_job(steps: int, **fields: object) -> JobConfig:
+    model = ModelSpec(size="tiny")
+    fields.setdefault("profiler", job_profiler(steps))
+    data = data_config_for(model.config())
+    return JobConfig(steps=steps, batch_size=BATCH, model=model, data=data, **fields)
 
 
 THIRD_PARTY = ("Warning", "warn", "torchrec", "torch/", "STAGE", "profiler", "USDT", "[rank")
@@ -42,6 +51,8 @@ def test_two_rank_run_writes_an_analyzable_run(tmp_path, capsys):
 
     meta = json.loads((out / "run.json").read_text())
     assert (meta["status"], meta["world_size"], meta["ranks_present"]) == ("complete", 2, [0, 1])
+    job = JobConfig.from_json(json.loads((out / "job.json").read_text()))  # what the ranks read
+    assert job == _tiny_job(STEPS) and meta["workload"] == job.workload()
     assert (meta["backend"], meta["device"], meta["simulated"]) == ("gloo", "cpu", False)
     assert meta["workload"]["model_size"] == "tiny" and meta["versions"]["torchrec"]
     assert meta["toggles"]["sm_free"] == {"requested": False, "applied": False, "reason": None}
@@ -83,13 +94,7 @@ def test_a_crashed_rank_leaves_an_incomplete_analyzable_run(tmp_path):
     config = LaunchConfig(
         world_size=2,
         out=out,
-        job_args=(
-            "--steps=8",
-            "--model-size=tiny",
-            f"--batch-size={BATCH}",
-            "--profile-active=2",
-            "--profile-repeat=2",
-        ),
+        job=_tiny_job(8, profiler=ProfilerConfig(active=2, repeat=2, record_shapes=False)),
         env={FAIL_ENV: "1:6"},  # rank 1 dies at step 6, after the first trace export (step 3)
     )
     assert launch(config, progress=False) != 0
@@ -114,11 +119,11 @@ def _losses(run_dir):
 
 def test_profiling_does_not_change_what_is_trained(tmp_path):
     """Same seed and batches, profiler on and off: the same losses, bit for bit."""
-    job = ("--steps=5", "--model-size=tiny", f"--batch-size={BATCH}")
+    job = _tiny_job(5)
     on, off = tmp_path / "on", tmp_path / "off"
-    assert launch(LaunchConfig(world_size=2, out=on, job_args=job), progress=False) == 0
-    no_profile = (*job, "--no-profile")
-    assert launch(LaunchConfig(world_size=2, out=off, job_args=no_profile), progress=False) == 0
+    assert launch(LaunchConfig(world_size=2, out=on, job=job), progress=False) == 0
+    no_profile = dataclasses.replace(job, profiler=job_profiler(5, enabled=False))
+    assert launch(LaunchConfig(world_size=2, out=off, job=no_profile), progress=False) == 0
     assert list(off.glob("*.trace.json.gz")) == []
     assert _losses(on) == _losses(off)
     assert len(set(_losses(on))) > 1  # it trains: the loss moves

@@ -1,0 +1,173 @@
+"""``fsobs run``'s flags: a frozen set, and the JobConfig they build (no torchrun here: the real
+job runs in tests/workload/test_run.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fsobs.cli import build_parser, main
+from fsobs.cli.run import job_config
+from fsobs.workload.config import JobConfig, ModelSpec
+from optim.config import PriorityConfig
+from optim.plan import BalanceConfig
+
+ALLOWED_OPTIONS = frozenset(
+    {
+        "-h",
+        "--help",
+        "-v",
+        "--verbose",
+        "--world-size",
+        "--steps",
+        "--out",
+        "--preset",
+        "--model-size",
+        "--batch-size",
+        "--num-samples",
+        "--seed",
+        "--threads-per-rank",
+        "--no-profile",
+        "--balance",
+        "--balance-method",
+        "--balance-mode",
+        "--cost-model",
+        "--priority-overlap",
+        "--dense-order",
+        "--sm-free",
+        "--sync-gc",
+        "--dense-mb",
+        "--ddp-bucket-mb",
+    }
+)
+"""Every option of ``fsobs run``. Do not add to it: a new knob of the job goes into its
+component's config (``JobConfig`` and the configs it composes), which a run reads from
+``job.json``; only a knob that users switch per run from the shell earns a flag."""
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices["run"]
+
+
+def test_no_new_run_options():
+    actions = _run_parser()._actions
+    options = {option for action in actions for option in action.option_strings}
+    assert options - ALLOWED_OPTIONS == set(), (
+        "new `fsobs run` options: put the knob into its component's config instead"
+    )
+    assert ALLOWED_OPTIONS - options == set(), "an option is gone: update ALLOWED_OPTIONS"
+    assert [a.dest for a in actions if not a.option_strings] == ["rdzv"]  # torchrun's, after --
+
+
+def _job(*extra: str) -> JobConfig:
+    return job_config(build_parser().parse_args(["run", "--world-size", "2", "--out", "x", *extra]))
+
+
+def test_the_flags_defaults_are_the_configs():
+    assert _job() == JobConfig()
+
+
+def test_run_json_workload_is_unchanged():
+    """``run.json``'s ``workload`` of a run without flags, key for key."""
+    assert _job().workload() == {
+        "steps": 20,
+        "model_size": "small",
+        "preset": "lognormal",
+        "batch_size": 32,
+        "num_samples": 100_000,
+        "seed": 0,
+        "profile": True,
+        "profile_active": None,
+        "profile_repeat": 1,
+        "record_shapes": False,
+        "balance": False,
+        "balance_method": "kk",
+        "balance_mode": "plan",
+        "cost_model": "analytic",
+        "save_params": False,
+        "optimizer": "adagrad",
+        "priority_overlap": False,
+        "dense_order": "after_embedding",
+        "sm_free": False,
+        "sync_gc": False,
+        "ddp_bucket_mb": 25,
+        "dense_mb": 0.0,
+    }
+
+
+def test_the_flags_build_the_job():
+    job = _job(
+        *("--steps", "6", "--model-size", "tiny", "--batch-size", "8", "--seed", "3"),
+        *("--preset", "powerlaw", "--num-samples", "512", "--no-profile"),
+        *("--dense-mb", "16", "--ddp-bucket-mb", "4", "--sm-free", "--sync-gc"),
+    )
+    assert (job.steps, job.batch_size, job.seed, job.ddp_bucket_mb) == (6, 8, 3, 4)
+    assert job.model == ModelSpec(size="tiny", dense_mb=16.0) and job.model.config().wide_dim > 0
+    assert (job.data.preset, job.data.num_samples, job.data.num_items) == ("powerlaw", 512, 1000)
+    prof = job.profiler
+    assert (prof.enabled, prof.wait, prof.warmup, prof.active, prof.repeat) == (False, 1, 1, 4, 1)
+    assert not prof.record_shapes
+    assert job.freescale.sm_free.enabled and job.freescale.sync_gc.enabled
+    assert not job.freescale.balance.enabled and not job.freescale.priority_overlap.enabled
+
+
+def test_run_builds_the_balance_toggle(tmp_path, monkeypatch):
+    assert _job("--balance").freescale.balance == BalanceConfig(enabled=True)
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"c0": 1.0, "a": 2.0, "b": 3.0}))
+    monkeypatch.chdir(tmp_path)
+    job = _job("--balance", "--balance-method", "lpt", "--balance-mode", "shuffle")
+    assert job.freescale.balance == BalanceConfig(enabled=True, method="lpt", mode="shuffle")
+    assert _job("--balance", "--cost-model", "cost.json").cost_model == cost.resolve()
+
+
+def test_run_builds_the_overlap_toggle():
+    assert _job("--priority-overlap").freescale.priority_overlap == PriorityConfig(enabled=True)
+    concurrent = _job("--priority-overlap", "--dense-order", "concurrent")
+    assert concurrent.freescale.priority_overlap.dense_order == "concurrent"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--dense-order", "concurrent"], "--dense-order needs --priority-overlap"),
+        (["--cost-model", "missing.json"], "missing.json: cost model file not found"),
+        (["--cost-model", "bad.json"], "bad cost model: "),
+        (["--balance-method", "lpt"], "--balance-method needs --balance"),
+        (["--balance-mode", "shuffle"], "--balance-mode needs --balance"),
+        (["--steps", "2"], "steps: must be > wait + warmup (2)"),
+        (["--preset", "zipf"], "preset: unknown 'zipf'"),
+        (["--batch-size", "0"], "batch_size: must be >= 1"),
+        (["--dense-mb", "-1"], "dense_mb: must be >= 0"),
+    ],
+)
+def test_run_rejects_bad_options_before_launching(tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.json").write_text('{"c0": 1}')
+    argv = ["run", "--world-size", "2", "--out", str(tmp_path / "out"), *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_rejects_an_unknown_method():
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(
+            ["run", "--world-size", "2", "--out", "x", "--balance-method", "x"]
+        )
+    assert info.value.code == 2
+
+
+def test_the_job_config_imports_without_torch():
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import fsobs.workload.config, fsobs.workload.launch, fsobs.collect.profiler\n"
+        "fsobs.workload.config.JobConfig()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
