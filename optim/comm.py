@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -63,7 +63,8 @@ class CommRouter:
         return lambda *args, **kwargs: self._issue(name, target, *args, **kwargs)
 
     def _issue(self, name: str, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        group = kwargs.get("group") or dist.group.WORLD
+        # dist.group.WORLD is None only before init_process_group
+        group = cast(dist.ProcessGroup, kwargs.get("group") or dist.group.WORLD)
         if name == "all_to_all_single" and self._all_to_all_single is not None:
             if group is self._embedding_group:
                 target = self._all_to_all_single
