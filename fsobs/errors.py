@@ -19,6 +19,10 @@ All of them are also ``ValueError`` so that generic callers can catch bad input 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fsobs.trace.storage import RemotePath
 
 
 class FsobsError(ValueError):
@@ -28,7 +32,7 @@ class FsobsError(ValueError):
         self,
         message: str,
         *,
-        path: str | Path | None = None,
+        path: str | Path | RemotePath | None = None,
         rank: int | None = None,
         field: str | None = None,
     ) -> None:

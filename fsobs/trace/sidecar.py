@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -119,7 +120,7 @@ def _read_one(path: Location, rank: int) -> list[dict[str, float | int | str | N
     return rows
 
 
-def _row(record: dict, rank: int) -> dict[str, float | int | str | None]:
+def _row(record: dict[str, Any], rank: int) -> dict[str, float | int | str | None]:
     lengths = record.get("seq_lengths")
     if lengths is not None:
         len_sum = sum(int(v) for v in lengths)
