@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -420,7 +421,7 @@ def _frame(chunks: list[Columns], columns: list[str]) -> pd.DataFrame:
 
 
 def _bubble_columns(steps: list[StepBubbles]) -> Columns:
-    table = {
+    table: Columns = {
         "rank": np.array([sb.rank for sb in steps], np.int64),
         "step": np.array([sb.step for sb in steps], np.int64),
         "window_ms": np.array([sb.window[1] - sb.window[0] for sb in steps], np.int64) / 1e6,
@@ -463,7 +464,7 @@ def _total_ns(sets: list[iv.Intervals]) -> np.ndarray:
     pieces = np.concatenate([s[1] for s in sets]) - np.concatenate([s[0] for s in sets])
     running = np.concatenate([[0], np.cumsum(pieces)])
     bounds = np.cumsum([0, *(len(s[0]) for s in sets)])
-    return running[bounds[1:]] - running[bounds[:-1]]
+    return cast(np.ndarray, running[bounds[1:]] - running[bounds[:-1]])
 
 
 def step_times(steps: pd.DataFrame) -> pd.Series:
@@ -670,4 +671,4 @@ def _median_of(values: np.ndarray, labels: np.ndarray, wanted: np.ndarray) -> np
     ordered = values[order].astype(np.float64)
     groups, first, count = np.unique(labels[order], return_index=True, return_counts=True)
     median = (ordered[first + (count - 1) // 2] + ordered[first + count // 2]) / 2
-    return np.append(median, np.nan)[iv.position(groups, wanted)]  # -1: the NaN
+    return cast(np.ndarray, np.append(median, np.nan)[iv.position(groups, wanted)])  # -1: the NaN

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -238,13 +238,16 @@ class _Runner:
     def __init__(
         self, setup: _Setup, split: Resplit | None, prio_graph: SegmentGraph | None
     ) -> None:
+        # split is set when a combo has balance, prio_graph when one has priority_overlap
         self.setup, self.split, self.prio_graph = setup, split, prio_graph
 
     def replay(self, combo: tuple[str, ...], eta: np.ndarray | None) -> dict[str, np.ndarray]:
         s = self.setup
         busy = s.busy_ns
         if s.cal is not None and eta is not None:
-            predicted = self.split.predicted_ns if "balance" in combo else s.cal.predicted_ns
+            predicted = (
+                cast(Resplit, self.split).predicted_ns if "balance" in combo else s.cal.predicted_ns
+            )
             busy = s.cal.busy_for(predicted, eta)
         if "sm_free" in combo:
             share = np.zeros_like(s.busy_ns)
@@ -252,8 +255,8 @@ class _Runner:
             busy = busy * np.clip(1.0 - share, 0.0, 1.0)
         changes = _busy_changes(s.busy_ns, busy)
         if "balance" in combo:
-            changes.extra_idle_ns = np.full(busy.shape, self.split.planner_ns)
-        graph = self.prio_graph if "priority_overlap" in combo else s.graph
+            changes.extra_idle_ns = np.full(busy.shape, cast(Resplit, self.split).planner_ns)
+        graph = cast(SegmentGraph, self.prio_graph) if "priority_overlap" in combo else s.graph
         return _per_step(replay_totals(graph, changes))
 
 
@@ -328,13 +331,15 @@ def _bootstrap(base: np.ndarray, pred: np.ndarray, rng: np.random.Generator) -> 
     rows = np.arange(draws)[:, None, None]
     b = base[rows, idx].sum(axis=2)
     p = pred[rows, idx].sum(axis=2)
-    return (1 - p[b > 0] / b[b > 0]).reshape(-1)
+    return cast(np.ndarray, (1 - p[b > 0] / b[b > 0]).reshape(-1))
 
 
 def _bootstrap_p50(steps: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     draws, num = steps.shape
     idx = rng.integers(num, size=(draws, max(1, 2000 // draws), num))
-    return np.median(steps[np.arange(draws)[:, None, None], idx], axis=2).reshape(-1)
+    return cast(
+        np.ndarray, np.median(steps[np.arange(draws)[:, None, None], idx], axis=2).reshape(-1)
+    )
 
 
 def _interval(values: np.ndarray, alpha: float) -> tuple[float, float]:
@@ -446,7 +451,7 @@ def _notes(analysis: Analysis, toggles: tuple[str, ...], setup: _Setup) -> list[
 
 def whatif_json(w: WhatIf) -> dict[str, Any]:
     """The JSON object of ``fsobs whatif --json`` (NaN as null)."""
-    return _clean(
+    cleaned: dict[str, Any] = _clean(  # a dict in, a dict out
         {
             "run": w.run,
             "baseline": w.baseline,
@@ -472,6 +477,7 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
             "confidence": w.confidence,
         }
     )
+    return cleaned
 
 
 def _clean(value: Any) -> Any:

