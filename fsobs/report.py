@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from rich.console import Console
@@ -105,7 +105,8 @@ def _attribution_json(analysis: Analysis) -> dict[str, Any] | None:
 
 def _records(frame: pd.DataFrame, columns: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     frame = frame[list(columns)] if columns else frame
-    return [{k: plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+    rows = cast("list[dict[str, Any]]", frame.to_dict("records"))  # the columns are names
+    return [{k: plain(v) for k, v in row.items()} for row in rows]
 
 
 def render(analysis: Analysis, console: Console) -> None:

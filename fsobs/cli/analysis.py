@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -146,7 +148,8 @@ def render_comparison(c: Comparison, console: Console) -> None:
         lo, hi = c.by_class_ci[name]
         ci = "" if math.isnan(lo) else f" (CI {percent(lo)} – {percent(hi)})"
         console.print(f"  {name.replace('_', ' ')}: {percent(c.by_class[name])}{ci}")
-    for row in c.by_role.itertuples(index=False):
+    # pandas-stubs types a field as any scalar: here role and class names, then floats
+    for row in cast("Iterable[Any]", c.by_role.itertuples(index=False)):
         if row.control > 0 or row.test > 0:
             ci = (
                 "" if math.isnan(row.ci_lo) else f", CI {percent(row.ci_lo)} – {percent(row.ci_hi)}"

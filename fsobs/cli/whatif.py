@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -75,7 +76,7 @@ def _whatif(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_whatif(w: dict, console: Console) -> None:
+def render_whatif(w: dict[str, Any], console: Console) -> None:
     """The human report of ``fsobs whatif``."""
     run, base, rep = w["run"], w["baseline"], w["replay"]
     kind = "simulated" if run["simulated"] else "measured"
