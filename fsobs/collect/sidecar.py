@@ -22,9 +22,16 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsobs.collect._atomic import fsync_dir, write_atomic
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    Lengths = Sequence[int] | np.ndarray | torch.Tensor
+    """A step's sequence lengths: any 1-D sequence of integers."""
 
 __all__ = [
     "MAX_LISTED_LENGTHS",
@@ -47,7 +54,7 @@ def sidecar_file_name(rank: int) -> str:
 
 def step_record(
     step: int,
-    lengths: Sequence[int],
+    lengths: Lengths,
     est_cost: float | None,
     wall_start_ns: int,
     wall_end_ns: int,
@@ -141,7 +148,7 @@ class SidecarWriter:
     def write(
         self,
         step: int,
-        lengths: Sequence[int],
+        lengths: Lengths,
         est_cost: float | None,
         wall_start_ns: int,
         wall_end_ns: int,
@@ -222,7 +229,7 @@ def _non_negative_int(value: object, name: str) -> int:
     if isinstance(value, bool):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     try:
-        number = operator.index(value)  # type: ignore[arg-type]
+        number = operator.index(value)  # type: ignore[arg-type]  # any value: TypeError if not
     except TypeError:
         raise ValueError(f"{name} must be an integer, got {value!r}") from None
     if number < 0:
@@ -230,7 +237,7 @@ def _non_negative_int(value: object, name: str) -> int:
     return number
 
 
-def _lengths(lengths: Sequence[int]) -> list[int]:
+def _lengths(lengths: Lengths) -> list[int]:
     raw = lengths.tolist() if hasattr(lengths, "tolist") else list(lengths)
     if not isinstance(raw, list):  # a 0-d array or tensor
         raise ValueError(f"seq lengths must be a 1-D sequence, got {lengths!r}")

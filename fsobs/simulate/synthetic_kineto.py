@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gzip as _gzip
+import io
 import json
 import multiprocessing
 import os
@@ -35,7 +36,6 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
@@ -451,7 +451,7 @@ def _footer(path: Path) -> str:
 
 
 @contextmanager
-def _open(path: Path, use_gzip: bool) -> Iterator[IO[bytes]]:
+def _open(path: Path, use_gzip: bool) -> Iterator[io.BufferedIOBase]:
     """A binary file, gzip level 1 when asked (no name or time in the header: reproducible)."""
     with open(path, "wb") as raw:
         if not use_gzip:
