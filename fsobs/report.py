@@ -358,6 +358,7 @@ def _coverage_findings(analysis: Analysis) -> list[str]:
 
 
 def _list(values: object) -> str:
+    # any iterable: a column, a list, a pandas row's field (typed as any scalar by pandas-stubs)
     items = [str(v) for v in values]  # type: ignore[attr-defined]
     return ", ".join(items[:8]) + (" ..." if len(items) > 8 else "")
 

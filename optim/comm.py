@@ -83,10 +83,10 @@ def install(
     for name in modules:
         module = importlib.import_module(name)
         replaced.append((module, module.dist))
-        module.dist = router  # type: ignore[attr-defined]
+        module.dist = router  # type: ignore[attr-defined]  # torchrec's global, swapped
 
     def uninstall() -> None:
         for module, original in replaced:
-            module.dist = original  # type: ignore[attr-defined]
+            module.dist = original  # type: ignore[attr-defined]  # and put back
 
     return uninstall

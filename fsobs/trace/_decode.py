@@ -88,6 +88,7 @@ class TraceFile(msgspec.Struct, gc=False):
 class _StrictTraceFile(TraceFile):
     """Everything typed at once: used only to word the error of a file that failed to decode."""
 
+    # the same field, typed: a subclass that narrows it on purpose
     traceEvents: list[Event]  # type: ignore[assignment]  # noqa: N815
 
 

@@ -230,7 +230,7 @@ def _common_root(files: Sequence[Location]) -> Location:
     if len(parents) == 1:
         return parents.pop()
     if all(isinstance(p, Path) for p in files):
-        return Path(os.path.commonpath(files))  # type: ignore[arg-type]
+        return Path(os.path.commonpath(files))  # type: ignore[arg-type]  # all Paths, just checked
     return files[0].parent  # files of several folders and URLs: name the first one's
 
 

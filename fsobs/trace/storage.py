@@ -42,7 +42,7 @@ class RemotePath:
     def __post_init__(self) -> None:
         if not _URL.match(self.url):
             raise ValueError(f"not a URL: {self.url!r}")
-        root = _URL.match(self.url).end()  # type: ignore[union-attr]
+        root = _URL.match(self.url).end()  # type: ignore[union-attr]  # matched just above
         if len(self.url) > root + 1 and self.url.endswith("/"):
             object.__setattr__(self, "url", self.url.rstrip("/"))
 
@@ -57,7 +57,7 @@ class RemotePath:
 
     @property
     def protocol(self) -> str:
-        return _URL.match(self.url).group(1).lower()  # type: ignore[union-attr]
+        return _URL.match(self.url).group(1).lower()  # type: ignore[union-attr]  # by __post_init__
 
     @property
     def name(self) -> str:
