@@ -180,7 +180,7 @@ def _add_kind_and_device(events: pd.DataFrame) -> None:
     # pandas-stubs: codes and categories are array-likes, not only a Sequence and an Index
     events["kind"] = pd.Categorical.from_codes(kinds, categories=list(KINDS))  # type: ignore[arg-type]
     on_device = np.array(device_cat, dtype=bool)[inverse] | (events["stream"].to_numpy() >= 0)
-    # (the same)
+    # pandas-stubs, as above
     events["device"] = pd.Categorical.from_codes(on_device.astype(np.int8), ["cpu", "gpu"])  # type: ignore[arg-type]
 
 
