@@ -64,6 +64,7 @@ demo: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff format .
@@ -77,4 +78,4 @@ bench: install browser
 	$(BIN)/python benchmarks/bench_dashboard.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache bench_data *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache bench_data *.egg-info

@@ -23,6 +23,10 @@ This module imports nothing heavy (no torch, no pandas): every part of fsobs can
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fsobs.storage import RemotePath
 
 
 class FsobsError(ValueError):
@@ -32,7 +36,7 @@ class FsobsError(ValueError):
         self,
         message: str,
         *,
-        path: str | Path | None = None,
+        path: str | Path | RemotePath | None = None,
         rank: int | None = None,
         field: str | None = None,
     ) -> None:

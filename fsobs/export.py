@@ -23,6 +23,7 @@ import gzip
 import json
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
@@ -68,12 +69,14 @@ def export_run(
         target = out_dir / trace_file_name(rank)
         extra = bubble_events(trace, bubbles.of_rank(rank))
         _atomic_write(
-            target, lambda f, t=trace, e=extra: _write_trace(f, t, e, max_trace_bytes), gz=True
+            target,
+            partial(_write_trace, trace=trace, extra=extra, max_bytes=max_trace_bytes),
+            gz=True,
         )
         written.append(target)
     for source in plan:
         target = out_dir / source.name
-        _atomic_write(target, lambda f, s=source: _copy(f, s), gz=False)
+        _atomic_write(target, partial(_copy, source=source), gz=False)
         written.append(target)
     return written
 
@@ -98,7 +101,7 @@ def bubble_events(trace: RankSummary, steps: list[StepBubbles]) -> list[str]:
         _meta("process_labels", ts0, None, {"labels": "bubble classes (fsobs)"}),
         _meta("process_sort_index", ts0, None, {"sort_index": SORT_INDEX}),
     ]
-    slices = []
+    slices: list[str] = []
     for order, name in enumerate(tracks):
         meta.append(_meta("thread_name", ts0, name, {"name": name}))
         meta.append(_meta("thread_sort_index", ts0, name, {"sort_index": order}))
@@ -153,12 +156,13 @@ def _write_trace(out: BinaryIO, trace: RankSummary, extra: list[str], max_bytes:
 
 
 def _write_events(out: BinaryIO, events: memoryview, extra: list[str], trace: RankSummary) -> None:
-    if len(events) < 2 or events[0:1] != b"[" or events[-1:] != b"]":
+    # a memoryview compares equal to bytes of the same content
+    if len(events) < 2 or events[0:1] != b"[" or events[-1:] != b"]":  # type: ignore[comparison-overlap]
         raise TraceFormatError(
             "not a JSON array", path=trace.path, rank=trace.rank, field="traceEvents"
         )
     last = len(events) - 2  # the last non-blank byte before the closing bracket
-    while last > 0 and events[last : last + 1] in (b" ", b"\n", b"\r", b"\t"):
+    while last > 0 and events[last : last + 1] in (b" ", b"\n", b"\r", b"\t"):  # type: ignore[comparison-overlap]
         last -= 1
     out.write(events[:-1])
     if extra:
@@ -175,8 +179,12 @@ def _copy(out: BinaryIO, source: Path) -> None:
 
 def _plan(run: Run[RankSummary], out_dir: Path, overwrite: bool) -> list[Path]:
     """Check ``out_dir``; return the run files to copy along (run.json, steps.rank*.jsonl)."""
-    run_dir = run.path if run.path.is_dir() else run.path.parent
-    inputs = {run_dir} | {run[r].path.parent for r in run.rank_ids}
+    paths = [run.path, *(run[r].path for r in run.rank_ids)]
+    local = [p for p in paths if isinstance(p, Path)]
+    if len(local) < len(paths):
+        raise ExportError("export reads local runs only (copy the run here first)", path=run.path)
+    run_dir = local[0] if local[0].is_dir() else local[0].parent
+    inputs = {run_dir} | {p.parent for p in local[1:]}
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError("exists and is not a directory", path=out_dir)
     if out_dir.exists() and any(out_dir.samefile(p) for p in inputs if p.exists()):

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, cast
 from urllib.parse import unquote, urlparse
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -42,7 +42,7 @@ class RemotePath:
     def __post_init__(self) -> None:
         if not _URL.match(self.url):
             raise ValueError(f"not a URL: {self.url!r}")
-        root = _URL.match(self.url).end()  # type: ignore[union-attr]
+        root = _URL.match(self.url).end()  # type: ignore[union-attr]  # matched just above
         if len(self.url) > root + 1 and self.url.endswith("/"):
             object.__setattr__(self, "url", self.url.rstrip("/"))
 
@@ -57,7 +57,7 @@ class RemotePath:
 
     @property
     def protocol(self) -> str:
-        return _URL.match(self.url).group(1).lower()  # type: ignore[union-attr]
+        return _URL.match(self.url).group(1).lower()  # type: ignore[union-attr]  # by __post_init__
 
     @property
     def name(self) -> str:
@@ -114,8 +114,14 @@ def as_location(source: str | Path | RemotePath) -> Location:
     return RemotePath(source)
 
 
+class Readable(Protocol):
+    """What :func:`open_binary` gives: a binary stream, read front to back."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 @contextmanager
-def open_binary(location: Location) -> Iterator[IO[bytes]]:
+def open_binary(location: Location) -> Iterator[Readable]:
     """The file, opened for reading as a stream (HTTP: one GET, no range requests)."""
     if isinstance(location, Path):
         with location.open("rb") as f:
@@ -181,7 +187,7 @@ def _local_entry(path: Path) -> Entry:
 def _mtime_ns(item: dict[str, Any]) -> int | None:
     """The modification time of a listing entry: the key differs across filesystems."""
     for key in ("mtime", "LastModified", "updated", "last_modified", "created"):
-        value = item.get(key)
+        value: object = item.get(key)
         if isinstance(value, (int, float)):
             return int(value * 1e9)
         if hasattr(value, "timestamp"):
@@ -208,7 +214,7 @@ def _fs(location: RemotePath) -> tuple[Any, str]:
             f"reading {location.protocol}:// URLs needs fsspec: pip install 'freescale[cluster]'"
         ) from exc
     try:
-        return url_to_fs(location.url)
+        return cast(tuple[Any, str], url_to_fs(location.url))  # fsspec is untyped
     except ImportError as exc:  # the protocol's own package (s3fs, gcsfs, ...) is missing
         raise ImportError(f"{location.protocol}:// URLs: {exc}") from exc
     except ValueError as exc:  # "Protocol not known"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -63,7 +63,8 @@ class CommRouter:
         return lambda *args, **kwargs: self._issue(name, target, *args, **kwargs)
 
     def _issue(self, name: str, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        group = kwargs.get("group") or dist.group.WORLD
+        # dist.group.WORLD is None only before init_process_group
+        group = cast(dist.ProcessGroup, kwargs.get("group") or dist.group.WORLD)
         if name == "all_to_all_single" and self._all_to_all_single is not None:
             if group is self._embedding_group:
                 target = self._all_to_all_single
@@ -82,10 +83,10 @@ def install(
     for name in modules:
         module = importlib.import_module(name)
         replaced.append((module, module.dist))
-        module.dist = router  # type: ignore[attr-defined]
+        module.dist = router  # type: ignore[attr-defined]  # torchrec's global, swapped
 
     def uninstall() -> None:
         for module, original in replaced:
-            module.dist = original  # type: ignore[attr-defined]
+            module.dist = original  # type: ignore[attr-defined]  # and put back
 
     return uninstall

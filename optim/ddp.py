@@ -74,12 +74,17 @@ class DenseGate:
     def _flush(self) -> None:
         parked, self._parked = self._parked, []
         for issue, future in parked:
-            issue().then(lambda done, out=future: out.set_result(done.value()))
+            issue().then(_resolves(future))
 
     def _queue_end_of_backward(self) -> None:
         if not self._callback_queued:
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
             self._callback_queued = True
+
+
+def _resolves(out: Future[torch.Tensor]) -> Callable[[Future[torch.Tensor]], None]:
+    """The callback that hands a finished future's value on to ``out``."""
+    return lambda done: out.set_result(done.value())
 
 
 @dataclass
@@ -111,7 +116,7 @@ def dense_hook(state: DenseHookState, bucket: dist.GradBucket) -> Future[torch.T
                 return _COMPRESS[state.precision](state.group, bucket)
             tensor = bucket.buffer()
             tensor.mul_(state.scale)
-            work = dist.all_reduce(tensor, group=state.group, async_op=True)
+            work: dist.Work = dist.all_reduce(tensor, group=state.group, async_op=True)
             return work.get_future().then(lambda done: done.value()[0])
 
     return state.gate.submit(issue) if state.gate is not None else issue()

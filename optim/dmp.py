@@ -19,7 +19,7 @@ from torchrec.distributed.types import ShardingEnv
 from optim.ddp import DenseGate, DenseHookState, dense_hook
 
 
-class DenseDataParallel(DefaultDataParallelWrapper):
+class DenseDataParallel(DefaultDataParallelWrapper):  # type: ignore[misc]  # torchrec: untyped
     """torchrec's DDP wrapper, on ``group``, with :func:`dense_hook` as its one comm hook."""
 
     def __init__(

@@ -16,6 +16,7 @@ order. The group must carry CPU tensors (gloo; on NCCL jobs pass a gloo group).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -42,7 +43,8 @@ class PlanDivergedError(RuntimeError):
 def on_group(group: dist.ProcessGroup | None) -> record_function:
     """The range that names ``group`` around a collective of the balance toggle issued on it
     (:mod:`optim.markers`)."""
-    pg = group if group is not None else dist.group.WORLD
+    # dist.group.WORLD is None only before init_process_group
+    pg = group if group is not None else cast(dist.ProcessGroup, dist.group.WORLD)
     return record_function(comm_marker("other", pg.group_name))
 
 

@@ -82,7 +82,7 @@ def probe(backend: str) -> Capability:
 
 def _nccl_version() -> tuple[int, ...] | None:
     try:
-        version = torch.cuda.nccl.version()
+        version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]  # torch: unannotated
     except (AttributeError, RuntimeError):
         return None
     return tuple(int(v) for v in version) if isinstance(version, tuple) else None
@@ -155,9 +155,10 @@ def nccl_options(mode: str | None, high_priority: bool) -> Any | None:
         return None
     options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=high_priority)
     if mode == "copy_engine":
-        options.config.cta_policy = dist.ProcessGroupNCCL.NCCL_CTA_POLICY_ZERO
+        # CTA policies: NCCL >= 2.27 builds only (capabilities' hasattr), absent from torch's stubs
+        options.config.cta_policy = dist.ProcessGroupNCCL.NCCL_CTA_POLICY_ZERO  # type: ignore[attr-defined]
     elif mode == "efficiency":
-        options.config.cta_policy = dist.ProcessGroupNCCL.NCCL_CTA_POLICY_EFFICIENCY
+        options.config.cta_policy = dist.ProcessGroupNCCL.NCCL_CTA_POLICY_EFFICIENCY  # type: ignore[attr-defined]
     return options
 
 

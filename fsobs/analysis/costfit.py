@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import combinations
-from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from fsobs.analysis.pipeline import Analysis
 from fsobs.errors import RunError
+from fsobs.storage import Location
 from optim.balance import CostModel
 
 FEATURES = ("num_samples", "len_sum", "len_sq_sum")
@@ -62,7 +63,7 @@ def fit_cost(analysis: Analysis) -> CostFit:
 
 
 def fit_points(
-    steps: pd.DataFrame, sidecar: pd.DataFrame, *, path: str | Path | None = None
+    steps: pd.DataFrame, sidecar: pd.DataFrame, *, path: str | Location | None = None
 ) -> CostFit:
     """Fit on ``steps`` (columns ``rank, step, busy_ms``, as ``Analysis.steps``) joined with
     ``sidecar`` (``rank, step`` and ``FEATURES``) on (rank, step). ``path`` names the run in
@@ -128,4 +129,4 @@ def nonnegative_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
                 best_res = res
                 best = np.zeros(num_cols)
                 best[list(cols)] = sol
-    return best / norms
+    return cast(np.ndarray, best / norms)

@@ -178,7 +178,9 @@ def _metric_rows(rank: int, rows: _Rows, kept: np.ndarray, runtime: np.ndarray) 
         overlap=_overlap_row(rank, ts, end, kind),
         idle=_idle_rows(
             rank,
-            *(column[kept[kernels]] for column in (rows.ts, rows.end, rows.stream)),
+            rows.ts[kept[kernels]],
+            rows.end[kept[kernels]],
+            rows.stream[kept[kernels]],
             runtime[kernels],
             DEFAULT_KERNEL_DELAY_US,
         ),
@@ -201,7 +203,7 @@ def _runtime_ts_index(rows: _Rows) -> np.ndarray:
 
     A GPU row's partner is the last CPU row (in trace order) with its correlation id."""
     corr = rows.correlation
-    index_corr = np.minimum(corr, 0)
+    index_corr: np.ndarray = np.minimum(corr, 0)
     has = corr != -1
     cpu = np.flatnonzero(has & ~rows.is_gpu)[::-1]  # last first
     gpu = np.flatnonzero(has & rows.is_gpu)
@@ -389,8 +391,10 @@ def idle_time_breakdown(
     for rank, view in views.items():
         frame = view.frame
         kernels = frame[(frame["stream"] != -1) & frame["cat"].isin(_IDLE_KERNEL_CATS)]
-        columns = (kernels[c].to_numpy() for c in ("ts", "end", "stream", "ts_runtime"))
-        rows += _idle_rows(rank, *columns, consecutive_kernel_delay_us)
+        ts, end, stream, runtime = (
+            kernels[c].to_numpy() for c in ("ts", "end", "stream", "ts_runtime")
+        )
+        rows += _idle_rows(rank, ts, end, stream, runtime, consecutive_kernel_delay_us)
     return _idle_table(rows)
 
 

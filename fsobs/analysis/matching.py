@@ -46,16 +46,16 @@ import pickle
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 import numpy as np
 import pandas as pd
 
-from fsobs.trace.schema import ProcessGroup, RankTrace, Run
+from fsobs.trace.schema import ProcessGroup, RankLike, RankTrace, Run
 from optim.markers import DENSE_DESC, EMB_DESC
 
 
-class RankCollectives(Protocol):
+class RankCollectives(RankLike, Protocol):
     """What the matching reads of each rank (a :class:`fsobs.analysis.summary.RankSummary`)."""
 
     @property
@@ -233,7 +233,7 @@ def _issue_steps(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:
     holding its enqueue (its worker may start it after the step ended, and the step of that
     start differs between ranks), else the step of its event."""
     events = trace.events
-    step = events["step"].to_numpy()[colls["row"].to_numpy()]
+    step: np.ndarray = events["step"].to_numpy()[colls["row"].to_numpy()]
     marks = events[(events["kind"] == "step").to_numpy() & (events["device"] == "cpu").to_numpy()]
     enqueue = colls["enqueue_ns"].to_numpy()
     if marks.empty or not (enqueue >= 0).any():
@@ -252,7 +252,7 @@ def arrivals(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:
     time), else the start of its event (an NCCL kernel starts when the rank reaches it)."""
     start = trace.events["ts_ns"].to_numpy()[colls["row"].to_numpy()]
     enqueue = colls["enqueue_ns"].to_numpy()
-    return np.where(enqueue >= 0, np.minimum(enqueue, start), start)
+    return cast(np.ndarray, np.where(enqueue >= 0, np.minimum(enqueue, start), start))
 
 
 def _group_ranks(run: Run[C], group: str, pg_ranks: object) -> frozenset[int]:
@@ -291,7 +291,8 @@ def _complete_instances(
         (g, r): _group_ranks(run, str(g), r)
         for g, r in facts[["group", "pg_ranks"]].drop_duplicates().itertuples(index=False)
     }
-    facts["expected"] = [
+    # pandas-stubs: a column takes a list of any objects, not only of scalars
+    facts["expected"] = [  # type: ignore[assignment]
         expected[(g, r)] for g, r in zip(facts["group"], facts["pg_ranks"], strict=True)
     ]
     loaded = frozenset(run.rank_ids)

@@ -17,7 +17,8 @@ from fsobs.analysis.stragglers.attribution import Attribution, attribute
 from fsobs.analysis.stragglers.causes import Causes, straggler_causes
 from fsobs.analysis.stragglers.identify import Stragglers, find_stragglers
 from fsobs.analysis.summary import RankSummary, summarize_path, summarize_run
-from fsobs.trace.loader import LoadConfig, Progress, Source
+from fsobs.trace.cluster import Progress
+from fsobs.trace.loader import LoadConfig, Source
 from fsobs.trace.schema import RankTrace, Run
 from optim.markers import ROLES
 
@@ -86,7 +87,11 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
         steps=steps,
         caused=caused,
         stragglers=stragglers,
-        attribution=attribute(run.sidecar, stragglers, colls) if has_sidecar else None,
+        attribution=(
+            attribute(run.sidecar, stragglers, colls)
+            if has_sidecar and run.sidecar is not None
+            else None
+        ),
         causes=straggler_causes(steps, run.sidecar, stragglers),
         summary=kpis(steps, colls),
         roles=roles,
@@ -143,6 +148,6 @@ def by_role(roles: pd.DataFrame) -> dict[str, dict[str, float]]:
     columns = ["straggler_wait_ms", "exposed_comm_ms"]
     means = roles.groupby("role")[columns].mean().reindex(list(ROLES))
     return {
-        str(role): {f"{c.removesuffix('_ms')}_ms_per_step": float(v) for c, v in row.items()}
+        str(role): {f"{str(c).removesuffix('_ms')}_ms_per_step": float(v) for c, v in row.items()}
         for role, row in means.iterrows()
     }

@@ -17,14 +17,15 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fsobs.analysis.bubbles.parts import BubbleConfig, StepParts, step_parts
 from fsobs.analysis.hta_compat import RankHta, rank_hta
 from fsobs.analysis.matching import rank_collectives
 from fsobs.analysis.spill import Spilled, SpillFile
-from fsobs.trace.loader import LoadConfig, Progress, Source, map_run
+from fsobs.storage import Location
+from fsobs.trace.cluster import Progress
+from fsobs.trace.loader import LoadConfig, Source, map_run
 from fsobs.trace.schema import ProcessGroup, RankTrace, Run
 
 
@@ -34,7 +35,7 @@ class RankSummary:
 
     rank: int
     world_size: int
-    path: Path
+    path: Location
     host_name: str | None
     device: str
     base_time_ns: int | None
@@ -68,7 +69,8 @@ class RankSummary:
         parts, self.parts = self.parts, None
         if parts is None:
             raise RuntimeError(f"the step parts of rank {self.rank} were taken already")
-        return pickle.loads(parts.read() if isinstance(parts, Spilled) else parts)
+        data = parts.read() if isinstance(parts, Spilled) else parts
+        return cast(list[StepParts], pickle.loads(data))
 
 
 def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> RankSummary:

@@ -14,7 +14,6 @@ from fsobs.analysis import Analysis, analyze_path
 from fsobs.errors import FsobsError
 from fsobs.trace import LoadConfig
 from fsobs.trace.cluster import SCHEDULER_ENV
-from fsobs.trace.loader import Source
 from optim.balance import CostModel
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -63,7 +62,7 @@ def positive_gb(text: str) -> float:
     return value
 
 
-def analyze_with_progress(source: Source, config: LoadConfig) -> Analysis:
+def analyze_with_progress(source: str | list[str], config: LoadConfig) -> Analysis:
     """:func:`fsobs.analyze_path`, with a progress bar over the ranks parsed on stderr when it is
     a terminal (the bar is removed when done)."""
     if not sys.stderr.isatty():

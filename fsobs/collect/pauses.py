@@ -98,7 +98,7 @@ class StepMonitor:
             if self.trace_ranges:
                 name = GC_MARKER.format(gen=info.get("generation", -1))
                 self._range = autograd_profiler.record_function(name)
-                self._range.__enter__()
+                self._range.__enter__()  # type: ignore[no-untyped-call]  # torch: unannotated
             return
         if self._range is not None:
             self._range.__exit__(None, None, None)

@@ -155,7 +155,7 @@ class StepProfiler:
             with_stack=cfg.with_stack,
             profile_memory=cfg.profile_memory,
         )
-        prof.__enter__()
+        prof.__enter__()  # type: ignore[no-untyped-call]  # torch: unannotated
         self._prof = prof
         return self
 
@@ -172,7 +172,7 @@ class StepProfiler:
         # with a partial one, so that the ranks' traces still cover the same steps.
         self._keep_previous = exc_type is not None and self.trace_path.exists()
         with self._quiet():
-            prof.__exit__(exc_type, exc, tb)
+            prof.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]  # torch: unannotated
         if self.export_error is not None and exc_type is None:
             raise self.export_error
 

@@ -29,4 +29,4 @@ def clean(value: Any) -> Any:
 def records(frame: pd.DataFrame, columns: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """The rows of ``frame`` (only ``columns``, if given) as plain dicts."""
     frame = frame[list(columns)] if columns else frame
-    return [{k: plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+    return [{str(k): plain(v) for k, v in row.items()} for row in frame.to_dict("records")]

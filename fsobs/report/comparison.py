@@ -4,7 +4,8 @@ and for people (:func:`render_comparison`)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -70,7 +71,8 @@ def _class_lines(c: Comparison) -> list[str]:
         lo, hi = c.by_class_ci[name]
         ci = "" if math.isnan(lo) else f" (CI {percent(lo)} – {percent(hi)})"
         lines.append(f"  {name.replace('_', ' ')}: {percent(c.by_class[name])}{ci}")
-    for row in c.by_role.itertuples(index=False):
+    # pandas-stubs types a field as any scalar: here role and class names, then floats
+    for row in cast("Iterable[Any]", c.by_role.itertuples(index=False)):
         if row.control > 0 or row.test > 0:
             ci = (
                 "" if math.isnan(row.ci_lo) else f", CI {percent(row.ci_lo)} – {percent(row.ci_hi)}"

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, SupportsFloat, SupportsIndex, cast
 
 import numpy as np
 import pandas as pd
@@ -114,7 +114,7 @@ class StepRecord:
     def of(
         cls,
         step: int,
-        lengths: Sequence[int],
+        lengths: Sequence[int] | np.ndarray,
         est_cost: float | None,
         wall_start_ns: int,
         wall_end_ns: int,
@@ -123,6 +123,7 @@ class StepRecord:
         """A record from the step's per-sample ``lengths`` (any integer sequence, a numpy array
         or a 1-D tensor too); ``optional``: ``loss`` and the balance and pause fields."""
         values = _lengths(lengths)
+        extra: dict[str, Any] = {k: _number(k, v) for k, v in optional.items()}
         return cls(
             step=_non_negative_int(step, "step"),
             num_samples=len(values),
@@ -133,7 +134,7 @@ class StepRecord:
             est_cost=None if est_cost is None else float(est_cost),
             wall_start_ns=_non_negative_int(wall_start_ns, "wall_start_ns"),
             wall_end_ns=_non_negative_int(wall_end_ns, "wall_end_ns"),
-            **{k: _number(k, v) for k, v in optional.items()},
+            **extra,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -169,7 +170,7 @@ class StepRecord:
             if not isinstance(lengths, list):
                 raise ValueError(f"seq_lengths must be a list, got {_kind(lengths)}")
             values = [_non_negative_int(v, "seq_lengths") for v in lengths]
-            sums = {
+            sums: dict[str, Any] = {
                 "len_sum": sum(values),
                 "len_sq_sum": sum(v * v for v in values),
                 "len_max": max(values, default=0),
@@ -410,7 +411,7 @@ def _non_negative_int(value: object, name: str) -> int:
     if isinstance(value, bool) or isinstance(value, float):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     try:
-        number = operator.index(value)  # type: ignore[call-overload]  # any __index__ type
+        number = operator.index(cast(SupportsIndex, value))  # TypeError if it has no __index__
     except TypeError:
         raise ValueError(f"{name} must be an integer, got {value!r}") from None
     if number < 0:
@@ -434,11 +435,11 @@ def _number(name: str, value: object) -> object:
     if value is None or name == "batch_digest":
         return value
     if name in ("gc_count", "gc_max_gen", "nivcsw"):
-        return value if isinstance(value, bool) else operator.index(value)  # type: ignore[call-overload]
-    return value if isinstance(value, bool) else float(value)  # type: ignore[arg-type]
+        return value if isinstance(value, bool) else operator.index(cast(SupportsIndex, value))
+    return value if isinstance(value, bool) else float(cast(SupportsFloat, value))
 
 
-def _lengths(lengths: Sequence[int]) -> list[int]:
+def _lengths(lengths: Sequence[int] | np.ndarray) -> list[int]:
     raw = lengths.tolist() if hasattr(lengths, "tolist") else list(lengths)
     if not isinstance(raw, list):  # a 0-d array or tensor
         raise ValueError(f"seq lengths must be a 1-D sequence, got {lengths!r}")

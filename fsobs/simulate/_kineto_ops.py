@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 NUM_SMS = 132  # H100 SXM
 COMPUTE_STREAM = 7
@@ -92,9 +93,20 @@ _TBE_OPS = (
     "fbgemm::split_embedding_codegen_lookup_sgd_function",
     "fbgemm::split_embedding_codegen_forward_unweighted_cuda",
 )
-_GEMM_SHAPE = dict(regs=168, smem=98304, grid=(16, 24, 1), block=(384, 1, 1))
-_BMM_SHAPE = dict(regs=230, smem=73728, grid=(8, 32, 16), block=(128, 1, 1))
-_ROW_SHAPE = dict(regs=40, grid=(8192, 1, 1), block=(128, 1, 1))
+
+
+class _Shape(TypedDict, total=False):
+    """Launch-shape keywords of :func:`_k`."""
+
+    regs: int
+    smem: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+_GEMM_SHAPE = _Shape(regs=168, smem=98304, grid=(16, 24, 1), block=(384, 1, 1))
+_BMM_SHAPE = _Shape(regs=230, smem=73728, grid=(8, 32, 16), block=(128, 1, 1))
+_ROW_SHAPE = _Shape(regs=40, grid=(8192, 1, 1), block=(128, 1, 1))
 
 
 def _bwd(name: str, inner: str) -> tuple[str, ...]:
@@ -135,7 +147,7 @@ BACKWARD_OPS: tuple[GpuOp, ...] = (
 )
 
 # Optimizer step (after the gradient all-reduce), main thread.
-_FOREACH_SHAPE = dict(regs=30, grid=(320, 1, 1), block=(512, 1, 1))
+_FOREACH_SHAPE = _Shape(regs=30, grid=(320, 1, 1), block=(512, 1, 1))
 OPTIMIZER_OPS: tuple[GpuOp, ...] = (
     _k(("aten::_foreach_add_",), _FOREACH, 45.0, **_FOREACH_SHAPE),
     _k(("aten::_foreach_mul_",), _FOREACH.replace("plus", "multiplies"), 35.0, **_FOREACH_SHAPE),

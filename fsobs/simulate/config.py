@@ -173,7 +173,7 @@ def _transfers(
     dense = table[table["role"] == "dense"]
     first = emb.groupby("step")["x"].first()
     rest = emb.groupby("step")["x"].sum() - first
-    tokens = {}
+    tokens: dict[int, int] = {}
     for (_rank, step), arr in lengths.items():
         tokens[step] = max(tokens.get(step, 0), int(arr.sum()))
     t = float(np.median(list(tokens.values()))) if tokens else 1.0

@@ -201,7 +201,7 @@ def _time(
     per_step = {k: np.array([row[k] for row in rows], np.int64) for k in rows[0]}
     times = {**per_rank, **per_step}
     chunk_start = per_step["A0"][:, None] + np.cumsum(chunk_dur, axis=1) - chunk_dur
-    upd_start = per_step["upd_start"][:, None] + np.cumsum(upd_dur, axis=1) - upd_dur
+    upd_starts = per_step["upd_start"][:, None] + np.cumsum(upd_dur, axis=1) - upd_dur
     truth = _truth(cfg, times, x, d1, d2, chunk_dur, upd_dur, prio, slow_emb, slow_dense)
     return Schedule(
         cfg,
@@ -213,7 +213,7 @@ def _time(
         times,
         chunk_start,
         chunk_dur,
-        upd_start,
+        upd_starts,
         upd_dur,
         truth,
     )

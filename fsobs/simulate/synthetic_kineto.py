@@ -16,6 +16,7 @@ From the command line: ``python benchmarks/gen_synthetic.py OUT --ranks 8 --step
 from __future__ import annotations
 
 import gzip as _gzip
+import io
 import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
@@ -23,7 +24,6 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import IO
 
 from fsobs.runformat.names import trace_file_name
 from fsobs.simulate._kineto_ops import COMM_STREAM, COMPUTE_STREAM
@@ -214,7 +214,7 @@ def _trailer_events(cfg: SyntheticRunConfig, rank: int, end_ns: int, out: EventR
 
 
 @contextmanager
-def _open(path: Path, use_gzip: bool) -> Iterator[IO[bytes]]:
+def _open(path: Path, use_gzip: bool) -> Iterator[io.BufferedIOBase]:
     """A binary file, gzip level 1 when asked (no name or time in the header: reproducible)."""
     with open(path, "wb") as raw:
         if not use_gzip:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import zlib
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from fsobs.errors import FsobsError, TraceFormatError
+from fsobs.storage import Location
 from fsobs.trace._collectives import build_collectives, communication_launches
 from fsobs.trace._columns import _MAX_ABS_NS, ColumnBuilder
 from fsobs.trace._decode import (
@@ -28,7 +30,7 @@ from fsobs.trace.schema import EVENT_COLUMNS, KINDS, ProcessGroup, RankTrace
 BATCH = 16_384  # events decoded to typed structs at a time
 
 
-def build_rank_trace(path: Path, max_bytes: int, step_marker: str | None = None) -> RankTrace:
+def build_rank_trace(path: Location, max_bytes: int, step_marker: str | None = None) -> RankTrace:
     """Read, decode and tabulate one trace file. Raises :class:`FsobsError` on bad input.
 
     The file is first read as a stream (:mod:`fsobs.trace._stream`): a few MB of JSON text at a
@@ -41,7 +43,7 @@ def build_rank_trace(path: Path, max_bytes: int, step_marker: str | None = None)
         return _build_whole(path, max_bytes, step_marker)
 
 
-def _build_streaming(path: Path, max_bytes: int, step_marker: str | None = None) -> RankTrace:
+def _build_streaming(path: Location, max_bytes: int, step_marker: str | None = None) -> RankTrace:
     stream = EventStream(path, max_bytes)
     builder = ColumnBuilder(path, -1)
     offset = 0
@@ -52,7 +54,7 @@ def _build_streaming(path: Path, max_bytes: int, step_marker: str | None = None)
     return _finish(decode_trace(stream.skeleton, path), builder, path, step_marker)
 
 
-def _build_whole(path: Path, max_bytes: int, step_marker: str | None = None) -> RankTrace:
+def _build_whole(path: Location, max_bytes: int, step_marker: str | None = None) -> RankTrace:
     """The whole JSON text in memory while its events are decoded, batch by batch."""
     data = read_trace_bytes(path, max_bytes)
     trace = decode_trace(data, path)
@@ -66,7 +68,7 @@ def _build_whole(path: Path, max_bytes: int, step_marker: str | None = None) -> 
 
 
 def _finish(
-    trace: TraceFile, builder: ColumnBuilder, path: Path, step_marker: str | None
+    trace: TraceFile, builder: ColumnBuilder, path: Location, step_marker: str | None
 ) -> RankTrace:
     """The events table and the rank's facts, once every event is in ``builder``."""
     rank, world_size, backend = _rank_info(trace, path)
@@ -125,7 +127,7 @@ def _finish(
     )
 
 
-def _rank_info(trace: TraceFile, path: Path) -> tuple[int, int, str | None]:
+def _rank_info(trace: TraceFile, path: Location) -> tuple[int, int, str | None]:
     """(rank, world_size, backend); rank -1 when the file has no ``distributedInfo.rank``."""
     info = trace.distributedInfo
     if info is None or info.rank is None:
@@ -149,7 +151,7 @@ def _r(rank: int) -> int | None:
     return rank if rank >= 0 else None
 
 
-def _to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
+def _to_ns(ts: npt.NDArray[np.float64], base_ns: int) -> np.ndarray:
     """Microseconds (relative to ``base_ns``, or absolute when it is 0) -> absolute int64 ns.
 
     Whole and fractional microseconds are converted apart, so absolute timestamps (about 1.7e15
@@ -175,9 +177,11 @@ def _add_kind_and_device(events: pd.DataFrame) -> None:
         kind_of_pair.append(KINDS.index(classify(cat, names[name_code])))
         device_cat.append(is_device_cat(cat))
     kinds = np.array(kind_of_pair, dtype=np.int8)[inverse]
-    events["kind"] = pd.Categorical.from_codes(kinds, categories=list(KINDS))
+    # pandas-stubs: codes and categories are array-likes, not only a Sequence and an Index
+    events["kind"] = pd.Categorical.from_codes(kinds, categories=list(KINDS))  # type: ignore[arg-type]
     on_device = np.array(device_cat, dtype=bool)[inverse] | (events["stream"].to_numpy() >= 0)
-    events["device"] = pd.Categorical.from_codes(on_device.astype(np.int8), ["cpu", "gpu"])
+    # pandas-stubs, as above
+    events["device"] = pd.Categorical.from_codes(on_device.astype(np.int8), ["cpu", "gpu"])  # type: ignore[arg-type]
 
 
 def _use_step_marker(events: pd.DataFrame, marker: str) -> None:
@@ -234,13 +238,13 @@ def _assign_steps(events: pd.DataFrame) -> np.ndarray:
     return steps
 
 
-def _process_groups(trace: TraceFile, path: Path, rank: int) -> tuple[ProcessGroup, ...]:
+def _process_groups(trace: TraceFile, path: Location, rank: int) -> tuple[ProcessGroup, ...]:
     info = trace.distributedInfo
     if info is None or not info.pg_config:
         return ()
     groups = []
     for i, pg in enumerate(info.pg_config):
-        ranks = pg.ranks
+        ranks: Sequence[int] | str | None = pg.ranks
         if isinstance(ranks, str):
             try:
                 ranks = [int(r) for r in ranks.strip("[] ").split(",") if r.strip()]
@@ -263,7 +267,7 @@ def _process_groups(trace: TraceFile, path: Path, rank: int) -> tuple[ProcessGro
     return tuple(groups)
 
 
-def _device_properties(trace: TraceFile, path: Path) -> list[dict[str, Any]]:
+def _device_properties(trace: TraceFile, path: Location) -> list[dict[str, Any]]:
     try:
         value = raw_value(trace.deviceProperties)
     except msgspec.DecodeError as exc:

@@ -29,10 +29,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from fsobs.trace._decode import Args, Event, raw_value
@@ -72,7 +73,7 @@ class _Enclosing:
         pos = int(np.searchsorted(starts, when, side="right")) - 1
         return int(rows[pos]) if pos >= 0 and ends[pos] >= when else -1
 
-    def covers(self, thread: np.ndarray, when: np.ndarray) -> np.ndarray:
+    def covers(self, thread: np.ndarray, when: np.ndarray) -> npt.NDArray[np.bool_]:
         """``find(thread[i], when[i]) >= 0`` for every ``i``, at once."""
         out = np.zeros(len(when), dtype=bool)
         for tid, (starts, ends, _) in self._by_tid.items():
@@ -152,7 +153,7 @@ def build_collectives(events: pd.DataFrame, structs: dict[int, Event]) -> pd.Dat
         if record is None and event.cat == "gpu_memcpy":
             record = {"coll": "p2p_copy", "source": "memcpy"}
         if record is None:
-            launch = launches.get(int(events.at[row, "correlation"]))
+            launch = launches.get(int(cast(np.int64, events.at[row, "correlation"])))
             if launch is not None:
                 thread, when = int(tid[launch]), int(ts[launch])
                 record = _from_enclosing(
@@ -195,7 +196,7 @@ def _comm_markers(
 
     for record in records:
         if record["source"] != "gloo":
-            launch = launches.get(int(events.at[record["row"], "correlation"]))
+            launch = launches.get(int(cast(np.int64, events.at[record["row"], "correlation"])))
             found = marker_at(launch) if launch is not None else None
             if found:
                 record["role"] = found[0]
@@ -245,7 +246,7 @@ def _link_gloo(
         asked = [
             int(row)
             for row in by_coll[coll]
-            if (marks[int(row)][1] if marks[int(row)] else None) == group
+            if (mark[1] if (mark := marks[int(row)]) else None) == group
         ]
         _pair_in_order(queue, asked, ts, marks)
 

@@ -8,7 +8,6 @@ dictionaries shared across batches; the few events the collective metadata needs
 from __future__ import annotations
 
 import zlib
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -16,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.errors import TraceFormatError
+from fsobs.storage import Location
 from fsobs.trace._decode import Event, raw_value
 from fsobs.trace.classify import COMM_KERNEL_RE
 
@@ -38,7 +38,7 @@ def _keeps_struct(name: object) -> bool:
 class ColumnBuilder:
     """Accumulates the kept events (those with a ``dur``, except ``Trace`` spans) of one file."""
 
-    def __init__(self, path: Path, rank: int) -> None:
+    def __init__(self, path: Location, rank: int) -> None:
         self.path = path
         self.rank = rank
         self.hta_round = False
@@ -117,13 +117,16 @@ class ColumnBuilder:
             [-1 if v is None else unique.setdefault(v, len(unique)) for v in labels] or [-1],
             dtype=np.int32,
         )
-        return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, list(unique))
+        # pandas-stubs: codes and categories are array-likes, not only a Sequence and an Index
+        return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, list(unique))  # type: ignore[arg-type]
 
     def _keep_structs(self, kept: list[Event], name_codes: np.ndarray) -> None:
         flags = self._keep_flags
         names = list(self._tables["name"])
         flags.extend(_keeps_struct(n) for n in names[len(flags) :])
-        chosen = np.flatnonzero(np.asarray(flags, dtype=bool)[name_codes]) if len(kept) else []
+        chosen: np.ndarray | list[int] = (
+            np.flatnonzero(np.asarray(flags, dtype=bool)[name_codes]) if len(kept) else []
+        )
         for pos in chosen:
             self.structs[self._rows + int(pos)] = _detached(kept[int(pos)])
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from pathlib import Path
 
 import msgspec
 
@@ -89,6 +88,7 @@ class TraceFile(msgspec.Struct, gc=False):
 class _StrictTraceFile(TraceFile):
     """Everything typed at once: used only to word the error of a file that failed to decode."""
 
+    # the same field, typed: a subclass that narrows it on purpose
     traceEvents: list[Event]  # type: ignore[assignment]  # noqa: N815
 
 
@@ -118,7 +118,7 @@ def read_trace_bytes(path: Location, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -
     return _gunzip(raw, path, max_bytes)
 
 
-def _gunzip(raw: bytes, path: Path, max_bytes: int) -> bytes | bytearray:
+def _gunzip(raw: bytes, path: Location, max_bytes: int) -> bytes | bytearray:
     """Decompress into one buffer of the size the trailer announces (no second copy).
 
     The trailer's size is the last member's, modulo 2**32: when the stream holds more, the rest
@@ -164,7 +164,7 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def decode_trace(data: bytes, path: Path) -> TraceFile:
+def decode_trace(data: bytes | bytearray, path: Location) -> TraceFile:
     """Decode JSON text into a :class:`TraceFile`.
 
     Errors name the JSON path of the bad field, and the rank when the file still tells it.
@@ -177,7 +177,7 @@ def decode_event_array(text: bytes) -> list[Event]:
     return _EVENTS_DECODER.decode(text)
 
 
-def decode_events(raws: list[msgspec.Raw], data: bytes, path: Path) -> list[Event]:
+def decode_events(raws: list[msgspec.Raw], data: bytes | bytearray, path: Location) -> list[Event]:
     """Typed events of a batch of raw events taken from ``data``."""
     try:
         return _EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
@@ -186,7 +186,11 @@ def decode_events(raws: list[msgspec.Raw], data: bytes, path: Path) -> list[Even
         raise
 
 
-def _decode(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> TraceFile:
+def _decode(
+    decoder: msgspec.json.Decoder[TraceFile] | msgspec.json.Decoder[_StrictTraceFile],
+    data: bytes | bytearray,
+    path: Location,
+) -> TraceFile:
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
@@ -231,7 +235,7 @@ def _validation_detail(text: str) -> tuple[str, str | None]:
     return message[:1].lower() + message[1:], field
 
 
-def _syntax_detail(text: str, data: bytes) -> str:
+def _syntax_detail(text: str, data: bytes | bytearray) -> str:
     """msgspec's "JSON is malformed: invalid character (byte 12)" -> where and what, for humans."""
     if not data.strip():
         return "empty file"
@@ -247,7 +251,7 @@ def _syntax_detail(text: str, data: bytes) -> str:
     return f"not valid JSON: {reason}{_location(data, pos)}"
 
 
-def _location(data: bytes, pos: int) -> str:
+def _location(data: bytes | bytearray, pos: int) -> str:
     """Where byte ``pos`` of ``data`` is, for a message: at line, column, near some text."""
     line = data.count(b"\n", 0, pos) + 1
     column = pos - data.rfind(b"\n", 0, pos)
@@ -266,7 +270,7 @@ class _RankOnly(msgspec.Struct, gc=False):
 _RANK_DECODER = msgspec.json.Decoder(_RankOnly)
 
 
-def _rank_hint(data: bytes) -> int | None:
+def _rank_hint(data: bytes | bytearray) -> int | None:
     """The ``distributedInfo.rank`` of a file that failed to decode, when it still tells it."""
     try:
         info = _RANK_DECODER.decode(data).distributedInfo

@@ -13,11 +13,10 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Iterator
-from typing import IO
 
 import msgspec
 
-from fsobs.storage import Location, open_binary
+from fsobs.storage import Location, Readable, open_binary
 from fsobs.trace._decode import GZIP_MAGIC
 
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -63,7 +62,7 @@ def _pieces(path: Location, max_bytes: int) -> Iterator[bytes]:
         raise SplitError("truncated gzip")
 
 
-def _first_bytes(f: IO[bytes]) -> bytes:
+def _first_bytes(f: Readable) -> bytes:
     """The first read, at least two bytes long unless the file is shorter (streams may return
     less than asked)."""
     raw = f.read(_PIECE // 8)

@@ -22,9 +22,12 @@ import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fsobs.errors import ClusterError, FsobsError
+
+if TYPE_CHECKING:
+    from fsobs.storage import Location
 
 SCHEDULER_ENV = "FSOBS_DASK_SCHEDULER"
 """Environment variable naming the Dask scheduler when ``LoadConfig.scheduler`` is None."""
@@ -34,7 +37,7 @@ TASK_RETRIES = 2
 """Extra tries of a cluster task that raised something other than bad input."""
 CONNECT_TIMEOUT_S = 30
 
-T = TypeVar("T")
+T = TypeVar("T", bound="Location")  # the files
 R = TypeVar("R")
 
 
@@ -122,7 +125,7 @@ def _run_task(item: Any, fn: Callable[[Any], Any]) -> Any:
         return _Failed(exc)
 
 
-def _outcome(future: Any, item: object, distributed: Any) -> Any:
+def _outcome(future: Any, item: Location, distributed: Any) -> Any:
     """The task's result, or the error to raise for it: its bad input, the exception it kept
     raising, or :class:`ClusterError` when the cluster lost it."""
     try:

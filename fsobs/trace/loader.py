@@ -38,7 +38,7 @@ from fsobs.storage import (
 from fsobs.trace._build import build_rank_trace
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
 from fsobs.trace.cluster import DaskCluster, Progress, raise_first, scheduler_address
-from fsobs.trace.schema import RankTrace, Run
+from fsobs.trace.schema import RankLike, RankTrace, Run
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ Source = str | Path | RemotePath | Sequence[str | Path | RemotePath]
 """A run directory, a trace file, or a list of trace files; each a local path or a URL."""
 
 
-class _RankLike(Protocol):
+class _RankLike(RankLike, Protocol):
     rank: int
     world_size: int
     path: Location
@@ -89,7 +89,7 @@ def load_rank(path: str | Path | RemotePath, config: LoadConfig | None = None) -
     none). ``path`` may be a URL."""
     config = config or LoadConfig()
     location = as_location(path)
-    return build_rank_trace(location, config.max_trace_bytes, config.step_marker)  # type: ignore[arg-type]
+    return build_rank_trace(location, config.max_trace_bytes, config.step_marker)
 
 
 def load_run(source: Source, config: LoadConfig | None = None) -> Run[RankTrace]:
@@ -129,7 +129,7 @@ def map_run(
         warnings.extend(trace.warnings)
     sidecar = read_sidecars(found.root) if found.is_dir else None
     return Run(
-        path=found.root,  # type: ignore[arg-type]
+        path=found.root,
         world_size=world_size,
         ranks=by_rank,
         meta=found.meta,
@@ -171,12 +171,12 @@ def _discover(source: Source) -> _Found:
     listed = [as_location(p) for p in source]
     if not listed:
         raise EmptyRunError("no trace files given")
-    for path in listed:
-        if isinstance(path, Path) and not path.is_file():
-            why = "a directory; give a run directory alone" if path.is_dir() else "no such file"
-            raise TraceReadError(why, path=path)
-    for path in {p.protocol: p for p in listed if isinstance(p, RemotePath)}.values():
-        _check_protocol(path)
+    for file in listed:
+        if isinstance(file, Path) and not file.is_file():
+            why = "a directory; give a run directory alone" if file.is_dir() else "no such file"
+            raise TraceReadError(why, path=file)
+    for url in {p.protocol: p for p in listed if isinstance(p, RemotePath)}.values():
+        _check_protocol(url)
     local = [p for p in listed if isinstance(p, Path)]
     size = _local_bytes(local) if len(local) == len(listed) else None
     return _Found(_common_root(listed), listed, size, None, is_dir=False)
@@ -219,7 +219,7 @@ def _common_root(files: Sequence[Location]) -> Location:
     if len(parents) == 1:
         return parents.pop()
     if all(isinstance(p, Path) for p in files):
-        return Path(os.path.commonpath(files))  # type: ignore[arg-type]
+        return Path(os.path.commonpath(files))  # type: ignore[arg-type]  # all Paths, just checked
     return files[0].parent  # files of several folders and URLs: name the first one's
 
 

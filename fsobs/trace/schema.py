@@ -62,12 +62,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import pandas as pd
 
 from fsobs.runformat.runmeta import RunMeta
+
+if TYPE_CHECKING:
+    from fsobs.storage import Location
 
 KINDS = ("compute", "comm", "memcpy", "memset", "sync", "runtime", "annotation", "step", "other")
 
@@ -124,7 +126,7 @@ class ProcessGroup:
 class RankTrace:
     """The trace of one rank."""
 
-    path: Path
+    path: Location
     rank: int
     world_size: int
     backend: str | None
@@ -156,7 +158,16 @@ class RankTrace:
         return sorted(int(s) for s in marks.unique())
 
 
-R = TypeVar("R")
+class RankLike(Protocol):
+    """What a :class:`Run` asks of its ranks."""
+
+    @property
+    def device(self) -> str: ...
+    @property
+    def steps(self) -> list[int]: ...
+
+
+R = TypeVar("R", bound=RankLike)
 
 
 @dataclass
@@ -168,7 +179,7 @@ class Run(Generic[R]):
     types have ``device``, ``steps``, ``host_name`` and ``path``.
     """
 
-    path: Path
+    path: Location
     world_size: int
     ranks: dict[int, R]
     meta: RunMeta | None

@@ -20,7 +20,7 @@ one id per sample and shares the item table with ``item_seq``."""
 
 
 @dataclass
-class Batch(Pipelineable):
+class Batch(Pipelineable):  # type: ignore[misc]  # torchrec: untyped
     """One rank's batch of ``B`` samples.
 
     ``sparse_pooled``: KJT with keys ``POOLED_KEYS`` (1 user id, 1-3 context ids per sample).
@@ -52,7 +52,7 @@ class Batch(Pipelineable):
         self.sparse_pooled.record_stream(stream)
         self.sparse_seq.record_stream(stream)
         for tensor in (self.labels, self.sample_ids, self.lengths):
-            tensor.record_stream(stream)  # type: ignore[arg-type]
+            tensor.record_stream(stream)
 
     def pin_memory(self) -> Batch:
         return Batch(

@@ -147,7 +147,7 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 def data_config_for(model: ModelConfig, **fields: Any) -> DataConfig:
     """A ``DataConfig`` whose id ranges equal the model's table sizes; ``fields`` set the rest
     (``preset``, ``num_samples``, ``seed``, ``length_scale``)."""
-    tables = {
+    tables: dict[str, Any] = {
         "num_items": model.num_items,
         "num_categories": model.num_categories,
         "num_users": model.num_users,

@@ -297,7 +297,7 @@ class _Progress:
 def _step_ms(line: bytes) -> float | None:
     """The wall time of the step a sidecar line records (ms)."""
     try:
-        record = json.loads(line)
+        record: dict[str, int] = json.loads(line)
         return (record["wall_end_ns"] - record["wall_start_ns"]) / 1e6
     except (ValueError, KeyError, TypeError):
         return None

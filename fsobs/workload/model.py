@@ -27,6 +27,8 @@ as in ``shared/examples/torchrec_cpu_dmp.py``. Without DMP use ``device="cpu"``.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -72,7 +74,8 @@ class HSTUBlock(nn.Module):
         """
         total = x.shape[0]
         heads, dim = self.num_heads, self.head_dim
-        u, vqk = F.silu(self.uvqk(self.norm_in(x))).split([heads * dim, 3 * heads * dim], dim=-1)
+        # torch: Tensor.split is unannotated
+        u, vqk = F.silu(self.uvqk(self.norm_in(x))).split([heads * dim, 3 * heads * dim], dim=-1)  # type: ignore[no-untyped-call]
         vqk = vqk.reshape(total, 3, heads, dim).permute(1, 2, 0, 3)  # [3, H, ΣL, d]
         per_event = torch.tensor(lengths, dtype=x.dtype, device=x.device)
         per_event = per_event.repeat_interleave(torch.tensor(lengths, device=x.device))
@@ -82,7 +85,7 @@ class HSTUBlock(nn.Module):
         parts = zip(*(t.split(lengths, 1) for t in (values, vqk[1], vqk[2])), strict=True)
         attn = torch.cat([torch.tril(F.silu(q @ k.transpose(1, 2))) @ v for v, q, k in parts], 1)
         attn = attn.permute(1, 0, 2).reshape(total, heads * dim)
-        return x + self.proj(self.norm_attn(attn) * u)
+        return cast(torch.Tensor, x + self.proj(self.norm_attn(attn) * u))  # Module() gives Any
 
 
 class SequenceTower(nn.Module):

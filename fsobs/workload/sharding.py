@@ -50,8 +50,8 @@ def sharders(
     kind = EmbOptimType.EXACT_SGD if optimizer == "sgd" else EmbOptimType.EXACT_ROWWISE_ADAGRAD
     fused = {"optimizer": kind, "learning_rate": embedding_lr}
     return [
-        EmbeddingBagCollectionSharder(fused_params=fused),  # type: ignore[list-item]
-        EmbeddingCollectionSharder(fused_params=fused),  # type: ignore[list-item]
+        EmbeddingBagCollectionSharder(fused_params=fused),
+        EmbeddingCollectionSharder(fused_params=fused),
     ]
 
 

@@ -19,6 +19,7 @@ every op one level deeper. Zero-length ops cover no instant and are left out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -42,7 +43,7 @@ class OpTree:
         dur = (self.end - self.start).astype(np.int64)
         has = self.parent >= 0
         children = np.bincount(self.parent[has], weights=dur[has], minlength=len(dur))
-        return np.maximum(dur - children.astype(np.int64), 0)
+        return cast(np.ndarray, np.maximum(dur - children.astype(np.int64), 0))
 
     def innermost(self, chosen: np.ndarray) -> iv.Intervals:
         """The instants whose innermost op is one of ``chosen`` (a mask over the tree's ops)."""

@@ -4,6 +4,7 @@ data loading and contention (the GPU and CPU rules of :mod:`fsobs.analysis.bubbl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -283,4 +284,4 @@ def _median_of(values: np.ndarray, labels: np.ndarray, wanted: np.ndarray) -> np
     ordered = values[order].astype(np.float64)
     groups, first, count = np.unique(labels[order], return_index=True, return_counts=True)
     median = (ordered[first + (count - 1) // 2] + ordered[first + count // 2]) / 2
-    return np.append(median, np.nan)[iv.position(groups, wanted)]  # -1: the NaN
+    return cast(np.ndarray, np.append(median, np.nan)[iv.position(groups, wanted)])  # -1: NaN

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.spill import Spilled, SpillFile
@@ -45,7 +45,9 @@ class BubbleStore:
         blob = self._blobs.get(rank)
         if blob is None:
             return []
-        return pickle.loads(blob.read() if isinstance(blob, Spilled) else blob)
+        return cast(
+            list[StepBubbles], pickle.loads(blob.read() if isinstance(blob, Spilled) else blob)
+        )
 
     def of_ranks(self, ranks: Iterable[int]) -> list[StepBubbles]:
         """The steps of each of ``ranks``, rank by rank (in the order given)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -76,7 +77,7 @@ def _frame(chunks: list[Columns], columns: list[str]) -> pd.DataFrame:
 
 
 def _bubble_columns(steps: list[StepBubbles]) -> Columns:
-    table = {
+    table: Columns = {
         "rank": np.array([sb.rank for sb in steps], np.int64),
         "step": np.array([sb.step for sb in steps], np.int64),
         "window_ms": np.array([sb.window[1] - sb.window[0] for sb in steps], np.int64) / 1e6,
@@ -119,7 +120,7 @@ def _total_ns(sets: list[iv.Intervals]) -> np.ndarray:
     pieces = np.concatenate([s[1] for s in sets]) - np.concatenate([s[0] for s in sets])
     running = np.concatenate([[0], np.cumsum(pieces)])
     bounds = np.cumsum([0, *(len(s[0]) for s in sets)])
-    return running[bounds[1:]] - running[bounds[:-1]]
+    return cast(np.ndarray, running[bounds[1:]] - running[bounds[:-1]])
 
 
 def step_times(steps: pd.DataFrame) -> pd.Series:

@@ -26,6 +26,7 @@ report says they are unknown.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -66,7 +67,7 @@ def straggler_causes(
         key = (int(rank), int(step))
         if key not in table.index:
             continue
-        row, med = table.loc[key], medians.loc[int(step)]
+        row, med = cast(pd.Series, table.loc[key]), cast(pd.Series, medians.loc[int(step)])
         parts = {
             "data": (row["est_cost"] - med["est_cost"]) * ms_per_cost,
             "gc": row["gc_ms"] - med["gc_ms"],

@@ -22,7 +22,9 @@ one rank is the straggler of at least ``stable_share`` of the steps that have on
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -63,7 +65,8 @@ def find_stragglers(
     indexed by step: :func:`fsobs.analysis.bubbles.tables.step_times`)."""
     config = config or StragglerConfig()
     by_step = caused.groupby(["step", "culprit"])["wait_ns"].sum()
-    rows = [_step_row(int(step), by_step, float(ms), config) for step, ms in step_ms.items()]
+    items = cast("Iterable[tuple[int, float]]", step_ms.items())  # labels: the steps
+    rows = [_step_row(int(step), by_step, float(ms), config) for step, ms in items]
     per_step = pd.DataFrame(rows, columns=["step", "rank", "wait_caused_ms", "tied_ranks", "note"])
     per_step["rank"] = per_step["rank"].astype("Int64")
     counts = per_step["rank"].dropna().astype(int).value_counts()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -90,7 +91,7 @@ class Calibration:
 
     def busy_for(self, predicted_ns: np.ndarray, eta: np.ndarray) -> np.ndarray:
         """``s_r · P · eta``."""
-        return self.speed[:, None] * predicted_ns * eta
+        return cast(np.ndarray, self.speed[:, None] * predicted_ns * eta)
 
 
 def calibrate(analysis: Analysis, ranks: list[int], steps: list[int]) -> Calibration:
@@ -132,7 +133,7 @@ def noise_draws(cal: Calibration, draws: int, rng: np.random.Generator) -> np.nd
     common = log.mean(axis=0, keepdims=True)
     pool = (log - common).reshape(-1)
     spread = pool[rng.integers(len(pool), size=(draws, *cal.eta.shape))]
-    return np.exp(common[None] + spread)
+    return cast(np.ndarray, np.exp(common[None] + spread))
 
 
 @dataclass

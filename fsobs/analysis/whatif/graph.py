@@ -24,12 +24,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
 
 from fsobs.analysis.pipeline import Analysis
 from fsobs.errors import RunError
+
+if TYPE_CHECKING:
+    from fsobs.analysis.bubbles.classify import StepBubbles
+    from fsobs.analysis.whatif.replay import _CompiledPiece
 
 KINDS = (
     "busy",
@@ -95,7 +100,7 @@ class SegmentGraph:
     """``instance, rank, start_ns, end_ns``: each rank's measured (aligned) span."""
     after: dict[int, int] = field(default_factory=dict)
     """instance -> the instance whose transfer it follows (starts at ``max(A'_k, E'_j)``)."""
-    compiled: list | None = field(default=None, repr=False)
+    compiled: list[list[_CompiledPiece]] | None = field(default=None, repr=False)
     """The chains as plain tuples for :func:`replay` (built on first use)."""
 
     def copy(self) -> SegmentGraph:
@@ -142,7 +147,9 @@ def build_graph(analysis: Analysis) -> SegmentGraph:
             (int(k), int(r)): int(d)
             for k, r, d in zip(inst["instance"], inst["rank"], delta, strict=True)
         },
-        members=inst.groupby("instance")["rank"].nunique().astype(int).to_dict(),
+        members=cast(
+            dict[int, int], inst.groupby("instance")["rank"].nunique().astype(int).to_dict()
+        ),
         instances=table,
         spans=inst[["instance", "rank", "start_ns", "end_ns"]].reset_index(drop=True),
     )
@@ -168,7 +175,7 @@ class _RankColls:
         )
 
 
-def _rank_chain(own: list, shift: int, colls: _RankColls) -> tuple[list[Piece], int]:
+def _rank_chain(own: list[StepBubbles], shift: int, colls: _RankColls) -> tuple[list[Piece], int]:
     """The pieces of one rank, from the interval sets of its steps (own clock - ``shift``)."""
     elementary: list[tuple[int, int, int, int, int]] = []  # (lo, hi, kind, owner, step)
     previous_end = None
@@ -240,7 +247,7 @@ def _assemble(elementary: list[tuple[int, int, int, int, int]], colls: _RankColl
             bounds.append((lo, hi, []))
             continue
         if pieces and pieces[-1].kind == LOCAL and pieces[-1].step == step and not first:
-            pieces[-1].lengths[kind] += hi - lo
+            cast(np.ndarray, pieces[-1].lengths)[kind] += hi - lo  # a local piece has lengths
             pieces[-1].parts.append((kind, hi - lo))
             bounds[-1] = (bounds[-1][0], hi, [*bounds[-1][2], (lo, hi, kind)])
             continue

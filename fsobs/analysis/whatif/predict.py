@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import combinations
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -212,13 +213,16 @@ class _Runner:
     def __init__(
         self, setup: _Setup, split: Resplit | None, prio_graph: SegmentGraph | None
     ) -> None:
+        # split is set when a combo has balance, prio_graph when one has priority_overlap
         self.setup, self.split, self.prio_graph = setup, split, prio_graph
 
     def replay(self, combo: tuple[str, ...], eta: np.ndarray | None) -> dict[str, np.ndarray]:
         s = self.setup
         busy = s.busy_ns
         if s.cal is not None and eta is not None:
-            predicted = self.split.predicted_ns if "balance" in combo else s.cal.predicted_ns
+            predicted = (
+                cast(Resplit, self.split).predicted_ns if "balance" in combo else s.cal.predicted_ns
+            )
             busy = s.cal.busy_for(predicted, eta)
         if "sm_free" in combo:
             share = np.zeros_like(s.busy_ns)
@@ -226,8 +230,8 @@ class _Runner:
             busy = busy * np.clip(1.0 - share, 0.0, 1.0)
         changes = _busy_changes(s.busy_ns, busy)
         if "balance" in combo:
-            changes.extra_idle_ns = np.full(busy.shape, self.split.planner_ns)
-        graph = self.prio_graph if "priority_overlap" in combo else s.graph
+            changes.extra_idle_ns = np.full(busy.shape, cast(Resplit, self.split).planner_ns)
+        graph = cast(SegmentGraph, self.prio_graph) if "priority_overlap" in combo else s.graph
         return _per_step(replay_totals(graph, changes))
 
 
@@ -302,13 +306,15 @@ def _bootstrap(base: np.ndarray, pred: np.ndarray, rng: np.random.Generator) -> 
     rows = np.arange(draws)[:, None, None]
     b = base[rows, idx].sum(axis=2)
     p = pred[rows, idx].sum(axis=2)
-    return (1 - p[b > 0] / b[b > 0]).reshape(-1)
+    return cast(np.ndarray, (1 - p[b > 0] / b[b > 0]).reshape(-1))
 
 
 def _bootstrap_p50(steps: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     draws, num = steps.shape
     idx = rng.integers(num, size=(draws, max(1, 2000 // draws), num))
-    return np.median(steps[np.arange(draws)[:, None, None], idx], axis=2).reshape(-1)
+    return cast(
+        np.ndarray, np.median(steps[np.arange(draws)[:, None, None], idx], axis=2).reshape(-1)
+    )
 
 
 def _interval(values: np.ndarray, alpha: float) -> tuple[float, float]:

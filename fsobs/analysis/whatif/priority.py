@@ -25,6 +25,9 @@ process group:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -64,7 +67,7 @@ def prioritize(graph: SegmentGraph) -> tuple[SegmentGraph, list[str]]:
 
 def _share(graph: SegmentGraph, emb: pd.DataFrame, dense: pd.DataFrame) -> int:
     changed = 0
-    for k, row in emb.iterrows():
+    for k, row in cast("Iterable[tuple[int, pd.Series]]", emb.iterrows()):  # labels: instances
         mates = dense[dense["group"] == row["group"]]
         lo = np.maximum(mates["last_arrival_ns"].to_numpy(), row["last_arrival_ns"])
         hi = np.minimum(mates["end_ns"].to_numpy(), row["end_ns"])
@@ -82,13 +85,13 @@ def _queued_pairs(
     ended, on every rank."""
     spans = graph.spans.set_index(["instance", "rank"])
     pairs = []
-    for d, drow in dense.iterrows():
+    for d, drow in cast("Iterable[tuple[int, pd.Series]]", dense.iterrows()):  # instances
         mates = emb[(emb["group"] == drow["group"]) & (emb["step"] == drow["step"])]
         for k in mates.index:
             if int(k) in graph.after.values():
                 continue
-            start = spans.loc[int(k), "start_ns"]
-            end = spans.loc[int(d), "end_ns"].reindex(start.index)
+            start = cast(pd.Series, spans.loc[int(k), "start_ns"])  # the ranks of instance k
+            end = cast(pd.Series, spans.loc[int(d), "end_ns"]).reindex(start.index)
             gap = (start - end).to_numpy()
             ok = len(gap) and not np.isnan(gap).any()
             if ok and ((gap >= 0) & (gap <= QUEUE_SLACK_NS)).all():
@@ -137,7 +140,7 @@ def _rehome(chain: list[Piece], ids: set[int]) -> None:
         piece.arrivals = []
 
 
-def _arrival_of(chain: list[Piece], inst: int) -> tuple[int, object] | None:
+def _arrival_of(chain: list[Piece], inst: int) -> tuple[int, np.ndarray | int] | None:
     for i, piece in enumerate(chain):
         for who, position in piece.arrivals:
             if who == inst:

@@ -101,7 +101,9 @@ def replay_totals(graph: SegmentGraph, changes: Changes | None = None) -> np.nda
 
 
 _ONES = (1.0,) * len(KINDS)
-_CompiledPiece = tuple[int, int, tuple[float, ...], int, list, bool]
+_CompiledPiece = tuple[
+    int, int, tuple[float, ...], int, list[tuple[int, tuple[float, ...] | int]], bool
+]
 """(kind, step index or -1, lengths, owner, arrivals, first_of_step)."""
 
 
@@ -186,7 +188,12 @@ class _Run:
         self.time[ri] = t
         return moved, True
 
-    def _arrive(self, t: float, arrivals: list, factors: tuple[float, ...]) -> None:
+    def _arrive(
+        self,
+        t: float,
+        arrivals: list[tuple[int, tuple[float, ...] | int]],
+        factors: tuple[float, ...],
+    ) -> None:
         for inst, position in arrivals:
             if isinstance(position, tuple):
                 when = t + sum(p * f for p, f in zip(position[:GAP], factors, strict=False))
@@ -248,7 +255,7 @@ def replay_error(measured: pd.DataFrame, replayed: pd.DataFrame) -> dict[str, fl
     window = both["window_ms"].where(both["window_ms"] > 0).to_numpy()
     class_err = np.concatenate(
         [
-            np.nan_to_num(np.abs(both[f"{c}_r"] - both[c]).to_numpy() / window)
+            np.nan_to_num((both[f"{c}_r"] - both[c]).abs().to_numpy() / window)
             for c in ("busy_ms", *(f"{k}_ms" for k in KINDS[1:6]))
         ]
     )
