@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc-per-node=2 examples/dlrm_freescale.py --steps 20
     torchrun --standalone --nproc-per-node=2 examples/dlrm_freescale.py --balance \\
-        --priority-overlap --sm-free --sync-gc --profile-dir out/dlrm
+        --priority-overlap --sm-free --sync-gc --run-dir out/dlrm && fsobs analyze out/dlrm
 
 The model is torchrec's own ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor`` (a
 variable-length ``history`` of item ids and one ``category`` id per sample, sum-pooled), a
@@ -13,6 +13,10 @@ question, and FreeScale answers it.
 The lines marked ``# FreeScale`` are all that switching FreeScale on takes (``--plain`` runs
 the same loop without them: plain torchrec, each rank its contiguous share). With every toggle
 off the losses equal ``--plain``'s bit for bit (``tests/optim/test_example.py``).
+
+``--run-dir`` writes what ``fsobs analyze`` reads, through the run format alone
+(:mod:`fsobs.runformat`): a Kineto trace per rank, a step sidecar per rank (each step's
+lengths, estimated cost, loss and wall-clock bounds) and ``run.json`` with the toggles' status.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,6 +39,14 @@ from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterCons
 from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 
+from fsobs.runformat import (  # the run format: what fsobs analyze reads
+    RunMeta,
+    SidecarWriter,
+    StepRecord,
+    ToggleStatus,
+    trace_file_name,
+    write_run_json,
+)
 from optim import (  # FreeScale
     BalanceConfig,
     CostModel,
@@ -146,16 +160,19 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     data = dataset(100_000, seed=0)
-    fs = FreeScale(toggles(args), cost_model=CostModel(c0=20.0, a=1.0, b=0.0))  # FreeScale
+    cost_model = CostModel(c0=20.0, a=1.0, b=0.0)
+    fs = FreeScale(toggles(args), cost_model=cost_model)  # FreeScale
     fs.setup()  # FreeScale
     model = DLRM(torch.device("meta"), args.top_width)
     dmp, optimizer = build(model, {} if args.plain else fs.dmp_kwargs())  # FreeScale
     if not args.plain:  # FreeScale
         fs.attach(dmp)  # FreeScale
-    profiler = profile(args.profile_dir, rank)
+    profiler = profile(args.run_dir, rank)
+    sidecar = SidecarWriter(args.run_dir, rank) if args.run_dir else None
     losses = []
     order = np.random.default_rng(1).permutation(len(data["lengths"]))
     for step in range(args.steps):
+        start = time.time_ns()
         ids = order[step * args.batch_size * world : (step + 1) * args.batch_size * world]
         if args.plain:
             mine, scale = ids[rank * args.batch_size : (rank + 1) * args.batch_size], 1.0
@@ -172,10 +189,19 @@ def main() -> None:
         total = torch.tensor([float(loss) * len(mine)], dtype=torch.float64)
         dist.all_reduce(total)
         losses.append(float(total) / len(ids))
+        if sidecar is not None:
+            lengths = data["lengths"][mine]
+            cost = float(cost_model(lengths).sum())
+            sidecar.write(
+                StepRecord.of(step, lengths, cost, start, time.time_ns(), loss=loss.item())
+            )
         if profiler is not None:
             profiler.step()
     if profiler is not None:
         profiler.stop()
+    if sidecar is not None:
+        sidecar.close()
+        write_run(args, world, {} if args.plain else fs.status())
     if rank == 0 and args.losses_out:
         status = {} if args.plain else fs.status()  # FreeScale
         Path(args.losses_out).write_text(json.dumps({"losses": losses, "toggles": status}))
@@ -201,12 +227,12 @@ def toggles(args: argparse.Namespace) -> FreeScaleConfig:
     )
 
 
-def profile(trace_dir: str | None, rank: int) -> torch.profiler.profile | None:
-    """A Kineto trace of every step after the first (``fsobs analyze TRACE_DIR``)."""
-    if trace_dir is None:
+def profile(run_dir: str | None, rank: int) -> torch.profiler.profile | None:
+    """A Kineto trace of every step after the first (``fsobs analyze RUN_DIR``)."""
+    if run_dir is None:
         return None
-    Path(trace_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(trace_dir) / f"rank{rank}.trace.json.gz"
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(run_dir) / trace_file_name(rank)
     prof = torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU],
         schedule=torch.profiler.schedule(wait=1, warmup=0, active=10**6),
@@ -214,6 +240,22 @@ def profile(trace_dir: str | None, rank: int) -> torch.profiler.profile | None:
     )
     prof.start()
     return prof
+
+
+def write_run(args: argparse.Namespace, world: int, status: dict[str, dict[str, Any]]) -> None:
+    """``run.json``, by rank 0 once every rank has closed its trace and sidecar."""
+    dist.barrier()
+    if dist.get_rank() == 0:
+        meta = RunMeta.now(
+            name=Path(args.run_dir).name,
+            world_size=world,
+            backend="gloo",
+            device="cpu",
+            workload={"steps": args.steps, "batch_size": args.batch_size, "seed": 0},
+            toggles={name: ToggleStatus(**s) for name, s in status.items()},
+            ranks_present=tuple(range(world)),
+        )
+        write_run_json(args.run_dir, meta)
 
 
 def parse_args() -> argparse.Namespace:
@@ -231,7 +273,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--plain", action="store_true", help="plain torchrec: FreeScale not attached")
     p.add_argument("--freeze-embeddings-at", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--losses-out", help="rank 0 writes the global mean loss per step here")
-    p.add_argument("--profile-dir", help="write a Kineto trace per rank here")
+    p.add_argument("--run-dir", help="write the run here (traces, step sidecars, run.json)")
     return p.parse_args()
 
 

@@ -22,21 +22,16 @@ This module imports nothing heavy (no torch, no pandas): every part of fsobs can
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from fsobs.storage import RemotePath
-
 
 class FsobsError(ValueError):
-    """Base class: bad input, described in one line."""
+    """Base class: bad input, described in one line. ``path`` is the file or folder (a path,
+    a URL: anything whose ``str`` names it)."""
 
     def __init__(
         self,
         message: str,
         *,
-        path: str | Path | RemotePath | None = None,
+        path: object = None,
         rank: int | None = None,
         field: str | None = None,
     ) -> None:

@@ -16,9 +16,9 @@
 
 from typing import TYPE_CHECKING
 
-from optim._lazy import lazy_attributes
 from optim.balance import METHODS, CostModel, imbalance, partition
 from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
+from optim.lazy import lazy_attributes
 from optim.plan import MODES, BalanceConfig, StepPlan
 from optim.sync_gc import SyncGCConfig
 

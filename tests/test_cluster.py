@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 
 from fsobs import LoadConfig, analyze_path
-from fsobs.analysis import analyze_summary, summarize_rank
+from fsobs.analysis import analyze_summary, summarize_rank, whatif
 from fsobs.cli import main
-from fsobs.errors import ClusterError, EmptyRunError, FsobsError, TraceReadError
-from fsobs.report import to_json
+from fsobs.errors import ClusterError, EmptyRunError, ExportError, FsobsError, TraceReadError
+from fsobs.export import export_run
+from fsobs.report import to_json, whatif_json
 from fsobs.storage import RemotePath, as_location
 from fsobs.trace import cluster, loader
 from fsobs.trace.cluster import scheduler_address
@@ -357,3 +358,20 @@ def test_worker_that_keeps_dying_is_reported_with_its_file(scheduler: str) -> No
         map_run(source, _always_die, LoadConfig(scheduler=scheduler))
     assert info.value.path == str(source / "rank1.json.gz")
     assert "kept dying" in str(info.value)
+
+
+def test_whatif_and_export_of_a_url_run(memory_run: str, tmp_path: Path) -> None:
+    """What-if reads the per-sample lengths from the run's sidecar frame (it reads no sidecar
+    file of its own), so a URL run predicts as its local copy does; export writes local runs
+    only and says so in one line."""
+    source = WITH_SIDECARS
+    _put(fsspec.filesystem("memory"), source, memory_run.removeprefix("memory:/"))
+    config = LoadConfig(scheduler="local")
+    remote, local = analyze_path(memory_run, config), analyze_path(source, config)
+    pinned = {"draws": 20, "seed": 0, "planner_ns": 1000.0}
+    got, want = whatif_json(whatif(remote, **pinned)), whatif_json(whatif(local, **pinned))
+    assert got["run"].pop("path") == memory_run and want["run"].pop("path") == str(source)
+    assert got == want and got["calibration"]["imbalance_after"] is not None  # balance predicted
+    with pytest.raises(ExportError, match="export reads local runs only"):
+        export_run(remote.run, remote.bubbles, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

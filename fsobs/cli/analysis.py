@@ -18,7 +18,7 @@ from fsobs.cli.common import (
 from fsobs.errors import FsobsError
 from fsobs.export import export_run
 from fsobs.report import compare_json, render, render_comparison, to_json
-from fsobs.runformat.names import COST_MODEL
+from fsobs.runformat.names import COST_MODEL, TRACE_RE
 
 
 def add_analyze(commands: Commands) -> None:
@@ -99,7 +99,7 @@ def _export(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         max_trace_bytes=config.max_trace_bytes,
     )
-    traces = [p for p in written if p.name.endswith(".trace.json.gz")]
+    traces = [p for p in written if TRACE_RE.match(p.name)]
     print(f"wrote {len(traces)} trace(s) with bubble tracks to {out}/:")
     for path in written:
         print(f"  {path.name}")

@@ -41,6 +41,7 @@ def percent(value: float | None) -> str:
 
 def short_list(values: object) -> str:
     """At most 8 values, comma-separated (`` ...`` when there are more)."""
+    # a field of a pandas row (a list of ranks): pandas-stubs types it as a scalar
     items = [str(v) for v in values]  # type: ignore[attr-defined]
     return ", ".join(items[:8]) + (" ..." if len(items) > 8 else "")
 

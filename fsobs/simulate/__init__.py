@@ -14,7 +14,7 @@ Names are imported lazily: importing the package loads neither writer.
 
 from __future__ import annotations
 
-from optim._lazy import lazy_attributes
+from optim.lazy import lazy_attributes
 
 _SYNTHETIC = ("SyntheticRunConfig", "kernels_for_size", "write_gpu_run")
 _SIMULATOR = ("SimConfig", "calibrate", "simulate", "write_run", "truth_frame", "truth_error")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from optim._lazy import lazy_attributes
+from optim.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from fsobs.workload.batch import Batch, collate

@@ -45,6 +45,7 @@ from rich.progress import (
 )
 
 from fsobs.errors import LaunchError
+from fsobs.runformat.names import PARTIAL_SUFFIX, sidecar_file_name
 from fsobs.workload.config import JobConfig, write_job_json
 
 LOG_DIR = "logs"
@@ -264,7 +265,7 @@ class _Progress:
         self._bar.start()
 
     def _sidecar(self) -> bytes | None:
-        for name in ("steps.rank0.jsonl.partial", "steps.rank0.jsonl"):
+        for name in (sidecar_file_name(0) + PARTIAL_SUFFIX, sidecar_file_name(0)):
             try:
                 return (self._out / name).read_bytes()
             except OSError:  # not there (yet, or any more: renamed when the rank closed it)

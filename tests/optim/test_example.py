@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from fsobs import load_run
+
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dlrm_freescale.py"
 STEPS = 6
@@ -66,7 +68,8 @@ def test_every_toggle_off_equals_plain_torchrec_and_priority_changes_no_number(t
 
 
 def test_balance_and_sync_gc_train_the_same_batches_and_sm_free_says_why_not(tmp_path, plain):
-    both = _run(tmp_path, "balanced", "--balance", "--sm-free", "--sync-gc")
+    run_dir = tmp_path / "run"
+    both = _run(tmp_path, "balanced", "--balance", "--sm-free", "--sync-gc", f"--run-dir={run_dir}")
     # kk moves samples between ranks but keeps equal counts: the same global mean loss up to
     # float reordering of the parameter updates
     assert both["losses"] == pytest.approx(plain, abs=1e-6)
@@ -75,3 +78,15 @@ def test_balance_and_sync_gc_train_the_same_batches_and_sm_free_says_why_not(tmp
     sm_free = both["toggles"]["sm_free"]
     assert sm_free["requested"] and not sm_free["applied"]
     assert sm_free["reason"].startswith("backend gloo: collectives run on CPU worker threads")
+
+    # the run it wrote through fsobs.runformat alone: what fsobs analyze reads
+    run = load_run(run_dir)
+    assert run.rank_ids == [0, 1] and run.meta is not None and run.meta.status == "complete"
+    assert {k: t.to_json() for k, t in run.meta.toggles.items()} == both["toggles"]
+    side = run.sidecar
+    assert side is not None and sorted(set(side["step"])) == list(range(STEPS))
+    per_step = side.groupby("step")["num_samples"].sum().tolist()
+    assert per_step == [2 * 32] * STEPS  # every sample of each global batch, once
+    # the cost the example logs is its cost model's, c(L) = 20 + L, summed over the samples
+    expected = 20.0 * side["num_samples"] + side["len_sum"]
+    assert side["est_cost"].tolist() == expected.tolist()

@@ -34,7 +34,6 @@ from fsobs.errors import RunError
 
 if TYPE_CHECKING:
     from fsobs.analysis.bubbles.classify import StepBubbles
-    from fsobs.analysis.whatif.replay import _CompiledPiece
 
 KINDS = (
     "busy",
@@ -56,6 +55,13 @@ TABLE_COLUMNS = [
     "bubble_ms",
     *(f"{k}_ms" for k in KINDS[1:6]),
 ]
+
+
+CompiledPiece = tuple[
+    int, int, tuple[float, ...], int, list[tuple[int, tuple[float, ...] | int]], bool
+]
+"""A piece as the replay runs it (:mod:`.replay`): (kind, step index or -1, lengths, owner,
+arrivals, first_of_step)."""
 
 
 @dataclass
@@ -100,7 +106,7 @@ class SegmentGraph:
     """``instance, rank, start_ns, end_ns``: each rank's measured (aligned) span."""
     after: dict[int, int] = field(default_factory=dict)
     """instance -> the instance whose transfer it follows (starts at ``max(A'_k, E'_j)``)."""
-    compiled: list[list[_CompiledPiece]] | None = field(default=None, repr=False)
+    compiled: list[list[CompiledPiece]] | None = field(default=None, repr=False)
     """The chains as plain tuples for :func:`replay` (built on first use)."""
 
     def copy(self) -> SegmentGraph:

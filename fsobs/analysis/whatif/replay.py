@@ -34,6 +34,7 @@ from fsobs.analysis.whatif.graph import (
     LOCAL,
     TABLE_COLUMNS,
     WAIT,
+    CompiledPiece,
     Piece,
     SegmentGraph,
     build_graph,
@@ -101,13 +102,9 @@ def replay_totals(graph: SegmentGraph, changes: Changes | None = None) -> np.nda
 
 
 _ONES = (1.0,) * len(KINDS)
-_CompiledPiece = tuple[
-    int, int, tuple[float, ...], int, list[tuple[int, tuple[float, ...] | int]], bool
-]
-"""(kind, step index or -1, lengths, owner, arrivals, first_of_step)."""
 
 
-def _compiled(graph: SegmentGraph) -> list[list[_CompiledPiece]]:
+def _compiled(graph: SegmentGraph) -> list[list[CompiledPiece]]:
     """The chains as plain tuples (cached on the graph until it is copied)."""
     if graph.compiled is None:
         index = {s: i for i, s in enumerate(graph.steps)}
@@ -136,7 +133,7 @@ class _Run:
 
     def __init__(
         self,
-        chains: list[list[_CompiledPiece]],
+        chains: list[list[CompiledPiece]],
         graph: SegmentGraph,
         factors: list[list[tuple[float, ...]]],
         totals: list[list[list[float]]],
