@@ -123,8 +123,10 @@ class RunMeta:
             raise _bad("process_groups", "an object", self.process_groups)
         if type(self.simulated) is not bool:
             raise _bad("simulated", "true or false", self.simulated)
-        if type(self.format_version) is not int:
-            raise _bad("format_version", "an integer", self.format_version)
+        if type(self.format_version) is not int or not 1 <= self.format_version <= FORMAT_VERSION:
+            raise _bad(
+                "format_version", f"an integer from 1 to {FORMAT_VERSION}", self.format_version
+            )
         self._check_status()
 
     def _check_status(self) -> None:

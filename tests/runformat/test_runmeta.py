@@ -109,6 +109,7 @@ def test_bad_toggles_are_refused_naming_the_toggle(tmp_path, toggle, wanted):
         ({"workload": 3}, "workload"),
         ({"status": "done"}, "status"),
         ({"wold_size": 4}, "wold_size"),
+        ({"format_version": 2}, "format_version"),
     ],
 )
 def test_reader_names_the_bad_field(tmp_path, content, field):
