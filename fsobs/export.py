@@ -13,8 +13,9 @@ class, and one complete (``X``) slice per interval of that class::
 
 Timestamps use the trace's own time base (microseconds relative to ``baseTimeNanoseconds``, or
 absolute microseconds for old traces), written as exact decimals (ns precision). The output
-directory is itself a run (``run.json`` and ``steps.rank*.jsonl`` are copied), so it loads
-again with :func:`fsobs.trace.load_run`; Perfetto and chrome://tracing open the files as is.
+directory is itself a run (``run.json``, ``job.json`` and ``steps.rank*.jsonl`` are copied), so
+it loads again with :func:`fsobs.trace.load_run`; Perfetto and chrome://tracing open the files
+as is.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.summary import RankSummary
 from fsobs.errors import ExportError, TraceFormatError
 from fsobs.runformat.atomic import publish, temp_path
-from fsobs.runformat.names import RUN_JSON, sidecar_file_name, trace_file_name
+from fsobs.runformat.names import JOB_JSON, RUN_JSON, sidecar_file_name, trace_file_name
 from fsobs.simulate.kineto_writer import us
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, read_trace_bytes
 from fsobs.trace.schema import Run
@@ -190,7 +191,7 @@ def _plan(run: Run[RankSummary], out_dir: Path, overwrite: bool) -> list[Path]:
     if out_dir.exists() and any(out_dir.samefile(p) for p in inputs if p.exists()):
         raise ExportError("is the run's own directory; export into another directory", path=out_dir)
     extra = [run_dir / RUN_JSON] if run.meta is not None else []
-    extra += [run_dir / sidecar_file_name(r) for r in run.rank_ids]
+    extra += [run_dir / JOB_JSON, *(run_dir / sidecar_file_name(r) for r in run.rank_ids)]
     extra = [p for p in extra if p.is_file()]
     if not out_dir.exists():
         return extra

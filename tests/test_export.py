@@ -233,10 +233,11 @@ def test_run_metadata_and_step_files_are_copied(tmp_path):
     shutil.copytree(GLOO, src)
     (src / "run.json").write_text(json.dumps({"world_size": 4, "name": "demo"}))
     (src / "steps.rank0.jsonl").write_text('{"step": 2, "num_samples": 2, "seq_lengths": [3, 4]}\n')
+    (src / "job.json").write_text('{"steps": 20}')
     run, _, written = _export(src, tmp_path / "out")
     names = {p.name for p in written}
-    assert {"run.json", "steps.rank0.jsonl"} <= names
-    for name in ("run.json", "steps.rank0.jsonl"):
+    assert {"run.json", "job.json", "steps.rank0.jsonl"} <= names
+    for name in ("run.json", "job.json", "steps.rank0.jsonl"):
         assert (tmp_path / "out" / name).read_bytes() == (src / name).read_bytes()
     assert load_run(tmp_path / "out").meta == run.meta == RunMeta(world_size=4, name="demo")
 
