@@ -11,10 +11,10 @@ install: $(STAMP)
 
 # Pinned CPU set (requirements.txt); torchrec goes in with --no-deps so that its declared
 # dependency on the CUDA `fbgemm-gpu` wheel does not overwrite fbgemm-gpu-cpu.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps torchrec==1.8.0
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps torchrec==1.9.2
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
