@@ -13,6 +13,25 @@
 
 The descriptions of FreeScale's process groups (``optim.groups``) are here too: NCCL traces
 record them, and they give each collective its role.
+
+torchrec's Prioritized Embedding Communication (``TrainPipelinePEC``, torchrec 1.9.2) records
+ranges of its own around the launch of each of its collectives; :data:`PEC_RANGES` names them
+and the role each gives (:data:`PEC_ROLES`, finer than ``embedding``):
+
+- ``pec_overlapped``: the lookup all-to-all of the IDs batch N shares with batch N-1 (looked up
+  in step N with fresh weights), under ``## pec_ol_compute ##``;
+- ``pec_ahead``: the lookup all-to-all of batch N+1's other IDs, issued one step ahead to
+  overlap step N's compute, under ``## pec_nol_compute ##``;
+- ``pec_mask``: the two int32 mask all-to-alls that tell each rank which of its rows overlap
+  (``## all2all_data:ids ##`` inside ``## pec_overlap_dist ##``): plain torchrec has no such
+  exchange, so it is PEC's own cost;
+- ``pec_overlapped_grad``: the gradient all-to-all of step N's overlapped IDs, waited in the
+  same step, under ``## pec_ol_grad_a2a ##``;
+- ``pec_deferred_grad``: the gradient all-to-all of step N-1's other IDs, deferred a step to
+  overlap the forward, under ``## pec_nol_grad_a2a ##``.
+
+The gradients are two roles because they behave differently: the overlapped one is waited at
+the end of its own step, the deferred one is meant to be hidden behind the next forward.
 """
 
 from __future__ import annotations
@@ -22,6 +41,29 @@ MARKER_SUFFIX = " ##"
 DATA_MARKER = "## fsobs:data ##"
 BALANCE_MARKER = "## fsobs:balance ##"
 ROLES = ("embedding", "dense", "other")
+"""The roles of FreeScale's markers; every analysis reports these three."""
+PEC_ROLES = (
+    "pec_overlapped",
+    "pec_ahead",
+    "pec_mask",
+    "pec_overlapped_grad",
+    "pec_deferred_grad",
+)
+"""The roles of PEC's collectives (module docstring); reported only where they occur."""
+ALL_ROLES = (*ROLES, *PEC_ROLES)
+EMBEDDING_ROLES = ("embedding", *PEC_ROLES)
+"""The roles of embedding communication: PEC's collectives, the mask exchange included."""
+PEC_RANGES = {
+    "## pec_ol_compute ##": "pec_overlapped",
+    "## pec_nol_compute ##": "pec_ahead",
+    "## pec_overlap_dist ##": "pec_mask",
+    "## pec_ol_grad_a2a ##": "pec_overlapped_grad",
+    "## pec_nol_grad_a2a ##": "pec_deferred_grad",
+}
+"""torchrec's PEC range around a collective's launch -> its role."""
+PEC_MASK_RANGE = "## all2all_data:ids ##"
+"""Inside ``## pec_overlap_dist ##``, only the collectives launched under this range are the
+mask exchange (torchrec's ``TensorAllToAllValuesAwaitable``)."""
 EMB_DESC = "freescale_emb"
 DENSE_DESC = "freescale_dense"
 BALANCE_DESC = "freescale_balance"

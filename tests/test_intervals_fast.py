@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from fsobs.analysis import intervals as iv
-from fsobs.analysis.bubbles.classify import RankWaits, classify
+from fsobs.analysis.bubbles.classify import EXPOSED_ORDER, RankWaits, classify
 from fsobs.analysis.bubbles.parts import CLASSES, StepParts
-from optim.markers import ROLES
+from optim.markers import ALL_ROLES
 
 SPAN = 40
 GRID = 160
@@ -133,7 +133,7 @@ def _random_rank(rng: np.random.Generator, device: str, *, overlapping: bool):
         end=end,
         last_rank=rng.integers(0, 4, num).astype(np.int64),
         priority=rng.permutation(num).astype(np.int64),
-        role=rng.integers(0, len(ROLES), num).astype(np.int64),
+        role=rng.integers(0, len(ALL_ROLES), num).astype(np.int64),
     )
     parts = []
     for step, (lo, hi) in enumerate(windows):
@@ -197,7 +197,8 @@ def _rules(part: StepParts, waits: RankWaits) -> dict[str, np.ndarray]:
 
 def _reference_charges(part: StepParts, waits: RankWaits, rules: dict[str, np.ndarray]):
     """Instant by instant: the wait goes to the covering collective whose last arrival is
-    latest (lowest priority), exposed time to the covering collective of the first role."""
+    latest (lowest priority), exposed time to the covering collective whose role comes first in
+    EXPOSED_ORDER."""
     mine = np.flatnonzero(np.isin(waits.rows, part.comm_rows)).tolist()
     caused: dict[int, int] = {}
     by_role: dict[tuple[str, str], int] = {}
@@ -211,8 +212,8 @@ def _reference_charges(part: StepParts, waits: RankWaits, rules: dict[str, np.nd
                 culprit = int(waits.last_rank[j])
                 caused[culprit] = caused.get(culprit, 0) + 1
             else:
-                j = min(cover, key=lambda j: waits.role[j])
-            key = (name, ROLES[waits.role[j]])
+                j = min(cover, key=lambda j: EXPOSED_ORDER.index(ALL_ROLES[waits.role[j]]))
+            key = (name, ALL_ROLES[waits.role[j]])
             by_role[key] = by_role.get(key, 0) + 1
     return caused, by_role
 

@@ -23,9 +23,10 @@ from dashboard.widgets import (
     stop,
 )
 from fsobs import Analysis
-from fsobs.analysis.pipeline import by_role
+from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.report import findings
+from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
 
 TABS = ("Step timeline", "Stragglers", "Data attribution", "HTA tables")
 TAB_KEY = "bubbles_tab"
@@ -132,6 +133,7 @@ def _stragglers(analysis: Analysis) -> None:
             "No step has a straggler: no collective matched across every rank of its group, "
             "or every wait was tiny (see the findings)."
         )
+        _roles(analysis)  # exposed communication by role, straggler or not
         return
     who = (
         f"rank {strag.culprit} is the most frequent straggler"
@@ -169,6 +171,8 @@ def _roles(analysis: Analysis) -> None:
         return
     st.subheader("Communication by role (ms per rank and step)")
     st.dataframe([{"role": role, **values} for role, values in roles.items()], hide_index=True)
+    if EMBEDDING_TOTAL in roles:
+        st.caption(EMBEDDING_TOTAL_NOTE)
 
 
 def _attribution(analysis: Analysis) -> None:

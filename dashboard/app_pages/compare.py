@@ -23,7 +23,9 @@ from dashboard.tables import has_data
 from dashboard.tracediff import change_counts
 from dashboard.widgets import chart, current_store, pick_run, stop_without_runs
 from fsobs.analysis.ab import Comparison
+from fsobs.analysis.pipeline import EMBEDDING_TOTAL
 from fsobs.report import toggles_line
+from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
 
 HEADLINE = (
     ("bubble_ratio", "Bubble ratio", "{:.1%}", "{:+.1%}"),
@@ -98,6 +100,8 @@ def _roles(comp: Comparison) -> None:
             "ci_hi": st.column_config.NumberColumn("CI high", format="percent"),
         },
     )
+    if (comp.by_role["role"] == EMBEDDING_TOTAL).any():
+        st.caption(EMBEDDING_TOTAL_NOTE)
 
 
 def _first_rank_file(loaded: Loaded) -> tuple[str, int, tuple]:

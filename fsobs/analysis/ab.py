@@ -37,9 +37,9 @@ import pandas as pd
 
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
 from fsobs.analysis.bubbles.tables import ROLE_CLASSES, step_times
-from fsobs.analysis.pipeline import Analysis
+from fsobs.analysis.pipeline import EMBEDDING_TOTAL, Analysis
 from fsobs.trace.schema import Run
-from optim.markers import ROLES
+from optim.markers import PEC_ROLES, ROLES
 
 NEGLIGIBLE = 1e-3
 """A control value below this share of the control's mean step window counts as ~0."""
@@ -69,7 +69,8 @@ class Comparison:
     """The same bootstrap per class (the same resampled steps' per-class values)."""
     by_role: pd.DataFrame
     """One row per (role, class) of :func:`fsobs.analysis.pipeline.by_role`: ``role, class,
-    control, test`` (ms per rank and step), ``reduction``, ``ci_lo``, ``ci_hi``."""
+    control, test`` (ms per rank and step), ``reduction``, ``ci_lo``, ``ci_hi``; PEC's roles
+    and ``embedding_total`` only when either run has PEC's collectives."""
     confidence: float
     step_time_ratio: float
     """Median step time of test / control (step time: the longest window over the ranks)."""
@@ -161,10 +162,19 @@ class _Bootstrap:
 
 
 def _role_reductions(control: Analysis, test: Analysis, boot: _Bootstrap) -> pd.DataFrame:
-    """Reduction of each role's straggler wait and exposed communication, with its CI."""
+    """Reduction of each role's straggler wait and exposed communication, with its CI.
+
+    The roles are :data:`~optim.markers.ROLES`, then PEC's roles that either run has (0 ms in
+    the other, which had no such collectives) and, with those, ``embedding_total``: the sum of
+    ``embedding`` and PEC's roles (:func:`fsobs.analysis.pipeline.by_role`), which compares a
+    PEC run's whole embedding communication, its mask exchange included, with a plain run's."""
     rows = []
     per_c, per_t = _per_step_roles(control.roles), _per_step_roles(test.roles)
-    for role in ROLES:
+    present = {role for role, _ in (*per_c, *per_t)}
+    pec = [role for role in PEC_ROLES if role in present]
+    for per in (per_c, per_t):
+        _add_embedding_total(per, pec)
+    for role in (*ROLES, *pec, *([EMBEDDING_TOTAL] if pec else [])):
         for cls in ROLE_CLASSES:
             c, t = per_c.get((role, cls)), per_t.get((role, cls))
             if c is None or t is None:
@@ -183,6 +193,18 @@ def _role_reductions(control: Analysis, test: Analysis, boot: _Bootstrap) -> pd.
             )
     columns = ["role", "class", "control", "test", "reduction", "ci_lo", "ci_hi"]
     return pd.DataFrame(rows, columns=columns)
+
+
+def _add_embedding_total(per: dict[tuple[str, str], pd.Series], pec: list[str]) -> None:
+    """Fill in, for ``pec`` roles a run lacks, 0 ms on each of its steps, and with them its
+    ``embedding_total`` (nothing for a run without steps)."""
+    if not pec or ("embedding", ROLE_CLASSES[0]) not in per:
+        return
+    for cls in ROLE_CLASSES:
+        embedding = per["embedding", cls]
+        for role in pec:
+            per.setdefault((role, cls), embedding * 0.0)
+        per[EMBEDDING_TOTAL, cls] = sum((per[role, cls] for role in pec), embedding)
 
 
 def _per_step_roles(roles: pd.DataFrame) -> dict[tuple[str, str], pd.Series]:

@@ -102,7 +102,8 @@ class Collectives:
 
     ``instances``: one row per (instance, rank) of the complete instances, columns
     ``instance, rank, group, coll, key, row, step, start_ns, end_ns, msg_bytes, role``
-    (clock-aligned times, i.e. on rank 0's host clock; role: embedding, dense or other) plus
+    (clock-aligned times, i.e. on rank 0's host clock; role: one of
+    :data:`optim.markers.ALL_ROLES`) plus
     ``arrival_last_ns`` (the latest aligned start of the instance over its ranks) and
     ``last_rank``.
 
@@ -215,8 +216,9 @@ GROUP_ROLES = {EMB_DESC: "embedding", DENSE_DESC: "dense"}
 
 
 def _roles(run: Run[C], raw: pd.DataFrame) -> np.ndarray:
-    """Each collective's role: FreeScale's marker around its issue, else its group's description
-    (NCCL traces name it), else the group layout in ``run.json``, else ``other``."""
+    """Each collective's role: PEC's range or FreeScale's marker around its issue
+    (:mod:`fsobs.trace`), else its group's description (NCCL traces name it), else the group
+    layout in ``run.json``, else ``other``."""
     layout = (run.meta.process_groups if run.meta is not None else None) or {}
     by_name = {
         str(info.get("pg_name")): role if role in ("embedding", "dense") else "other"

@@ -10,7 +10,7 @@ import pandas as pd
 from fsobs.analysis.bubbles.classify import RankWaits, classify
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES, BubbleConfig
 from fsobs.analysis.bubbles.store import BubbleStore
-from fsobs.analysis.bubbles.tables import StepTables, step_times
+from fsobs.analysis.bubbles.tables import StepTables, run_roles, step_times
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta
 from fsobs.analysis.matching import Collectives, match_collectives
 from fsobs.analysis.stragglers.attribution import Attribution, attribute
@@ -20,7 +20,10 @@ from fsobs.analysis.summary import RankSummary, summarize_path, summarize_run
 from fsobs.trace.cluster import Progress
 from fsobs.trace.loader import LoadConfig, Source
 from fsobs.trace.schema import RankTrace, Run
-from optim.markers import ROLES
+from optim.markers import PEC_ROLES, ROLES
+
+EMBEDDING_TOTAL = "embedding_total"
+"""The :func:`by_role` entry of a run with PEC's roles: their sum with ``embedding``."""
 
 
 @dataclass
@@ -107,7 +110,7 @@ def _classify_ranks(
     in memory (:class:`~fsobs.analysis.bubbles.StepTables`)."""
     wanted = set(run.steps)
     waits = RankWaits.of_ranks(colls, run.rank_ids)
-    store, tables = BubbleStore(), StepTables()
+    store, tables = BubbleStore(), StepTables(role_names=run_roles(colls.instances))
     for rank, summary in run.ranks.items():
         classes = classify([p for p in summary.take_parts() if p.step in wanted], waits[rank])
         tables.add(classes)
@@ -144,9 +147,19 @@ def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
 
 def by_role(roles: pd.DataFrame) -> dict[str, dict[str, float]]:
     """``{role: {straggler_wait_ms_per_step, exposed_comm_ms_per_step}}``: means over ranks and
-    steps, like the KPIs (so the roles add up to the class KPIs, less unmatched collectives)."""
+    steps, like the KPIs (so the roles add up to the class KPIs, less unmatched collectives).
+
+    Every run has :data:`~optim.markers.ROLES`; a run with PEC's collectives also has their
+    roles (:data:`~optim.markers.PEC_ROLES`, those it has) and :data:`EMBEDDING_TOTAL`, not a
+    role but the sum of ``embedding`` and PEC's roles: the whole embedding communication, the
+    mask exchange (``pec_mask``, which plain torchrec does not do) counted as PEC's cost. It is
+    what compares with a plain run's ``embedding`` (don't add it to the roles)."""
     columns = ["straggler_wait_ms", "exposed_comm_ms"]
-    means = roles.groupby("role")[columns].mean().reindex(list(ROLES))
+    present = set(roles["role"].astype(str))
+    pec = [role for role in PEC_ROLES if role in present]
+    means = roles.groupby("role")[columns].mean().reindex([*ROLES, *pec])
+    if pec:
+        means.loc[EMBEDDING_TOTAL] = means.loc[["embedding", *pec]].sum()
     return {
         str(role): {f"{str(c).removesuffix('_ms')}_ms_per_step": float(v) for c, v in row.items()}
         for role, row in means.iterrows()

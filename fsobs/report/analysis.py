@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import Analysis
-from fsobs.analysis.pipeline import by_role
+from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.report._format import print_table, short_list, table
 from fsobs.report._json import plain, records
@@ -190,6 +191,32 @@ def _bubble_section(analysis: Analysis) -> list[Item]:
     return [table("Bubbles per rank (mean ms per step)", per_rank, columns)]
 
 
+EMBEDDING_TOTAL_NOTE = (
+    f"{EMBEDDING_TOTAL} = embedding + every pec_* role: the whole embedding communication, what "
+    "compares with a plain run's embedding; PEC's mask exchange (pec_mask), which plain "
+    "torchrec does not do, counts as its cost (not to be added to the roles)"
+)
+"""What the reports say under a role table with PEC's roles."""
+_ROLE_COLUMNS = {
+    "role": "role",
+    "straggler_wait_ms_per_step": "straggler wait",
+    "exposed_comm_ms_per_step": "exposed comm",
+}
+
+
+def _role_section(analysis: Analysis) -> list[Item]:
+    """Blocked time by the role of the collective, for runs with PEC's collectives (whose
+    roles tell its overlapped, ahead, mask and gradient all-to-alls apart)."""
+    roles = by_role(analysis.roles)
+    if EMBEDDING_TOTAL not in roles:
+        return []
+    frame = pd.DataFrame([{"role": role, **values} for role, values in roles.items()])
+    return [
+        table("Communication by role (mean ms per rank and step)", frame, _ROLE_COLUMNS),
+        EMBEDDING_TOTAL_NOTE,
+    ]
+
+
 def _straggler_section(analysis: Analysis) -> list[Item]:
     per_rank = analysis.stragglers.per_rank
     if not per_rank["times_last"].any():
@@ -216,6 +243,7 @@ def _hta_section(analysis: Analysis) -> list[Item]:
 SECTIONS: tuple[Section, ...] = (
     _run_section,
     _bubble_section,
+    _role_section,
     _straggler_section,
     _rank_section,
     _hta_section,
@@ -249,6 +277,7 @@ def findings(analysis: Analysis) -> list[str]:
         lines.append(
             f"{_CLASS_LABELS[key]} dominates: {value:.2f} ms per step ({value / bubble:.0%} of it)"
         )
+    lines += _pec_findings(analysis)
     lines += _straggler_findings(analysis)
     lines += _coverage_findings(analysis)
     if summary["contention_ms_per_step"] > 0:
@@ -266,6 +295,27 @@ def findings(analysis: Analysis) -> list[str]:
     if summary["clock_skew_ms"] > 0:
         lines.append(f"estimated clock skew between hosts: {summary['clock_skew_ms']:.3f} ms")
     return lines
+
+
+def _pec_findings(analysis: Analysis) -> list[str]:
+    """PEC's embedding communication in one line (nothing for a run without PEC's ranges)."""
+    roles = by_role(analysis.roles)
+    if EMBEDDING_TOTAL not in roles:
+        return []
+    total, mask = roles[EMBEDDING_TOTAL], roles.get("pec_mask")
+    wait, exposed = total["straggler_wait_ms_per_step"], total["exposed_comm_ms_per_step"]
+    line = (
+        f"with PEC, embedding communication blocks {wait + exposed:.2f} ms per rank and step "
+        f"(straggler wait {wait:.2f}, exposed {exposed:.2f}; {EMBEDDING_TOTAL}: embedding and "
+        "every pec_* role)"
+    )
+    if mask is not None:
+        spent = mask["straggler_wait_ms_per_step"] + mask["exposed_comm_ms_per_step"]
+        line += (
+            f", of which {spent:.2f} ms in PEC's mask exchange (pec_mask), a cost plain "
+            "torchrec does not have"
+        )
+    return [line]
 
 
 def _straggler_findings(analysis: Analysis) -> list[str]:

@@ -12,8 +12,10 @@ from rich.table import Table
 
 from fsobs.analysis import Comparison
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from fsobs.analysis.pipeline import EMBEDDING_TOTAL
 from fsobs.report._format import number, percent
 from fsobs.report._json import plain, records
+from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
 
 
 def compare_json(c: Comparison) -> dict[str, Any]:
@@ -81,6 +83,8 @@ def _class_lines(c: Comparison) -> list[str]:
                 f"  {row.role} {row[1].replace('_', ' ')}: {row.control:.2f} -> {row.test:.2f} ms "
                 f"per step (reduction {percent(row.reduction)}{ci})"
             )
+    if (c.by_role["role"] == EMBEDDING_TOTAL).any():
+        lines.append(f"  ({EMBEDDING_TOTAL_NOTE})")
     return lines
 
 

@@ -8,6 +8,7 @@ One JSON object per line, a :class:`StepRecord`::
      "wall_start_ns": 1790..., "wall_end_ns": 1790...,
      "loss": 0.69,                           # the step's training loss on this rank
      "imbalance_before": 1.41, "imbalance_after": 1.01, "batch_digest": "9f2c...",
+     "id_overlap": {"t_item": 0.74, "t_cat": 1.0},   # per table: ids the previous batch had
      "gc_count": 1, "gc_max_gen": 0, "gc_ms": 4.2,   # this rank's GC pauses in the step
      "cpu_ms": 171.3, "nivcsw": 12}          # training thread's CPU time, preemptions
 
@@ -16,6 +17,13 @@ One JSON object per line, a :class:`StepRecord`::
 fields are the same on every rank of a step: max / mean estimated cost over the ranks for the
 random split and for the split used, and a digest of the step's global batch (equal digests:
 the same samples). The pause fields are this rank's (:mod:`fsobs.collect.pauses`).
+
+``id_overlap`` is the same on every rank too: per embedding table, the share of the ID
+occurrences of the step's global batch (all ranks' samples, every feature the table looks up)
+whose ID also occurs in the previous step's global batch, in [0, 1]. This is the part of a
+batch that torchrec's PEC looks up with fresh weights (the rest goes one step ahead). Absent
+on the first step (no previous batch), for a table the batch has no ID of, and in sidecars
+written without it; when present it names at least one table.
 
 Lifecycle of one rank's file::
 
@@ -35,8 +43,9 @@ import json
 import math
 import operator
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from numbers import Real
 from pathlib import Path
 from types import TracebackType
 from typing import Any, SupportsFloat, SupportsIndex, cast
@@ -70,10 +79,12 @@ COLUMNS = (
     "cpu_ms",
     "nivcsw",
     "seq_lengths",
+    "id_overlap",
 )
 """The columns of :func:`read_sidecars`: the record's numbers (NaN where a record lacks an
-optional one), ``wall_ms`` (``wall_end_ns - wall_start_ns``) and ``seq_lengths`` (an int64
-array, None where the record has only the sums)."""
+optional one), ``wall_ms`` (``wall_end_ns - wall_start_ns``), ``seq_lengths`` (an int64
+array, None where the record has only the sums) and ``id_overlap`` (a dict table -> share,
+None where the record has none)."""
 _OPTIONAL_FLOATS = ("est_cost", "loss", "imbalance_before", "imbalance_after")
 _PAUSES = ("gc_count", "gc_ms", "gc_max_gen", "cpu_ms", "nivcsw")
 
@@ -101,6 +112,9 @@ class StepRecord:
     imbalance_after: float | None = None
     """The same under the split used."""
     batch_digest: str | None = None
+    id_overlap: dict[str, float] | None = field(default=None, hash=False)
+    """Per embedding table, the share of the global batch's ID occurrences that the previous
+    step's global batch had (module docstring)."""
     gc_count: int | None = None
     gc_max_gen: int | None = None
     gc_ms: float | None = None
@@ -121,7 +135,8 @@ class StepRecord:
         **optional: Any,
     ) -> StepRecord:
         """A record from the step's per-sample ``lengths`` (any integer sequence, a numpy array
-        or a 1-D tensor too); ``optional``: ``loss`` and the balance and pause fields."""
+        or a 1-D tensor too); ``optional``: ``loss``, the balance fields, ``id_overlap`` (any
+        mapping of table -> share) and the pause fields."""
         values = _lengths(lengths)
         extra: dict[str, Any] = {k: _number(k, v) for k, v in optional.items()}
         return cls(
@@ -147,10 +162,10 @@ class StepRecord:
         out.update(
             est_cost=self.est_cost, wall_start_ns=self.wall_start_ns, wall_end_ns=self.wall_end_ns
         )
-        for name in ("loss", "imbalance_before", "imbalance_after", "batch_digest", *_ORDER):
+        for name in _OPTIONAL_ORDER:
             value = getattr(self, name)
             if value is not None:
-                out[name] = value
+                out[name] = dict(value) if isinstance(value, dict) else value
         return out
 
     def to_line(self) -> str:
@@ -210,10 +225,19 @@ class StepRecord:
         row["wall_ms"] = (end - start) / 1e6 if start is not None and end is not None else None
         lengths = self.seq_lengths
         row["seq_lengths"] = None if lengths is None else np.asarray(lengths, dtype=np.int64)
+        row["id_overlap"] = None if self.id_overlap is None else dict(self.id_overlap)
         return row
 
 
 _ORDER = ("gc_count", "gc_max_gen", "gc_ms", "cpu_ms", "nivcsw")
+_OPTIONAL_ORDER = (
+    "loss",
+    "imbalance_before",
+    "imbalance_after",
+    "batch_digest",
+    "id_overlap",
+    *_ORDER,
+)
 _FIELDS = frozenset(StepRecord.__dataclass_fields__)
 
 
@@ -238,6 +262,8 @@ def _check_record(r: StepRecord) -> None:
             raise ValueError(f"{name} must be a finite ratio >= 1, got {value}")
     if r.batch_digest is not None and (not isinstance(r.batch_digest, str) or not r.batch_digest):
         raise ValueError(f"batch_digest must be a non-empty string, got {r.batch_digest!r}")
+    if r.id_overlap is not None:
+        _check_id_overlap(r.id_overlap)
     for name, low in (("gc_count", 0), ("gc_max_gen", -1), ("nivcsw", 0)):
         value = getattr(r, name)
         if value is not None and (type(value) is not int or value < low):
@@ -246,6 +272,18 @@ def _check_record(r: StepRecord) -> None:
         value = _finite(name, getattr(r, name))
         if value is not None and value < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _check_id_overlap(shares: object) -> None:
+    """``id_overlap``: a non-empty object of table name -> share in [0, 1]."""
+    if not isinstance(shares, dict) or not shares:
+        raise ValueError(f"id_overlap must be a non-empty object of table -> share, got {shares!r}")
+    for table, share in shares.items():
+        if not isinstance(table, str) or not table:
+            raise ValueError(f"id_overlap: table names must be non-empty strings, got {table!r}")
+        value = _finite(f"id_overlap[{table!r}]", share)
+        if value is None or not 0.0 <= value <= 1.0:
+            raise ValueError(f"id_overlap[{table!r}] must be a share in [0, 1], got {share!r}")
 
 
 class SidecarWriter:
@@ -434,6 +472,15 @@ def _number(name: str, value: object) -> object:
     counts as int, the digest as it is."""
     if value is None or name == "batch_digest":
         return value
+    if name == "id_overlap":  # numpy shares as float; anything else is left to the checks
+        if not isinstance(value, Mapping):
+            return value
+        return {
+            table: float(share)
+            if isinstance(share, Real) and not isinstance(share, bool)
+            else share
+            for table, share in value.items()
+        }
     if name in ("gc_count", "gc_max_gen", "nivcsw"):
         return value if isinstance(value, bool) else operator.index(cast(SupportsIndex, value))
     return value if isinstance(value, bool) else float(cast(SupportsFloat, value))

@@ -22,6 +22,19 @@ on worker threads of its own, so every collective of a thread gets the thread's 
     main   |comm:dense:2 |c10d::allreduce_|      |c10d::alltoall_base_|   (unmarked)
     gloo t7                |gloo:all_reduce----|                           t7 -> group "2"
     gloo t5                                          |gloo:all_to_all--|   t5 -> default
+
+torchrec's PEC pipeline records ranges of its own around the launch of its collectives
+(:data:`optim.markers.PEC_RANGES`); a collective launched inside one takes that range's PEC
+role (``pec_overlapped``, ``pec_ahead``, ``pec_mask``, ...) over the marker's role, which is
+coarser (FreeScale marks every embedding collective ``embedding``); the marker still gives the
+group. Inside ``## pec_overlap_dist ##`` only the launches under ``## all2all_data:ids ##`` are
+the mask exchange. The launch is where the marker's is: a GPU kernel's ``cudaLaunchKernel``, a
+gloo collective's enqueue (the ``c10d::*`` op it is paired with in FIFO order)::
+
+    main   |## pec_ol_compute ##----------------|    |## pec_ol_grad_a2a ##-|
+           |  |c10d::alltoall_base_|            |    |  |c10d::alltoall_base_|
+    gloo                 |gloo:all_to_all---|               |gloo:all_to_all---|
+                          pec_overlapped                     pec_overlapped_grad
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ from fsobs.trace.classify import (
     normalize_collective,
 )
 from fsobs.trace.schema import COLLECTIVE_COLUMNS
-from optim.markers import parse_comm_marker
+from optim.markers import PEC_MASK_RANGE, PEC_RANGES, parse_comm_marker
 
 _INT_COLUMNS = {"row": np.int64, "group_size": np.int32, "seq": np.int64}
 _INT_COLUMNS |= {"in_nelems": np.int64, "out_nelems": np.int64, "msg_bytes": np.int64}
@@ -194,15 +207,47 @@ def _comm_markers(
         found = markers.find(int(tid[row]), int(ts[row]))
         return parsed[int(codes[found])] if found >= 0 else None
 
+    pec_at = _pec_roles(events, on_cpu)
     for record in records:
         if record["source"] != "gloo":
             launch = launches.get(int(cast(np.int64, events.at[record["row"], "correlation"])))
-            found = marker_at(launch) if launch is not None else None
-            if found:
-                record["role"] = found[0]
+            if launch is None:
+                continue
+            found = marker_at(launch)
+            role = pec_at(launch) or (found[0] if found else None)
+            if role:
+                record["role"] = role
     gloo = [r for r in records if r["source"] == "gloo"]
     if gloo:
-        _link_gloo(events, gloo, on_cpu, marker_at)
+        _link_gloo(events, gloo, on_cpu, marker_at, pec_at)
+
+
+def _pec_roles(events: pd.DataFrame, on_cpu: np.ndarray) -> Callable[[int], str | None]:
+    """The PEC role of a CPU row from the PEC range around it (module docstring): a function
+    of the row, None outside PEC's ranges."""
+    names = [str(n) for n in events["name"].cat.categories]
+    codes = events["name"].cat.codes.to_numpy()
+    in_pec = np.array([n in PEC_RANGES for n in names], dtype=bool)[codes] & on_cpu
+    if not in_pec.any():
+        return lambda row: None
+    ts = events["ts_ns"].to_numpy()
+    end = ts + events["dur_ns"].to_numpy()
+    tid = events["tid"].cat.codes.to_numpy()
+    pec = _Enclosing(ts, end, tid, in_pec)
+    is_ids = np.array([n == PEC_MASK_RANGE for n in names], dtype=bool)[codes] & on_cpu
+    ids = _Enclosing(ts, end, tid, is_ids)
+
+    def role_at(row: int) -> str | None:
+        thread, when = int(tid[row]), int(ts[row])
+        found = pec.find(thread, when)
+        if found < 0:
+            return None
+        role = PEC_RANGES[names[int(codes[found])]]
+        if role == "pec_mask" and ids.find(thread, when) < 0:
+            return None  # another collective of overlap_dist, not the mask exchange
+        return role
+
+    return role_at
 
 
 def _link_gloo(
@@ -210,6 +255,7 @@ def _link_gloo(
     gloo: list[dict[str, Any]],
     on_cpu: np.ndarray,
     marker_at: Callable[[int], tuple[str, str] | None],
+    pec_at: Callable[[int], str | None],
 ) -> None:
     """Group, enqueue time and role of every gloo collective (see the module docstring).
 
@@ -220,7 +266,8 @@ def _link_gloo(
        enqueue is the k-th collective to start: paired in that order (an enqueue at or before
        the collective's start; collectives whose enqueue predates the trace stay unpaired).
        ``enqueue_ns`` is the enqueue's start, when the rank asked for the collective (the
-       analyzer's arrival); ``role`` is the role of the marker around that enqueue.
+       analyzer's arrival); ``role`` is the PEC role of the range around that enqueue, else
+       the role of the marker around it.
     """
     ts = events["ts_ns"].to_numpy()
     tid = events["tid"].cat.codes.to_numpy()
@@ -229,6 +276,7 @@ def _link_gloo(
     enqueue = np.flatnonzero(on_cpu & (colls[codes] != ""))
     enqueue = enqueue[np.argsort(ts[enqueue], kind="stable")]
     marks = {int(row): marker_at(int(row)) for row in enqueue}
+    pec = {int(row): pec_at(int(row)) for row in enqueue}
     by_coll = {c: enqueue[colls[codes[enqueue]] == c] for c in {r["coll"] for r in gloo}}
     votes: dict[int, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
     for record in gloo:
@@ -248,7 +296,7 @@ def _link_gloo(
             for row in by_coll[coll]
             if (mark[1] if (mark := marks[int(row)]) else None) == group
         ]
-        _pair_in_order(queue, asked, ts, marks)
+        _pair_in_order(queue, asked, ts, marks, pec)
 
 
 def _pair_in_order(
@@ -256,6 +304,7 @@ def _pair_in_order(
     asked: list[int],
     ts: np.ndarray,
     marks: dict[int, tuple[str, str] | None],
+    pec: dict[int, str | None],
 ) -> None:
     """Pair a group's collectives (in start order) with its enqueues (in time order), FIFO.
 
@@ -275,8 +324,9 @@ def _pair_in_order(
         record = queue[i]
         record["enqueue_ns"] = times[j]
         found = marks[asked[j]]
-        if found:
-            record["role"] = found[0]
+        role = pec[asked[j]] or (found[0] if found else None)
+        if role:
+            record["role"] = role
 
 
 def _launches(events: pd.DataFrame, on_cpu: np.ndarray) -> dict[int, int]:

@@ -51,7 +51,8 @@ source        category  where the metadata came from: ``args``, ``record_param_c
                         ``launch_context`` (a copy or kernel launched inside a collective's
                         call: coll ``transfer``)
 role          category  ``embedding``, ``dense`` or ``other`` from FreeScale's marker around the
-                        issue (``optim.markers``); NaN when the trace does not say
+                        issue, or a PEC role (``pec_overlapped``, ...) from torchrec's PEC range
+                        around it (``optim.markers``); NaN when the trace does not say
 enqueue_ns    int64     gloo: when the training thread enqueued the collective (the start of
                         its ``c10d::*`` op; the gloo event starts when a worker takes it from the
                         group's queue), -1 when unknown

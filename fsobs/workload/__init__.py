@@ -13,6 +13,8 @@ Modules (torch-free ones import without torch; names load lazily from them on fi
 - ``model``: ``SeqRecModel`` (EBC + EC + HSTU blocks on jagged sequences).
 - ``sharding``: ``wrap_model`` (DMP), ``build_optimizer``.
 - ``inputs``: ``StepInputs``: each rank's batch per step, the random split or a balanced plan.
+- ``overlap``: per embedding table, the share of a global batch's IDs the previous one had (the
+  sidecar's ``id_overlap``). No torch.
 - ``train``: the instrumented job, one process per rank (``python -m fsobs.workload.train
   RUN_DIR``: it trains ``RUN_DIR/job.json``).
 - ``launch``: ``fsobs run``: writes ``job.json``, starts the ranks with torchrun, no torch in

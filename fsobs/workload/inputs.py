@@ -11,6 +11,12 @@ rank's random-split share, as a loader that learns lengths only after loading wo
 Either way the rank's samples are in global-batch position order, so both modes train on the
 same batches, and with ``lpt`` (unequal counts) each batch carries its loss scale. Each step's
 input is prepared under ``## fsobs:data ##``: a data-loader range for the CPU bubble classes.
+
+Each step also carries, per embedding table, the share of its global batch's ID occurrences
+that the previous global batch had (:mod:`fsobs.workload.overlap`, the sidecar's
+``id_overlap``), whatever the toggles. It needs every rank's samples, which a rank does not
+otherwise build, so :class:`StepInputs` computes it for all steps when it is made (before the
+profiled loop), not inside a step.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from fsobs.workload.data import (
     random_split,
     unpack_sample,
 )
+from fsobs.workload.model import EBC_TABLES, EC_TABLES
+from fsobs.workload.overlap import global_batch_overlaps
 from optim.freescale import FreeScale, StepShare
 from optim.markers import DATA_MARKER
 from optim.plan import batch_digest
@@ -47,6 +55,9 @@ class StepInput:
     imbalance_after: float
     batch_digest: str
     loss_scale: float
+    id_overlap: dict[str, float] | None = None
+    """Per embedding table, the share of the global batch's ID occurrences that the previous
+    step's global batch had; None on the first step."""
 
 
 class StepInputs:
@@ -59,6 +70,8 @@ class StepInputs:
         self.data, self.batches, self.fs = data, batches, freescale
         balance = freescale.config.balance
         self._shuffle = balance.enabled and balance.mode == "shuffle"
+        self.id_overlap = global_batch_overlaps(data, batches, {**EBC_TABLES, **EC_TABLES})
+        """Per step, :attr:`StepInput.id_overlap`."""
 
     def __iter__(self) -> Iterator[tuple[Batch, StepInput]]:
         for step, global_batch in enumerate(self.batches):
@@ -92,5 +105,6 @@ class StepInputs:
             imbalance_after=plan.imbalance_after,
             batch_digest=batch_digest(global_batch),
             loss_scale=share.loss_scale,
+            id_overlap=self.id_overlap[step],
         )
         return collate(samples, loss_scale=share.loss_scale), info

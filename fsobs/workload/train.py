@@ -10,7 +10,8 @@ batch (or, with the ``balance`` toggle, its part of a cost-balanced plan:
 ``fsobs.workload.inputs``), and trains ``SeqRecModel`` under torchrec DMP with
 ``TrainPipelineSparseDist`` (gloo on CPU, nccl on GPU). It writes the run format of DESIGN §3:
 ``rank<R>.trace.json.gz`` (torch.profiler), ``steps.rank<R>.jsonl`` (what data each step got,
-its estimated cost and wall-clock bounds) and, from rank 0, ``run.json``.
+its estimated cost, wall-clock bounds and the embedding-ID overlap with the previous global
+batch) and, from rank 0, ``run.json``.
 
 The sidecar's step numbers are the profiler's ``ProfilerStep#N`` numbers: step N is the N-th
 call of ``TrainPipelineSparseDist.progress``, which trains batch N.
@@ -115,6 +116,7 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
                 imbalance_before=info.imbalance_before,
                 imbalance_after=info.imbalance_after,
                 batch_digest=info.batch_digest,
+                id_overlap=info.id_overlap,
                 **pauses,
             )
             sidecar.write(record)

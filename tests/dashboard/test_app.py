@@ -326,3 +326,34 @@ def test_bad_upload_shows_a_clear_message_and_changes_nothing(upload_store, case
     assert len(at.error) == 1 and phrase in at.error[0].value
     assert at.error[0].value.startswith("Upload refused: ")
     assert listing(upload_store) == before
+
+
+def test_pec_roles_on_the_bubbles_and_compare_pages(tmp_path, monkeypatch):
+    """A store with the hand-built gloo step of tests/test_pec_roles.py, with and without PEC's
+    ranges: the Stragglers tab lists PEC's roles and embedding_total, with the note that the
+    mask exchange counts as PEC's cost; the compare page shows the roles of either run."""
+    from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
+    from tests.kineto import write_ranks
+    from tests.test_pec_roles import gloo_pec_rank
+
+    for name, pec in (("plain", False), ("pec", True)):
+        write_ranks(tmp_path / name, [gloo_pec_rank(r, pec=pec) for r in (0, 1)])
+    monkeypatch.setenv("FSOBS_STORE", str(tmp_path))
+    at = _open("bubbles", run="pec")
+    at.session_state[TAB_KEY] = "Stragglers"
+    at.run()
+    assert not at.exception, at.exception
+    roles = next(df.value for df in at.dataframe if "role" in df.value.columns)
+    assert roles["role"].tolist()[3:] == [
+        "pec_overlapped",
+        "pec_ahead",
+        "pec_mask",
+        "pec_overlapped_grad",
+        "pec_deferred_grad",
+        "embedding_total",
+    ]
+    assert any(c.value == EMBEDDING_TOTAL_NOTE for c in at.caption)
+    at = _open("compare", control="plain", test="pec")
+    shown = next(df.value for df in at.dataframe if "role" in df.value.columns)
+    assert {"pec_mask", "embedding_total"} <= set(shown["role"])
+    assert any(c.value == EMBEDDING_TOTAL_NOTE for c in at.caption)

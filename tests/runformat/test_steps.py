@@ -223,3 +223,49 @@ def test_written_records_read_back_equal(tmp_path):
 
 def _text_lines(path):
     return path.read_text().splitlines()
+
+
+def test_id_overlap_round_trips_and_is_absent_where_not_given(tmp_path):
+    """Written after batch_digest; numpy floats and any mapping accepted; read back equal; the
+    frame's column holds the dict, None for a record without it (an older sidecar's line)."""
+    shares = {"t_item": np.float64(0.75), "t_cat": 1.0, "t_user": 0}
+    with SidecarWriter(tmp_path, 0) as writer:
+        writer.write(StepRecord.of(0, [2], 1.0, 0, 5, batch_digest="aa"))
+        writer.write(StepRecord.of(1, [3], 1.0, 5, 9, batch_digest="bb", id_overlap=shares))
+    raw = _lines(writer.path)
+    assert "id_overlap" not in raw[0]
+    assert list(raw[1])[-2:] == ["batch_digest", "id_overlap"]
+    assert raw[1]["id_overlap"] == {"t_item": 0.75, "t_cat": 1.0, "t_user": 0.0}
+    again = [StepRecord.from_json(line) for line in raw]
+    assert again[0].id_overlap is None
+    assert again[1].id_overlap == {"t_item": 0.75, "t_cat": 1.0, "t_user": 0.0}
+    assert again[1] == StepRecord.of(1, [3], 1.0, 5, 9, batch_digest="bb", id_overlap=shares)
+    frame = read_sidecars(tmp_path)
+    assert frame["id_overlap"].tolist() == [None, {"t_item": 0.75, "t_cat": 1.0, "t_user": 0.0}]
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "steps.rank0.jsonl").write_text(GOOD + "\n")
+    assert read_sidecars(old)["id_overlap"].tolist() == [None]
+
+
+@pytest.mark.parametrize(
+    ("value", "wanted"),
+    [
+        ("{}", "id_overlap must be a non-empty object"),
+        ("[0.5]", "id_overlap must be a non-empty object"),
+        ('{"t_item": 1.5}', r"id_overlap\['t_item'\] must be a share in \[0, 1\]"),
+        ('{"t_item": -0.1}', r"id_overlap\['t_item'\] must be a share in \[0, 1\]"),
+        ('{"t_item": NaN}', r"id_overlap\['t_item'\] must be finite"),
+        ('{"t_item": true}', r"id_overlap\['t_item'\] must be a number"),
+        ('{"t_item": "0.5"}', r"id_overlap\['t_item'\] must be a number"),
+        ('{"": 0.5}', "table names must be non-empty strings"),
+    ],
+)
+def test_bad_id_overlap_is_refused_naming_the_field(tmp_path, value, wanted):
+    path = tmp_path / "steps.rank0.jsonl"
+    path.write_text(GOOD + "\n" + GOOD[:-1] + f',"step":1,"id_overlap":{value}}}' + "\n")
+    with pytest.raises(TraceFormatError, match=wanted) as info:
+        read_sidecars(tmp_path)
+    assert info.value.field == "line 2"
+    with pytest.raises(ValueError, match="id_overlap"):
+        StepRecord.of(0, [1], 1.0, 0, 1, id_overlap=json.loads(value))

@@ -154,3 +154,13 @@ def test_plan_and_shuffle_modes_train_identically(runs):
     for rank in range(WORLD):
         a, b = _params(runs["kk_plan"], rank), _params(runs["kk_shuffle"], rank)
         assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_id_overlap_is_the_same_on_every_rank_whatever_the_toggles(runs):
+    """It depends on the global batches only, which balancing does not change."""
+    want = _sidecar(runs["baseline"]).groupby("step")["id_overlap"].first().tolist()
+    assert want[0] is None and all(isinstance(s, dict) and len(s) == 4 for s in want[1:])
+    for variant in VARIANTS:
+        frame = _sidecar(runs[variant])
+        for step, shares in frame.groupby("step")["id_overlap"]:
+            assert shares.tolist() == [want[step]] * WORLD, (variant, step)

@@ -14,6 +14,8 @@ from fsobs.collect.profiler import ProfilerConfig
 from fsobs.workload.config import JobConfig, ModelConfig, ModelSpec, data_config_for, job_profiler
 from fsobs.workload.data import SyntheticHistories, global_batches, random_split
 from fsobs.workload.launch import LaunchConfig, failure_report, launch
+from fsobs.workload.model import EBC_TABLES, EC_TABLES
+from fsobs.workload.overlap import global_batch_overlaps
 from fsobs.workload.train import FAIL_ENV
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
@@ -65,13 +67,24 @@ def test_two_rank_run_writes_an_analyzable_run(tmp_path, capsys):
     # the sidecar holds exactly the samples each rank consumed, every step
     data = SyntheticHistories(data_config_for(ModelConfig.preset("tiny"), num_samples=100_000))
     side = run.sidecar.set_index(["rank", "step"])
-    for step, batch in enumerate(global_batches(len(data), 2 * BATCH, STEPS, 0)):
+    batches = global_batches(len(data), 2 * BATCH, STEPS, 0)
+    for step, batch in enumerate(batches):
         for rank in (0, 1):
             lengths = data.lengths[random_split(batch, 2, rank)]
             row = side.loc[(rank, step)]
             assert row["num_samples"] == BATCH
             assert (row["len_sum"], row["len_sq_sum"]) == (lengths.sum(), (lengths**2).sum())
             assert row["est_cost"] > 0
+    # and, the same on both ranks, every embedding table's ID overlap with the previous global
+    # batch (none on the first step), toggles off as here
+    overlaps = global_batch_overlaps(data, batches, {**EBC_TABLES, **EC_TABLES})
+    for rank in (0, 1):
+        assert side.loc[(rank, 0), "id_overlap"] is None
+        for step in range(1, STEPS):
+            shares = side.loc[(rank, step), "id_overlap"]
+            assert sorted(shares) == ["t_cat", "t_ctx", "t_item", "t_user"]
+            assert shares == pytest.approx(overlaps[step])
+            assert all(0 <= v <= 1 for v in shares.values())
 
     analysis = fsobs.analyze_path(out)
     assert len(analysis.steps) == 2 * len(run.steps)

@@ -12,7 +12,24 @@ import pandas as pd
 from fsobs.analysis import intervals as iv
 from fsobs.analysis.bubbles.parts import CLASSES, StepParts
 from fsobs.analysis.matching import Collectives
-from optim.markers import ROLES
+from optim.markers import ALL_ROLES
+
+EXPOSED_ORDER = (
+    "pec_mask",
+    "pec_overlapped",
+    "pec_overlapped_grad",
+    "pec_ahead",
+    "embedding",
+    "pec_deferred_grad",
+    "dense",
+    "other",
+)
+"""Who owns exposed time that several collectives of a rank cover: the first role in this
+order (embedding before dense before other). PEC's roles (:data:`optim.markers.PEC_ROLES`)
+rank by how soon a PEC step waits for them after their launch: the mask exchange, the
+overlapped lookup and gradient are waited in their own phase, the ahead lookup at the next
+forward, the deferred gradient after the forward it overlaps."""
+_EXPOSED_RANK = np.array([EXPOSED_ORDER.index(role) for role in ALL_ROLES], np.int64)
 
 
 @dataclass
@@ -46,7 +63,8 @@ class RankWaits:
     priority: np.ndarray
     """Charging order for overlapping waits: latest last arrival first."""
     role: np.ndarray
-    """Position in :data:`optim.markers.ROLES` (``embedding``, ``dense``, ``other``)."""
+    """Position in :data:`optim.markers.ALL_ROLES` (``embedding``, ``dense``, ``other``, then
+    PEC's roles)."""
 
     @staticmethod
     def of_ranks(colls: Collectives, ranks: list[int]) -> dict[int, RankWaits]:
@@ -67,7 +85,7 @@ class RankWaits:
             "end": inst["end_ns"].to_numpy(np.int64) + shift,
             "last_rank": inst["last_rank"].to_numpy(np.int64),
             "priority": priority,
-            "role": pd.Categorical(inst["role"], categories=ROLES).codes.astype(np.int64),
+            "role": _role_codes(inst["role"]),
         }
         columns = {name: values[order] for name, values in columns.items()}
         first = np.searchsorted(rank[order], ranks, "left")
@@ -80,6 +98,12 @@ class RankWaits:
     def find(self, rows: np.ndarray) -> np.ndarray:
         """Position of each of ``rows`` among the matched collectives, -1 where unmatched."""
         return iv.position(self.rows, rows)
+
+
+def _role_codes(roles: pd.Series) -> np.ndarray:
+    """Positions in :data:`ALL_ROLES` (a role outside it counts as ``other``)."""
+    codes = pd.Categorical(roles, categories=ALL_ROLES).codes.astype(np.int64)
+    return np.where(codes >= 0, codes, ALL_ROLES.index("other"))
 
 
 def classify(parts: list[StepParts], waits: RankWaits) -> list[StepBubbles]:
@@ -203,23 +227,24 @@ def _charge(
         instance b        |--------------------)   last rank 3, arrives at 70 (charged first)
         charged        2  |  3  |      |  3 |
 
-    Exposed time covered by several collectives goes to embedding before dense before other.
+    Exposed time covered by several collectives goes to the first role in
+    :data:`EXPOSED_ORDER` (embedding before dense before other).
     """
     step, pos = matched
     by_wait = np.argsort(-waits.priority[pos], kind="stable")  # the binding one last
     waited = _owned(bounds, classes["straggler_wait"], pieces[0], by_wait)
-    by_role = np.argsort(-waits.role[pos], kind="stable")  # embedding last
+    by_role = np.argsort(-_EXPOSED_RANK[waits.role[pos]], kind="stable")  # the first role last
     exposed = _owned(bounds, classes["exposed_comm"], pieces[1], by_role)
     charges: list[Charges] = [({}, {}) for _ in range(num_steps)]
     steps, culprits, roles = step.tolist(), waits.last_rank[pos].tolist(), waits.role[pos].tolist()
     for i in np.flatnonzero(waited).tolist():
         caused, by_role = charges[steps[i]]
-        culprit, key, ns = culprits[i], ("straggler_wait", ROLES[roles[i]]), int(waited[i])
+        culprit, key, ns = culprits[i], ("straggler_wait", ALL_ROLES[roles[i]]), int(waited[i])
         caused[culprit] = caused.get(culprit, 0) + ns
         by_role[key] = by_role.get(key, 0) + ns
     for i in np.flatnonzero(exposed).tolist():
         by_role = charges[steps[i]][1]
-        key = ("exposed_comm", ROLES[roles[i]])
+        key = ("exposed_comm", ALL_ROLES[roles[i]])
         by_role[key] = by_role.get(key, 0) + int(exposed[i])
     return charges
 

@@ -11,7 +11,7 @@ import pandas as pd
 from fsobs.analysis import intervals as iv
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES, CLASSES
-from optim.markers import ROLES
+from optim.markers import PEC_ROLES, ROLES
 
 BUBBLE_TABLE_COLUMNS = [
     "rank",
@@ -33,10 +33,18 @@ def bubble_table(steps: list[StepBubbles]) -> pd.DataFrame:
     return _frame([_bubble_columns(steps)], BUBBLE_TABLE_COLUMNS)
 
 
-def role_table(steps: list[StepBubbles]) -> pd.DataFrame:
-    """Per rank, step and role (:data:`optim.markers.ROLES`), in ms: the straggler_wait and
-    exposed_comm spent in collectives of that role (every role on every row, 0 when none)."""
-    return _frame([_role_columns(steps)], ROLE_TABLE_COLUMNS)
+def role_table(steps: list[StepBubbles], roles: tuple[str, ...] = ROLES) -> pd.DataFrame:
+    """Per rank, step and role, in ms: the straggler_wait and exposed_comm spent in collectives
+    of that role (every role of ``roles`` on every row, 0 when none; :func:`run_roles`)."""
+    return _frame([_role_columns(steps, roles)], ROLE_TABLE_COLUMNS)
+
+
+def run_roles(instances: pd.DataFrame) -> tuple[str, ...]:
+    """The roles a run's role table has: :data:`optim.markers.ROLES` always, then the PEC roles
+    of its matched collectives (``instances``: :attr:`Collectives.instances`), in the order of
+    :data:`optim.markers.PEC_ROLES`."""
+    present = set(instances["role"].astype(str)) if len(instances) else set()
+    return (*ROLES, *(role for role in PEC_ROLES if role in present))
 
 
 def caused_table(steps: list[StepBubbles]) -> pd.DataFrame:
@@ -50,13 +58,15 @@ class StepTables:
     """:func:`bubble_table`, :func:`role_table` and :func:`caused_table` of a run, gathered a
     rank at a time (:meth:`add`): only their numbers are kept, not the steps' interval sets."""
 
+    role_names: tuple[str, ...] = ROLES
+    """The roles of the role table (:func:`run_roles`)."""
     bubbles: list[Columns] = field(default_factory=list)
     roles: list[Columns] = field(default_factory=list)
     caused: list[Columns] = field(default_factory=list)
 
     def add(self, steps: list[StepBubbles]) -> None:
         self.bubbles.append(_bubble_columns(steps))
-        self.roles.append(_role_columns(steps))
+        self.roles.append(_role_columns(steps, self.role_names))
         self.caused.append(_caused_columns(steps))
 
     def frames(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -89,8 +99,8 @@ def _bubble_columns(steps: list[StepBubbles]) -> Columns:
     return table
 
 
-def _role_columns(steps: list[StepBubbles]) -> Columns:
-    every = [(sb, role) for sb in steps for role in ROLES]
+def _role_columns(steps: list[StepBubbles], roles: tuple[str, ...]) -> Columns:
+    every = [(sb, role) for sb in steps for role in roles]
     return {
         "rank": np.array([sb.rank for sb, _ in every], np.int64),
         "step": np.array([sb.step for sb, _ in every], np.int64),

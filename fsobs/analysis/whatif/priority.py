@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.whatif.replay import BUSY, EXPOSED, LOCAL, Piece, SegmentGraph
+from optim.markers import EMBEDDING_ROLES
 
 QUEUE_SLACK_NS = 50_000
 
@@ -40,7 +41,7 @@ def prioritize(graph: SegmentGraph) -> tuple[SegmentGraph, list[str]]:
     """The rewritten graph and what was changed, in words."""
     out = graph.copy()
     table = out.instances.set_index("instance")
-    emb = table[table["role"] == "embedding"]
+    emb = table[table["role"].isin(EMBEDDING_ROLES)]  # PEC's collectives are embedding ones
     dense = table[table["role"] == "dense"]
     shared = _share(out, emb, dense)
     queued = _queued_pairs(out, emb, dense)
