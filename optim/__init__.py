@@ -9,6 +9,8 @@
 - ``optim.groups``, ``optim.comm``, ``optim.ddp``, ``optim.dmp``: the priority_overlap toggle
   (torch; torchrec in ``optim.dmp`` only).
 - ``optim.sm_free``: the sm_free toggle (torch).
+- ``optim.pec``: torchrec's Prioritized Embedding Communication, exact and runnable on CPU
+  (torch, torchrec).
 - ``optim.sync_gc``: the sync_gc toggle (no torch).
 - ``optim.shuffle``: shuffle-mode exchange and the run-time plan check (torch).
 - ``optim.markers``: the range names the analyzer reads.
