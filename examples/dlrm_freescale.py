@@ -164,6 +164,8 @@ def main() -> None:
     fs = FreeScale(toggles(args), cost_model=cost_model)  # FreeScale
     fs.setup()  # FreeScale
     model = DLRM(torch.device("meta"), args.top_width)
+    if not args.plain:  # FreeScale
+        model = fs.prepare(model)  # FreeScale: PEC where it can (this model's EBC: it cannot)
     dmp, optimizer = build(model, {} if args.plain else fs.dmp_kwargs())  # FreeScale
     if not args.plain:  # FreeScale
         fs.attach(dmp)  # FreeScale

@@ -1,7 +1,8 @@
 """Where FreeScale sees torchrec's embedding collectives: a stand-in for ``torch.distributed``.
 
 torchrec issues every embedding collective (input dist, output dist, their backward) through the
-module-level name ``dist`` of ``torchrec.distributed.comm_ops`` and ``dist_data``, with explicit
+module-level name ``dist`` of ``torchrec.distributed.comm_ops`` and ``dist_data`` (and PEC's
+gradient all-to-alls through ``pec_comm_ops``'s), with explicit
 uneven splits, and offers no hook for the sequence and backward paths. :class:`CommRouter`
 replaces that name (and only there; ``torch.distributed`` itself is untouched) with an object
 that forwards everything to ``torch.distributed`` and, for the collectives, also:
@@ -29,7 +30,11 @@ from torch.autograd.profiler import record_function
 
 from optim.markers import comm_marker
 
-TORCHREC_COMM_MODULES = ("torchrec.distributed.comm_ops", "torchrec.distributed.dist_data")
+TORCHREC_COMM_MODULES = (
+    "torchrec.distributed.comm_ops",
+    "torchrec.distributed.dist_data",
+    "torchrec.distributed.pec_comm_ops",  # PEC's gradient all-to-alls
+)
 _COLLECTIVES = (
     "all_to_all_single",
     "all_to_all",

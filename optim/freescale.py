@@ -5,16 +5,19 @@
     fs = FreeScale(FreeScaleConfig(balance=..., priority_overlap=..., sm_free=...),
                    cost_model=CostModel(...))
     fs.setup()                                     # collective: the toggles' process groups
+    model = fs.prepare(model, constraints)         # priority_overlap: PEC where PEC can
+    sharders = fs.sharders(sharders)               # + PEC's sharder (for the planner too)
     dmp = DistributedModelParallel(model, device=device, plan=plan, sharders=sharders,
                                    **fs.dmp_kwargs())         # env + the dense DDP wrapper
-    pipeline = fs.attach(TrainPipelineSparseDist(dmp, optimizer, device))  # or a plain loop
+    pipeline = fs.pipeline(dmp, optimizer, device)  # PEC's or TrainPipelineSparseDist
+    # (a loop without a pipeline: fs.attach(dmp) instead; PEC needs the pipeline)
     for step, global_batch in enumerate(batches):  # every rank sees the same global batch ids
         share = fs.split(step, lengths[global_batch])          # plan mode: this rank's part
         batch = build(global_batch[share.positions], loss_scale=share.loss_scale)
         ...
         fs.after_step(step)                        # sync_gc: collect at the same steps
     run_json["toggles"] = fs.status()              # requested / applied / reason, per toggle
-    fs.close()
+    fs.close()                                     # PEC: the last deferred gradient applied
 
 Shuffle mode (lengths known only after loading): ``rows, share = fs.exchange(step, rows,
 lengths)`` with this rank's random-split share as int64 rows.
@@ -28,9 +31,9 @@ and DDP's all-reduce through one comm hook that computes what DDP computes (:mod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch.distributed as dist
@@ -47,7 +50,15 @@ from optim.shuffle import ShuffleBalancer, check_plan
 from optim.sm_free import SMFreePath, setup_sm_free
 from optim.sync_gc import SyncGC
 
+if TYPE_CHECKING:
+    from torch import nn
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+    from torchrec.distributed.types import ModuleSharder
+
+    from optim.pec_setup import PECSetup
+
 T = TypeVar("T")
+M = TypeVar("M", bound="nn.Module")
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,8 @@ class FreeScale:
         self._shuffle: ShuffleBalancer | None = None
         self._uninstall: Callable[[], None] | None = None
         self._gc = SyncGC(self.config.sync_gc)
+        self._pec: PECSetup | None = None
+        self._pipeline: Any = None
 
     @property
     def _gated(self) -> bool:
@@ -126,6 +139,59 @@ class FreeScale:
             kwargs["env"] = ShardingEnv.from_process_group(groups.embedding)
         return kwargs
 
+    # ------------------------------------------------------ the model (priority_overlap: PEC)
+
+    def prepare(self, model: M, constraints: Mapping[str, Any] | None = None) -> M:
+        """Before DMP: with ``priority_overlap`` on, turn the model's ``EmbeddingCollection``s
+        that PEC can take into PEC ones, in place (:func:`optim.pec_setup.to_pec`; what it
+        cannot take is said in :meth:`status`); ``constraints``: the planner's, by table.
+        Returns ``model``. Toggle off: the model as it is."""
+        if self.config.priority_overlap.enabled:
+            from optim.pec_setup import to_pec
+
+            self._pec = to_pec(model, constraints)
+        return model
+
+    def sharders(
+        self, sharders: Sequence[ModuleSharder[nn.Module]]
+    ) -> list[ModuleSharder[nn.Module]]:
+        """The sharders for the planner and DMP: ``sharders``, and PEC's sharder around their
+        ``EmbeddingCollectionSharder`` (the same fused optimizer) when PEC took tables."""
+        out = list(sharders)
+        if self._pec is not None and self._pec.applied:
+            from torchrec.distributed.embedding import EmbeddingCollectionSharder
+            from torchrec.distributed.pec_embedding import PECEmbeddingCollectionSharder
+
+            ec = next((s for s in out if isinstance(s, EmbeddingCollectionSharder)), None)
+            out.append(PECEmbeddingCollectionSharder(ec_sharder=ec))
+        return out
+
+    def pipeline(
+        self, model: nn.Module, optimizer: Any, device: Any
+    ) -> TrainPipelineSparseDist[Any, Any]:
+        """The train pipeline with the toggles applied, attached (:meth:`attach`): PEC's
+        (:class:`optim.pec.ExactTrainPipelinePEC`) when PEC took tables, torchrec's
+        ``TrainPipelineSparseDist`` otherwise."""
+        if self._pec is not None and self._pec.applied:
+            from optim.pec import ExactTrainPipelinePEC
+
+            pipeline: TrainPipelineSparseDist[Any, Any] = ExactTrainPipelinePEC(
+                model, optimizer, device
+            )
+        else:
+            from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+
+            pipeline = TrainPipelineSparseDist(model, optimizer, device)
+        self._pipeline = pipeline
+        return self.attach(pipeline)
+
+    def drain(self) -> None:
+        """Apply PEC's deferred gradient of the last step now (before a checkpoint; collective).
+        A no-op without PEC."""
+        drain = getattr(self._pipeline, "drain", None)
+        if drain is not None:
+            drain()
+
     def attach(self, pipeline: T) -> T:
         """Route torchrec's embedding collectives through FreeScale (:mod:`optim.comm`); returns
         ``pipeline`` (a ``TrainPipelineSparseDist``, or the DMP of a plain loop) unchanged."""
@@ -145,7 +211,10 @@ class FreeScale:
         self._gc.after_step(step)
 
     def close(self) -> None:
-        """Put torchrec's comm modules back as they were."""
+        """Apply PEC's deferred gradient (:meth:`drain`; collective) and put torchrec's comm
+        modules back as they were."""
+        self.drain()
+        self._pipeline = None
         if self._uninstall is not None:
             self._uninstall()
             self._uninstall = None
@@ -214,8 +283,18 @@ class FreeScale:
                 else ToggleStatus(False, False).to_json()
                 for name, on in self.config.requested().items()
             }
-        return {name: s.to_json() for name, s in self._statuses.items()}
+        statuses = dict(self._statuses)
+        if self._pec is not None:
+            statuses["priority_overlap"] = _with_pec(statuses["priority_overlap"], self._pec)
+        return {name: s.to_json() for name, s in statuses.items()}
 
     def layout(self) -> dict[str, Any]:
         """The process groups by role (``run.json``'s ``process_groups``)."""
         return self.groups.layout()
+
+
+def _with_pec(groups: ToggleStatus, pec: PECSetup) -> ToggleStatus:
+    """``priority_overlap``'s status: PEC's part (what it took and did not) and the dense
+    ordering's (:mod:`optim.groups`)."""
+    order = f"dense order: {groups.reason}" if groups.reason else "dense order: applied"
+    return ToggleStatus(True, pec.applied or groups.applied, f"{pec.describe()}; {order}")

@@ -17,6 +17,7 @@ analyze`` on a balanced run).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -55,6 +56,20 @@ def sharders(
     ]
 
 
+def table_constraints(
+    *, ebc_sharding: str = "table_wise", ec_sharding: str = "row_wise"
+) -> dict[str, ParameterConstraints]:
+    """The planner's constraints: the EBC tables ``ebc_sharding``, the EC tables
+    ``ec_sharding``."""
+    if ec_sharding == "data_parallel":
+        raise ValueError("ec_sharding: an EmbeddingCollection must not be data_parallel")
+    return {
+        table: ParameterConstraints(sharding_types=[kind])
+        for tables, kind in ((EBC_TABLES, ebc_sharding), (EC_TABLES, ec_sharding))
+        for table in tables
+    }
+
+
 def plan_sharding(
     model: SeqRecModel,
     module_sharders: list[ModuleSharder[torch.nn.Module]],
@@ -66,14 +81,8 @@ def plan_sharding(
 ) -> ShardingPlan:
     """The planner's plan with the EBC tables constrained to ``ebc_sharding`` and the EC tables
     to ``ec_sharding``; rank 0 plans and broadcasts, so all ranks of ``pg`` get the same plan."""
-    if ec_sharding == "data_parallel":
-        raise ValueError("ec_sharding: an EmbeddingCollection must not be data_parallel")
     world_size = dist.get_world_size(pg)
-    constraints = {
-        table: ParameterConstraints(sharding_types=[kind])
-        for tables, kind in ((EBC_TABLES, ebc_sharding), (EC_TABLES, ec_sharding))
-        for table in tables
-    }
+    constraints = table_constraints(ebc_sharding=ebc_sharding, ec_sharding=ec_sharding)
     topology = TopologyFactory.create_topology(
         trainer_config=TrainerConfig(world_size=world_size, local_world_size=world_size),
         kernel_config=KernelConfig(compute_device=compute_device),
@@ -91,14 +100,18 @@ def wrap_model(
     ec_sharding: str = "row_wise",
     embedding_lr: float = EMBEDDING_LR,
     optimizer: str = "adagrad",
+    add_sharders: Callable[
+        [list[ModuleSharder[torch.nn.Module]]], list[ModuleSharder[torch.nn.Module]]
+    ] = list,
 ) -> DistributedModelParallel:
     """DMP around a model built with ``device="meta"`` (see ``SeqRecModel``); ``dmp_kwargs``
     (``optim.FreeScale.dmp_kwargs()``: the embedding group's ``env``, the dense DDP wrapper)
     go to DMP as they are, and the plan is agreed on that ``env``'s group (else WORLD);
-    ``optimizer`` (one of ``OPTIMIZERS``) picks the fused optimizer of the tables."""
+    ``optimizer`` (one of ``OPTIMIZERS``) picks the fused optimizer of the tables;
+    ``add_sharders`` completes the sharders (``optim.FreeScale.sharders``: PEC's)."""
     dmp_kwargs = dict(dmp_kwargs or {})
     env = dmp_kwargs.pop("env", None) or ShardingEnv.from_process_group(dist.GroupMember.WORLD)
-    module_sharders = sharders(embedding_lr, optimizer)
+    module_sharders = add_sharders(sharders(embedding_lr, optimizer))
     plan = plan_sharding(
         model,
         module_sharders,

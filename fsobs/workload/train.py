@@ -30,7 +30,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
 from fsobs.collect.pauses import StepMonitor
 from fsobs.collect.profiler import StepProfiler
@@ -41,7 +40,7 @@ from fsobs.workload.cost import cost_coefficients
 from fsobs.workload.data import SyntheticHistories, global_batches
 from fsobs.workload.inputs import StepInput, StepInputs
 from fsobs.workload.model import SeqRecModel
-from fsobs.workload.sharding import build_optimizer, wrap_model
+from fsobs.workload.sharding import build_optimizer, table_constraints, wrap_model
 from optim.balance import CostModel
 from optim.freescale import FreeScale
 
@@ -82,11 +81,13 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
     inputs = StepInputs(
         data, global_batches(len(data), job.batch_size * world_size, job.steps, job.seed), fs
     )
-    model = SeqRecModel(model_cfg, device="meta")
+    model = fs.prepare(SeqRecModel(model_cfg, device="meta"), table_constraints())
     dmp_kwargs = fs.dmp_kwargs(bucket_cap_mb=job.ddp_bucket_mb)
-    dmp = wrap_model(model, device, dmp_kwargs=dmp_kwargs, optimizer=job.optimizer)
+    dmp = wrap_model(
+        model, device, dmp_kwargs=dmp_kwargs, optimizer=job.optimizer, add_sharders=fs.sharders
+    )
     optimizer = build_optimizer(dmp, optimizer=job.optimizer)
-    pipeline = fs.attach(TrainPipelineSparseDist(dmp, optimizer, device))
+    pipeline = fs.pipeline(dmp, optimizer, device)
     made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
     batches = _recorded(iter(inputs), made)
     fail = _fail_step(rank)

@@ -64,7 +64,11 @@ def test_every_toggle_off_equals_plain_torchrec_and_priority_changes_no_number(t
     assert gated["losses"] == plain
     priority = gated["toggles"]["priority_overlap"]
     assert priority["requested"] and priority["applied"]
-    assert priority["reason"].startswith("gloo: embedding and dense collectives on groups")
+    # PEC takes EmbeddingCollections only: this model's lookups are an EmbeddingBagCollection
+    assert priority["reason"].startswith(
+        "not on ebc: an EmbeddingBagCollection (PEC takes EmbeddingCollections only); "
+        "dense order: gloo: embedding and dense collectives on groups"
+    )
 
 
 def test_balance_and_sync_gc_train_the_same_batches_and_sm_free_says_why_not(tmp_path, plain):

@@ -140,3 +140,27 @@ def test_profiling_does_not_change_what_is_trained(tmp_path):
     assert list(off.glob("*.trace.json.gz")) == []
     assert _losses(on) == _losses(off)
     assert len(set(_losses(on))) > 1  # it trains: the loss moves
+
+
+def test_priority_overlap_runs_the_job_on_pec(tmp_path):
+    """With priority_overlap the job's EmbeddingCollection (t_item, t_cat) trains on torchrec's
+    PEC pipeline; its EmbeddingBagCollection stays plain, and run.json says both. PEC's
+    collectives carry their roles into the analysis."""
+    from optim import FreeScaleConfig, PriorityConfig
+
+    out = tmp_path / "pec"
+    job = _tiny_job(STEPS, freescale=FreeScaleConfig(priority_overlap=PriorityConfig(enabled=True)))
+    assert launch(LaunchConfig(world_size=2, out=out, job=job), progress=False) == 0
+    toggle = json.loads((out / "run.json").read_text())["toggles"]["priority_overlap"]
+    assert (toggle["requested"], toggle["applied"]) == (True, True)
+    assert toggle["reason"].startswith(
+        "torchrec's PEC (TrainPipelinePEC, gradients exact) on tables t_item, t_cat; "
+        "not on ebc: an EmbeddingBagCollection (PEC takes EmbeddingCollections only); "
+        "dense order: "
+    )
+    analysis = fsobs.analyze_path(out)
+    roles = set(analysis.roles["role"])
+    # every PEC collective of a steady step: the first traced step follows the warm-up ones
+    assert {"pec_overlapped", "pec_ahead", "pec_mask", "pec_overlapped_grad"} <= roles
+    assert "pec_deferred_grad" in roles
+    assert len(_losses(out)) == STEPS
