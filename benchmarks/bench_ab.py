@@ -42,12 +42,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import fsobs_run  # noqa: E402
 
 METRICS = {
+    "embedding wait + exposed": lambda a: _embedding_blocked(a),
     "embedding exposed comm": lambda a: _role(a, "embedding", "exposed_comm_ms"),
     "embedding straggler wait": lambda a: _role(a, "embedding", "straggler_wait_ms"),
     "straggler wait": lambda a: a.steps.groupby("step")["straggler_wait_ms"].mean(),
     "bubble": lambda a: a.steps.groupby("step")["bubble_ms"].mean(),
     "step time": lambda a: a.steps.groupby("step")["window_ms"].max(),
 }
+
+
+def _embedding_blocked(analysis: Analysis) -> pd.Series:
+    """Straggler wait + exposed communication per step in embedding collectives: plain
+    torchrec's (``embedding``) and PEC's (every ``pec_*`` role, its mask exchange included)."""
+    roles = analysis.roles
+    mine = roles[(roles["role"] == "embedding") | roles["role"].str.startswith("pec_")]
+    blocked = mine["straggler_wait_ms"] + mine["exposed_comm_ms"]
+    per_rank = blocked.groupby([mine["step"], mine["rank"]]).sum()
+    return per_rank.groupby(level="step").mean()
 
 
 def _role(analysis: Analysis, role: str, column: str) -> pd.Series:

@@ -2,8 +2,10 @@
 # GPU check of the optimizer and the reference job: one GPU, nccl, world size 1.
 #   1. the optimizer API, torch only (benchmarks/gpu_freescale_check.py): groups, stream
 #      priority, the dense comm hook and its gate, the comm router, sm_free where it applies;
-#   2. with torchrec and fbgemm-gpu installed: the reference job with every toggle, profiled,
-#      then the analyzer on what it wrote. Without them this part says it is skipped.
+#   2. with torchrec (1.9.2) and fbgemm-gpu installed: the reference job with every toggle,
+#      profiled, then the analyzer on what it wrote: priority_overlap runs torchrec's PEC
+#      pipeline on NCCL (optim.pec on CUDA: torchrec's own path, the gradient fixes), and the
+#      analysis finds PEC's collectives by role. Without them this part says it is skipped.
 # It runs with what a GPU machine without network has (its own torch) plus this checkout.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]          (default: /tmp/fsobs_gpu_check)
@@ -35,7 +37,7 @@ if ! "$PY" -c "import fbgemm_gpu, torchrec" 2>/dev/null; then
     exit 0
 fi
 time "$PY" -m fsobs.cli run --world-size 1 --steps 12 --out "$OUT/run" --model-size small \
-    --priority-overlap --sm-free
+    --priority-overlap --sm-free --item-popularity 1.1
 "$PY" -m fsobs.cli analyze "$OUT/run"
 "$PY" -m fsobs.cli analyze "$OUT/run" --json > "$OUT/analyze.json"
 "$PY" - "$OUT" <<'PYCHECK'
@@ -45,6 +47,10 @@ meta = json.load(open(f"{out}/run/run.json"))
 result = json.load(open(f"{out}/analyze.json"))
 assert meta["status"] == "complete" and meta["backend"] == "nccl" and meta["device"] == "cuda", meta
 assert meta["toggles"]["priority_overlap"]["applied"], meta["toggles"]
+assert meta["toggles"]["priority_overlap"]["reason"].startswith("torchrec's PEC"), meta["toggles"]
+pec = {k: v for k, v in result["by_role"].items() if k.startswith("pec_")}
+assert {"pec_overlapped", "pec_ahead", "pec_mask"} <= set(pec), result["by_role"]
+print("gpu_check: PEC roles (ms per rank and step):", json.dumps(pec))
 assert result["run"]["device"] == "gpu", result["run"]
 assert result["hta"] is not None and result["hta"]["temporal_breakdown"], "no GPU kernels traced"
 print("gpu_check: toggles:", json.dumps(meta["toggles"]))

@@ -44,6 +44,13 @@ def add_run(commands: Commands) -> None:
         "--num-samples", type=int, default=DEFAULT.data.num_samples, help="samples in the data set"
     )
     cmd.add_argument("--seed", type=int, default=DEFAULT.seed)
+    cmd.add_argument(
+        "--item-popularity",
+        type=float,
+        default=DEFAULT.data.item_popularity,
+        metavar="S",
+        help="Zipf exponent of the items' popularity (0: uniform; 1.1 is realistic)",
+    )
     cmd.add_argument("--threads-per-rank", type=int, default=None)
     cmd.add_argument("--no-profile", action="store_true", help="train without the profiler")
     cmd.add_argument(
@@ -125,7 +132,11 @@ def job_config(args: argparse.Namespace) -> JobConfig:
     try:
         model = ModelSpec(size=args.model_size, dense_mb=args.dense_mb)
         data = data_config_for(
-            model.config(), preset=args.preset, num_samples=args.num_samples, seed=args.seed
+            model.config(),
+            preset=args.preset,
+            num_samples=args.num_samples,
+            seed=args.seed,
+            item_popularity=args.item_popularity,
         )
         return JobConfig(
             steps=args.steps,

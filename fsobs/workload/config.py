@@ -282,6 +282,7 @@ class JobConfig:
             "steps": self.steps,
             "model_size": self.model.size,
             "preset": self.data.preset,
+            "item_popularity": self.data.item_popularity,
             "batch_size": self.batch_size,
             "num_samples": self.data.num_samples,
             "seed": self.seed,

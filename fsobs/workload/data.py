@@ -66,6 +66,11 @@ class DataConfig:
     """Seed of every random stream (non-negative)."""
     length_scale: float = 1.0
     """Multiplies every length (and the preset's min and cap) before rounding."""
+    item_popularity: float = 0.0
+    """Zipf exponent of the items within a category: item ``k`` of a category (0-based) is
+    drawn with weight ``(k + 1) ** -item_popularity``; 0 draws them uniformly. Real item
+    popularity is heavy-tailed (1.1 is realistic), which is what makes consecutive batches
+    share IDs (the overlap PEC exploits; the sidecars record it)."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -85,6 +90,8 @@ class DataConfig:
             )
         if self.seed < 0:
             raise ValueError(f"seed: must be >= 0, got {self.seed}")
+        if not (math.isfinite(self.item_popularity) and self.item_popularity >= 0):
+            raise ValueError(f"item_popularity: must be >= 0, got {self.item_popularity}")
 
 
 @dataclass(kw_only=True, frozen=True, eq=False)
@@ -123,6 +130,9 @@ class SyntheticHistories:
         lengths.setflags(write=False)
         self.lengths: np.ndarray = lengths
         self._items_per_category = cfg.num_items // cfg.num_categories
+        weights = np.arange(1, self._items_per_category + 1, dtype=np.float64)
+        cdf = np.cumsum(weights**-cfg.item_popularity)
+        self._item_cdf = cdf / cdf[-1]
 
     def __len__(self) -> int:
         return self.cfg.num_samples
@@ -142,13 +152,12 @@ class SyntheticHistories:
             taste[rng.integers(_NUM_TASTE, size=length)],
             rng.integers(cfg.num_categories, size=length),
         )
-        per_cat = self._items_per_category
-        item_seq = cat_seq + cfg.num_categories * rng.integers(per_cat, size=length)
+        item_seq = cat_seq + cfg.num_categories * self._items(rng, length)
         if rng.random() < 0.5:
             target_cat = int(taste[rng.integers(_NUM_TASTE)])
         else:
             target_cat = int(rng.integers(cfg.num_categories))
-        target_item = target_cat + cfg.num_categories * int(rng.integers(per_cat))
+        target_item = target_cat + cfg.num_categories * int(self._items(rng, 1)[0])
         label = float((target_cat in taste) != (rng.random() < _LABEL_NOISE))
         return Sample(
             index=index,
@@ -159,6 +168,12 @@ class SyntheticHistories:
             target_item=target_item,
             label=label,
         )
+
+    def _items(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` item positions within a category (:attr:`DataConfig.item_popularity`)."""
+        if self.cfg.item_popularity == 0:
+            return rng.integers(self._items_per_category, size=size)
+        return np.searchsorted(self._item_cdf, rng.random(size), side="right")
 
     def _taste(self, user_id: int) -> np.ndarray:
         rng = _rng(self.cfg.seed, _STREAM_USER, user_id)

@@ -176,3 +176,20 @@ def test_pack_unpack_round_trip():
         )
         for field in ("ctx_ids", "item_seq", "cat_seq"):
             assert np.array_equal(getattr(back, field), getattr(sample, field))
+
+
+def test_zipf_item_popularity():
+    """Items of a category drawn with weights (k + 1) ** -s: here 3 items per category."""
+    cfg = DataConfig(num_samples=50, num_items=60, num_categories=20, item_popularity=1.1)
+    ds = SyntheticHistories(cfg)
+    weights = [1.0, 2**-1.1, 3**-1.1]
+    total = sum(weights)
+    cdf = [weights[0] / total, (weights[0] + weights[1]) / total, 1.0]
+    assert ds._item_cdf.tolist() == pytest.approx(cdf, rel=1e-15)
+    items = np.concatenate([ds.sample(i).item_seq for i in range(len(ds))])
+    counts = np.bincount(items // cfg.num_categories, minlength=3)
+    assert counts[0] > counts[1] > counts[2] > 0  # the most popular item is drawn most
+    uniform = SyntheticHistories(DataConfig(num_samples=50, num_items=60, num_categories=20))
+    assert uniform.lengths.tolist() == ds.lengths.tolist()  # popularity changes no length
+    with pytest.raises(ValueError, match="item_popularity"):
+        DataConfig(item_popularity=-1.0)
