@@ -6,11 +6,11 @@
 - ``optim.freescale``: :class:`FreeScale`, the facade a torchrec training loop embeds (torch).
 - ``optim.balance``: the per-sample cost model and the partitioners.
 - ``optim.plan``: the ``balance`` toggle's per-step plan.
-- ``optim.groups``, ``optim.comm``, ``optim.ddp``, ``optim.dmp``: the priority_overlap toggle
-  (torch; torchrec in ``optim.dmp`` only).
+- ``optim.pec_setup``, ``optim.pec``: the priority_overlap toggle, torchrec's PEC (which
+  modules it takes; the pipeline, exact and runnable on CPU; torch, torchrec);
+  ``optim.groups``, ``optim.comm``, ``optim.ddp``, ``optim.dmp``: its dense ordering (torch;
+  torchrec in ``optim.dmp`` only).
 - ``optim.sm_free``: the sm_free toggle (torch).
-- ``optim.pec``: torchrec's Prioritized Embedding Communication, exact and runnable on CPU
-  (torch, torchrec).
 - ``optim.sync_gc``: the sync_gc toggle (no torch).
 - ``optim.shuffle``: shuffle-mode exchange and the run-time plan check (torch).
 - ``optim.markers``: the range names the analyzer reads.

@@ -32,12 +32,16 @@ DENSE_ORDERS = ("concurrent", "after_embedding")
 
 @dataclass(kw_only=True, frozen=True)
 class PriorityConfig:
-    """The ``priority_overlap`` toggle: embedding collectives on a process group of their own
-    (high-priority streams on NCCL), the dense all-reduce on another."""
+    """The ``priority_overlap`` toggle: torchrec's Prioritized Embedding Communication for the
+    model's ``EmbeddingCollection``s (:mod:`optim.pec`, through ``FreeScale.prepare``,
+    ``sharders`` and ``pipeline``), and the dense all-reduce ordered behind the embedding
+    collectives: embedding collectives on a process group of their own (high-priority streams
+    on NCCL), the dense all-reduce on another."""
 
     enabled: bool = False
     dense_order: str = "after_embedding"
-    """``after_embedding`` (default, chosen by measurement: BENCHMARKS.md "Priority overlap"):
+    """``after_embedding`` (default, chosen by measurement, with and without PEC: BENCHMARKS.md
+    "Priority overlap", "Priority overlap as torchrec's PEC"):
     each step's dense buckets are held back until the step's backward embedding all-to-all has
     been issued (released at the end of the backward when a step has none, so no step can
     hang); ``concurrent``: the two groups run side by side."""
