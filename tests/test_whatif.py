@@ -15,6 +15,7 @@ from fsobs.analysis import analyze_path
 from fsobs.analysis.costfit import CostFit
 from fsobs.analysis.whatif.calibration import Calibration, partition_model, resplit
 from fsobs.analysis.whatif.predict import TOGGLES, whatif
+from fsobs.analysis.whatif.priority import embedding_blocked_ms, pec_overlap, prioritize
 from fsobs.analysis.whatif.replay import (
     BUSY,
     EXPOSED,
@@ -340,3 +341,99 @@ def test_cli_whatif_errors(tmp_path: Path, sims: dict, capsys: pytest.CaptureFix
 def test_config_replace_keeps_quiet() -> None:
     cfg = replace(SimConfig(**QUIET), world_size=2)
     assert cfg.noise_sigma == 0.0 and cfg.world_size == 2
+
+
+def _pec_baseline() -> SegmentGraph:
+    """One step, two ranks, torchrec's sparse-dist order: P (the embedding collective before
+    the lookup's, async), F (the lookup's output all-to-all, 4 ms), I (the next batch's input
+    dist, async), D (the dense all-reduce, async, 1 ms), B (the backward embedding all-to-all,
+    2 ms). Rank 1's backward is 6 ms longer: rank 0 waits for it at B."""
+    p, f, i, d, b = range(5)
+    transfer = {p: 1, f: 4, i: 1, d: 1, b: 2}
+    at = {0: {p: 2, f: 5, i: 19, d: 40, b: 41}, 1: {p: 2, f: 5, i: 19, d: 46, b: 47}}
+    pieces = {}
+    for rank, bwd in ((0, 20.0), (1, 26.0)):
+        chain = [_local(0, 2.0, [p]), _local(0, 3.0, [f]), Piece(0, EXPOSED, owner=f)]
+        chain[0].first_of_step = True
+        chain += [_local(0, 10.0, [i]), _local(0, bwd, [d]), _local(0, 1.0, [b])]
+        if rank == 0:
+            chain.append(Piece(0, WAIT, owner=b))
+        chain += [Piece(0, EXPOSED, owner=b), _local(0, 2.0)]
+        pieces[rank] = chain
+    last = {k: max(at[0][k], at[1][k]) for k in transfer}
+    return SegmentGraph(
+        ranks=[0, 1],
+        steps=[0],
+        start_ns={0: 0, 1: 0},
+        pieces=pieces,
+        transfer_ns={k: x * MS for k, x in transfer.items()},
+        end_delta_ns={(k, r): 0 for k in transfer for r in (0, 1)},
+        members={k: 2 for k in transfer},
+        instances=pd.DataFrame(
+            {
+                "instance": list(transfer),
+                "role": ["embedding", "embedding", "embedding", "dense", "embedding"],
+                "group": ["0"] * 5,
+                "coll": ["all_to_all"] * 3 + ["all_reduce", "all_to_all"],
+                "step": [0] * 5,
+                "last_arrival_ns": [last[k] * MS for k in transfer],
+                "end_ns": [(last[k] + transfer[k]) * MS for k in transfer],
+            }
+        ),
+        spans=pd.DataFrame(
+            [
+                {
+                    "instance": k,
+                    "rank": r,
+                    "start_ns": at[r][k] * MS,
+                    "end_ns": (last[k] + transfer[k]) * MS,
+                }
+                for k in transfer
+                for r in (0, 1)
+            ]
+        ),
+    )
+
+
+def test_pec_rewrites_a_step_by_hand() -> None:
+    graph = _pec_baseline()
+    base_table = replay(graph)
+    base = {c: base_table.set_index("rank")[c].to_dict() for c in base_table.columns[1:]}
+    # baseline: F exposed 4 ms on both; rank 0 waits 40+1 -> 46 for B, then B's 2 ms
+    assert base["straggler_wait_ms"][0] == pytest.approx(6.0)
+    assert embedding_blocked_ms(graph) == pytest.approx((4 + 6 + 2 + 4 + 2) / 2)
+    pec_graph, notes = prioritize(graph, {0: 0.5})
+    assert notes[0].startswith("PEC: 1 step(s) rewritten with a mean overlapped share of 0.50")
+    # X_F' = 0.5 * 4, X_B' = 0.5 * 2; the masks take the step's smallest transfer (1 ms);
+    # the extra lookups 2 * (1 - 0.5) * (5 - 2) = 3 ms of busy time after the masks
+    assert pec_graph.transfer_ns[1] == 2 * MS and pec_graph.transfer_ns[4] == 1 * MS
+    masks = pec_graph.instances[pec_graph.instances["role"] == "pec_mask"]["instance"].tolist()
+    assert [pec_graph.transfer_ns[m] for m in masks] == [MS, MS]
+    table = replay(pec_graph)
+    out = {c: table.set_index("rank")[c].to_dict() for c in table.columns[1:]}
+    # forward: F arrives at 5 (ends 7), M1 5 -> 6, M2 6 -> 7, lookups 7 -> 10, F hidden;
+    # backward: rank 0 at B by 41, waits on D until rank 1's 46, D's 1 ms, B' ends at 48
+    for rank in (0, 1):
+        assert out["busy_ms"][rank] == pytest.approx(base["busy_ms"][rank] + 3.0)
+        assert out["window_ms"][rank] == pytest.approx(50.0)
+    assert out["straggler_wait_ms"][0] == pytest.approx(5.0)  # moved to the dense one
+    assert out["exposed_comm_ms"][0] == pytest.approx(1 + 1 + 1 + 1)  # M1, M2, D, B'
+    assert out["exposed_comm_ms"][1] == pytest.approx(1 + 1 + 1)  # M1, M2, B'
+    assert embedding_blocked_ms(pec_graph) == pytest.approx((3 + 3) / 2)
+    # the original graph is untouched, and without an overlapped share PEC is not modelled
+    assert replay(graph).equals(replay(_pec_baseline()))
+    alone, _ = prioritize(graph)
+    assert replay(alone).equals(base_table)
+
+
+def test_pec_overlap_from_the_sidecars() -> None:
+    sidecar = pd.DataFrame(
+        {
+            "step": [0, 0, 1, 1],
+            "rank": [0, 1, 0, 1],
+            "id_overlap": [None, None, *[{"t_user": 0.0, "t_item": 0.6, "t_cat": 1.0}] * 2],
+        }
+    )
+    assert pec_overlap(sidecar) == {0: 0.0, 1: pytest.approx(0.8)}
+    assert pec_overlap(sidecar.assign(id_overlap=None)) is None
+    assert pec_overlap(None) is None

@@ -1,10 +1,37 @@
 """The ``priority_overlap`` toggle as a rewrite of a run's segment graph
 (:mod:`fsobs.analysis.whatif.graph`), replayed by :mod:`fsobs.analysis.whatif.replay`.
 
-With the toggle, embedding collectives run on a channel of their own, ahead of dense ones, and
-the dense all-reduce is issued behind the backward embedding all-to-all. On a baseline run,
-two patterns show that embedding communication was held up by dense communication of the same
-process group:
+The toggle is torchrec's Prioritized Embedding Communication (PEC) plus FreeScale's dense
+ordering. PEC (:func:`pec`) needs the step sidecars' ``id_overlap``: per step, the share ``o`` of
+the batch's ID occurrences (in the tables PEC takes, :data:`PEC_TABLES`) that the previous batch
+had. On a baseline run of torchrec's sparse-dist pipeline, per step, the forward lookup
+all-to-all ``F`` (transfer ``X_F``), the first dense all-reduce ``D`` and the backward gradient
+all-to-all ``B`` (issued after ``D``, transfer ``X_B``) become::
+
+    baseline  ..|a F|=wait F=|xx F|--fwd--..--bwd--|a D|a B|=wait B=|xx B|--update--
+    PEC       ..|a F|a M1|=wait M1=|xx M1|a M2|xx M2|+L|xx F'|--fwd--..
+                ..--bwd--|a D|a B|=wait D=|xx D|xx B'|--update--
+
+    X_F' = o · X_F        the overlapped lookup stays; (1 - o) · X_F is looked up a step ahead,
+                          behind the previous step's compute (hidden)
+    X_B' = o · X_B        the overlapped gradient stays; (1 - o) · X_B is deferred a step,
+                          behind the next forward (hidden)
+    M1, M2                the two mask all-to-alls, blocking on the training thread, each with
+                          the step's smallest embedding transfer (a small all-to-all's latency)
+    L = 2 (1 - o) · K_F   the extra lookups: a re-lookup and its backward for the deferred
+                          gradient, with K_F the busy time before F since the embedding
+                          collective before it (the lookup)
+    wait                  the straggler wait stays: in the forward the first mask waits for the
+                          late rank, in the backward the dense all-reduce does (FreeScale's dense
+                          order holds the gradient all-to-all behind it)
+
+Then the dense ordering, as before PEC (the two patterns below), on what is left. Without
+``id_overlap`` (a run recorded without it, a simulated run) only the dense ordering is modelled.
+
+With the dense ordering, embedding collectives run on a channel of their own, ahead of dense
+ones, and the dense all-reduce is issued behind the backward embedding all-to-all. On a
+baseline run, two patterns show that embedding communication was held up by dense
+communication of the same process group:
 
 1. **shared**: an embedding transfer ran while a dense one was transferring. Sharing the
    channel, each moves at half speed; on its own channel the embedding transfer is shorter by
@@ -31,23 +58,46 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.whatif.replay import BUSY, EXPOSED, LOCAL, Piece, SegmentGraph
+from fsobs.analysis.whatif.replay import (
+    BUSY,
+    EXPOSED,
+    KINDS,
+    LOCAL,
+    WAIT,
+    Changes,
+    Piece,
+    SegmentGraph,
+    replay_totals,
+)
 from optim.markers import EMBEDDING_ROLES
 
 QUEUE_SLACK_NS = 50_000
 
 
-def prioritize(graph: SegmentGraph) -> tuple[SegmentGraph, list[str]]:
-    """The rewritten graph and what was changed, in words."""
+def prioritize(
+    graph: SegmentGraph, overlap: dict[int, float] | None = None
+) -> tuple[SegmentGraph, list[str]]:
+    """The rewritten graph and what was changed, in words; ``overlap``: per step, PEC's
+    overlapped share (:func:`pec_overlap`; None: the dense ordering alone)."""
     out = graph.copy()
+    notes = []
+    held: set[int] = set()
+    if overlap is not None:
+        held, steps = pec(out, overlap)
+        share = float(np.mean([overlap[s] for s in steps])) if steps else 0.0
+        notes.append(
+            f"PEC: {len(steps)} step(s) rewritten with a mean overlapped share of "
+            f"{share:.2f}: the other share of the forward lookup and backward gradient "
+            "all-to-alls hidden (a step ahead, deferred), two blocking mask all-to-alls and "
+            "the extra lookups added"
+        )
     table = out.instances.set_index("instance")
     emb = table[table["role"].isin(EMBEDDING_ROLES)]  # PEC's collectives are embedding ones
     dense = table[table["role"] == "dense"]
     shared = _share(out, emb, dense)
-    queued = _queued_pairs(out, emb, dense)
+    queued = _queued_pairs(out, emb[~emb.index.isin(held)], dense[~dense.index.isin(held)])
     for d, k in queued:
         _reorder(out, d, k)
-    notes = []
     if shared:
         notes.append(
             f"{shared} embedding transfer(s) shared the channel with a dense one: shortened by "
@@ -186,3 +236,158 @@ def _split(piece: Piece, cut: int, at_ns: int) -> tuple[Piece, Piece]:
         else:
             second.arrivals.append((inst, position - first.lengths))
     return first, second
+
+
+PEC_TABLES = ("t_item", "t_cat")
+"""The tables PEC takes: the reference job's ``EmbeddingCollection`` ones (its
+``EmbeddingBagCollection`` stays plain torchrec)."""
+
+
+def pec_overlap(
+    sidecar: pd.DataFrame | None, tables: tuple[str, ...] = PEC_TABLES
+) -> dict[int, float] | None:
+    """Per step, the mean over ``tables`` of the sidecar's ``id_overlap`` (a step without one,
+    the first: 0, PEC looks it all up ahead); None when no step has one."""
+    if sidecar is None or sidecar.empty or "id_overlap" not in sidecar.columns:
+        return None
+    out: dict[int, float] = {}
+    seen = False
+    for step, group in sidecar.groupby("step"):
+        shares = [d for d in group["id_overlap"] if isinstance(d, dict)]
+        values = [float(shares[0][t]) for t in tables if shares and t in shares[0]]
+        seen |= bool(values)
+        out[int(cast(int, step))] = float(np.mean(values)) if values else 0.0
+    return out if seen else None
+
+
+def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[int]]:
+    """Rewrite every step of ``graph`` with an overlapped share as PEC runs it (the module
+    docstring); the instances it touched (each step's F, D, B and masks) and the steps."""
+    order = graph.spans.groupby("instance")["start_ns"].median()
+    table = graph.instances.assign(t=graph.instances["instance"].map(order))
+    starts = graph.spans.set_index(["instance", "rank"])["start_ns"]
+    next_id = max(graph.transfer_ns, default=-1) + 1
+    held: set[int] = set()
+    done: list[int] = []
+    new_rows = []
+    for step, rows in table.groupby("step"):
+        o = overlap.get(int(cast(int, step)))
+        found = _pec_targets(rows.sort_values(["t", "instance"]))
+        if o is None or found is None:
+            continue
+        f, prev, d, b = found
+        emb = rows[rows["role"] == "embedding"]["instance"].astype(int)
+        x_mask = min(graph.transfer_ns[int(k)] for k in emb)
+        graph.transfer_ns[f] = int(round(o * graph.transfer_ns[f]))
+        graph.transfer_ns[b] = int(round(o * graph.transfer_ns[b]))
+        masks = (next_id, next_id + 1)
+        next_id += 2
+        inserted = 0
+        for rank in graph.ranks:
+            extra = 0
+            if prev is not None and (f, rank) in starts.index and (prev, rank) in starts.index:
+                extra = int(round(2 * (1 - o) * max(0, starts[f, rank] - starts[prev, rank])))
+            if _insert_masks(graph.pieces[rank], int(cast(int, step)), f, masks, extra):
+                inserted += 1
+                for m in masks:
+                    graph.end_delta_ns[(m, rank)] = 0
+            _wait_on_dense(graph.pieces[rank], int(cast(int, step)), d, b)
+        if inserted:
+            row = rows[rows["instance"] == f].iloc[0]
+            for m in masks:
+                graph.transfer_ns[m] = x_mask
+                graph.members[m] = inserted
+                new_rows.append(
+                    {
+                        "instance": m,
+                        "role": "pec_mask",
+                        "group": row["group"],
+                        "coll": "all_to_all",
+                        "step": row["step"],
+                        "last_arrival_ns": row["last_arrival_ns"],
+                        "end_ns": row["last_arrival_ns"],
+                    }
+                )
+        held |= {f, d, b, *masks}
+        done.append(int(cast(int, step)))
+        roles = graph.instances["role"].to_numpy(dtype=object)
+        roles[graph.instances["instance"].to_numpy() == f] = "pec_overlapped"
+        roles[graph.instances["instance"].to_numpy() == b] = "pec_overlapped_grad"
+        graph.instances["role"] = roles
+    if new_rows:
+        graph.instances = pd.concat([graph.instances, pd.DataFrame(new_rows)], ignore_index=True)
+    return held, done
+
+
+def _pec_targets(rows: pd.DataFrame) -> tuple[int, int | None, int, int] | None:
+    """(F, the embedding collective before F or None, D, B) of one step's instances in issue
+    order: D the first dense one, B the first embedding one after it, F the embedding one
+    before D followed by the longest stretch without an embedding collective (the dense
+    forward after the lookup)."""
+    dense = rows[rows["role"] == "dense"]
+    emb = rows[rows["role"] == "embedding"]
+    if dense.empty:
+        return None
+    t_d = float(dense["t"].iloc[0])
+    before, after = emb[emb["t"] < t_d], emb[emb["t"] > t_d]
+    if len(before) < 2 or after.empty:
+        return None
+    i = int(np.argmax(np.diff(before["t"].to_numpy(np.float64))))
+    ids = before["instance"].astype(int).tolist()
+    prev = ids[i - 1] if i > 0 else None
+    return ids[i], prev, int(dense["instance"].iloc[0]), int(after["instance"].iloc[0])
+
+
+def _zero_local(step: int, arrivals: list[int], busy: int = 0) -> Piece:
+    lengths = np.zeros(len(KINDS), np.int64)
+    lengths[BUSY] = busy
+    return Piece(
+        step,
+        LOCAL,
+        lengths=lengths,
+        parts=[(BUSY, busy)] if busy else [],
+        arrivals=[(k, np.zeros(len(KINDS), np.int64)) for k in arrivals],
+    )
+
+
+def _insert_masks(
+    chain: list[Piece], step: int, f: int, masks: tuple[int, int], extra_busy: int
+) -> bool:
+    """Put the two blocking mask exchanges and the extra lookups before F's first blocked
+    piece (or after the piece that holds F's arrival); False when the rank has no F."""
+    held = _arrival_of(chain, f)
+    if held is None:
+        return False
+    spot = next((i for i, p in enumerate(chain) if p.kind != LOCAL and p.owner == f), held[0] + 1)
+    m1, m2 = masks
+    new = [
+        _zero_local(step, [m1]),
+        Piece(step, WAIT, owner=m1),
+        Piece(step, EXPOSED, owner=m1),
+        _zero_local(step, [m2]),
+        Piece(step, WAIT, owner=m2),
+        Piece(step, EXPOSED, owner=m2),
+        _zero_local(step, [], extra_busy),
+    ]
+    chain[spot:spot] = new
+    return True
+
+
+def _wait_on_dense(chain: list[Piece], step: int, d: int, b: int) -> None:
+    """Block on the dense all-reduce D before B's first blocked piece (D arrived before it)."""
+    spot = next((i for i, p in enumerate(chain) if p.kind != LOCAL and p.owner == b), None)
+    where = _arrival_of(chain, d)
+    if spot is None or where is None or where[0] >= spot:
+        return
+    chain[spot:spot] = [Piece(step, WAIT, owner=d), Piece(step, EXPOSED, owner=d)]
+
+
+def embedding_blocked_ms(graph: SegmentGraph, changes: Changes | None = None) -> float:
+    """Straggler wait + exposed communication in embedding collectives (PEC's roles, its
+    masks included) in a replay of ``graph``, ms per rank and step."""
+    owners: dict[int, float] = {}
+    replay_totals(graph, changes, owners)
+    roles = graph.instances.set_index("instance")["role"]
+    mine = set(roles[roles.isin(EMBEDDING_ROLES)].index.astype(int))
+    total = sum(ns for k, ns in owners.items() if k in mine)
+    return total / 1e6 / max(1, len(graph.ranks) * len(graph.steps))

@@ -74,9 +74,13 @@ def replay(graph: SegmentGraph, changes: Changes | None = None) -> pd.DataFrame:
     return _table(graph, replay_totals(graph, changes))
 
 
-def replay_totals(graph: SegmentGraph, changes: Changes | None = None) -> np.ndarray:
+def replay_totals(
+    graph: SegmentGraph,
+    changes: Changes | None = None,
+    by_owner: dict[int, float] | None = None,
+) -> np.ndarray:
     """Replay the graph; ns per ``[rank, step, class of KINDS]`` (0 where a rank has no such
-    step)."""
+    step). ``by_owner``, when given, gets the blocked ns per instance (over all ranks)."""
     changes = changes or Changes()
     n_ranks, n_steps = len(graph.ranks), len(graph.steps)
     scale = changes.scale
@@ -88,6 +92,7 @@ def replay_totals(graph: SegmentGraph, changes: Changes | None = None) -> np.nda
     extra = changes.extra_idle_ns
     totals = [[[0.0] * len(KINDS) for _ in range(n_steps)] for _ in range(n_ranks)]
     run = _Run(_compiled(graph), graph, factors, totals, extra)
+    run.by_owner = by_owner
     pending = list(range(n_ranks))
     while pending:
         progressed = False
@@ -147,6 +152,7 @@ class _Run:
         self.arrived = [False] * len(chains)
         self.count: dict[int, int] = {}
         self.last: dict[int, float] = {}
+        self.by_owner: dict[int, float] | None = None
 
     def advance(self, ri: int) -> tuple[bool, bool]:
         """Walk rank ``ri`` as far as it can go; (moved, finished)."""
@@ -178,6 +184,8 @@ class _Run:
                 end = max(t, self._target(kind, owner, rank))
                 if totals is not None:
                     totals[kind] += end - t
+                    if self.by_owner is not None:
+                        self.by_owner[owner] = self.by_owner.get(owner, 0.0) + end - t
                 t = end
             self.index[ri] += 1
             self.arrived[ri] = False
