@@ -4,6 +4,7 @@ partition is known, the oracle, predictions against simulated runs whose truth i
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -437,3 +438,30 @@ def test_pec_overlap_from_the_sidecars() -> None:
     assert pec_overlap(sidecar) == {0: 0.0, 1: pytest.approx(0.8)}
     assert pec_overlap(sidecar.assign(id_overlap=None)) is None
     assert pec_overlap(None) is None
+
+
+def test_whatif_models_pec_from_recorded_overlap(sims: dict, tmp_path: Path) -> None:
+    """A run whose sidecars record ``id_overlap`` gets PEC; the forward lookup (C1) and the
+    backward gradient (C3) all-to-alls of the simulated job keep half their transfer."""
+    run = tmp_path / "run"
+    shutil.copytree(sims["base"], run)
+    for side in run.glob("steps.rank*.jsonl"):
+        lines = []
+        for line in side.read_text().splitlines():
+            record = json.loads(line)
+            if record["step"] > 0:
+                record["id_overlap"] = {"t_user": 0.0, "t_item": 0.4, "t_cat": 0.6}
+            lines.append(json.dumps(record))
+        side.write_text("\n".join(lines) + "\n")
+    analysis = analyze_path(run)
+    graph = build_graph(analysis)
+    pec_graph, notes = prioritize(graph, pec_overlap(analysis.run.sidecar))
+    rewritten = len(graph.steps) - 1  # the first step has no previous batch: share 0
+    assert notes[0].startswith(f"PEC: {len(graph.steps)} step(s)")
+    masks = pec_graph.instances[pec_graph.instances["role"] == "pec_mask"]
+    assert len(masks) == 2 * len(graph.steps)
+    halved = pec_graph.instances[pec_graph.instances["role"] == "pec_overlapped"]["instance"]
+    shares = [pec_graph.transfer_ns[int(k)] / graph.transfer_ns[int(k)] for k in halved]
+    assert sorted(shares)[-rewritten:] == pytest.approx([0.5] * rewritten, abs=1e-3)
+    w = whatif(analysis, ("priority_overlap",), draws=3)
+    assert any("embedding wait + exposed" in n for n in w.notes)
