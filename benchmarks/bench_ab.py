@@ -37,12 +37,13 @@ import pandas as pd
 from fsobs.analysis import Analysis, analyze_path
 from fsobs.analysis.ab import bootstrap_reduction
 from fsobs.analysis.stragglers.causes import CAUSES
+from optim.markers import EMBEDDING_ROLES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import fsobs_run  # noqa: E402
 
 METRICS = {
-    "embedding wait + exposed": lambda a: _embedding_blocked(a),
+    "embedding wait + exposed": lambda a: embedding_blocked(a),
     "embedding exposed comm": lambda a: _role(a, "embedding", "exposed_comm_ms"),
     "embedding straggler wait": lambda a: _role(a, "embedding", "straggler_wait_ms"),
     "straggler wait": lambda a: a.steps.groupby("step")["straggler_wait_ms"].mean(),
@@ -51,11 +52,11 @@ METRICS = {
 }
 
 
-def _embedding_blocked(analysis: Analysis) -> pd.Series:
+def embedding_blocked(analysis: Analysis) -> pd.Series:
     """Straggler wait + exposed communication per step in embedding collectives: plain
     torchrec's (``embedding``) and PEC's (every ``pec_*`` role, its mask exchange included)."""
     roles = analysis.roles
-    mine = roles[(roles["role"] == "embedding") | roles["role"].str.startswith("pec_")]
+    mine = roles[roles["role"].isin(EMBEDDING_ROLES)]
     blocked = mine["straggler_wait_ms"] + mine["exposed_comm_ms"]
     per_rank = blocked.groupby([mine["step"], mine["rank"]]).sum()
     return per_rank.groupby(level="step").mean()

@@ -32,14 +32,13 @@ from fsobs.analysis.whatif.replay import replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import fsobs_run  # noqa: E402
+from bench_ab import embedding_blocked  # noqa: E402
 
 
 def measured_blocked(analysis: Analysis) -> float:
-    """Embedding wait + exposed (PEC roles included), ms per rank and step."""
-    roles = analysis.roles
-    mine = roles[(roles["role"] == "embedding") | roles["role"].str.startswith("pec_")]
-    total = float((mine["straggler_wait_ms"] + mine["exposed_comm_ms"]).sum())
-    return total / max(1, len(analysis.steps))
+    """Embedding wait + exposed (PEC roles included), ms per rank and step (the A/B's
+    metric, :func:`bench_ab.embedding_blocked`)."""
+    return float(embedding_blocked(analysis).mean())
 
 
 def step_time(table: object) -> float:

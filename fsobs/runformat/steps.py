@@ -42,7 +42,6 @@ from __future__ import annotations
 import json
 import math
 import operator
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Real
@@ -54,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.errors import TraceFormatError, TraceReadError
-from fsobs.runformat.atomic import fsync_dir, write_atomic
+from fsobs.runformat.atomic import publish, write_atomic
 from fsobs.runformat.names import PARTIAL_SUFFIX, SIDECAR_RE, sidecar_file_name
 from fsobs.storage import Location, as_location, list_dir, read_text
 
@@ -86,7 +85,8 @@ optional one), ``wall_ms`` (``wall_end_ns - wall_start_ns``), ``seq_lengths`` (a
 array, None where the record has only the sums) and ``id_overlap`` (a dict table -> share,
 None where the record has none)."""
 _OPTIONAL_FLOATS = ("est_cost", "loss", "imbalance_before", "imbalance_after")
-_PAUSES = ("gc_count", "gc_ms", "gc_max_gen", "cpu_ms", "nivcsw")
+_PAUSES = ("gc_count", "gc_max_gen", "gc_ms", "cpu_ms", "nivcsw")
+"""The pause fields, in the order a line writes them."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -143,9 +143,7 @@ class StepRecord:
             step=_non_negative_int(step, "step"),
             num_samples=len(values),
             seq_lengths=tuple(values),
-            len_sum=sum(values),
-            len_sq_sum=sum(v * v for v in values),
-            len_max=max(values, default=0),
+            **_sums(values),
             est_cost=None if est_cost is None else float(est_cost),
             wall_start_ns=_non_negative_int(wall_start_ns, "wall_start_ns"),
             wall_end_ns=_non_negative_int(wall_end_ns, "wall_end_ns"),
@@ -185,11 +183,7 @@ class StepRecord:
             if not isinstance(lengths, list):
                 raise ValueError(f"seq_lengths must be a list, got {_kind(lengths)}")
             values = [_non_negative_int(v, "seq_lengths") for v in lengths]
-            sums: dict[str, Any] = {
-                "len_sum": sum(values),
-                "len_sq_sum": sum(v * v for v in values),
-                "len_max": max(values, default=0),
-            }
+            sums = _sums(values)
             num_samples = record.get("num_samples", len(values))
         else:
             for name in ("len_sum", "len_sq_sum", "len_max", "num_samples"):
@@ -229,16 +223,24 @@ class StepRecord:
         return row
 
 
-_ORDER = ("gc_count", "gc_max_gen", "gc_ms", "cpu_ms", "nivcsw")
 _OPTIONAL_ORDER = (
     "loss",
     "imbalance_before",
     "imbalance_after",
     "batch_digest",
     "id_overlap",
-    *_ORDER,
+    *_PAUSES,
 )
 _FIELDS = frozenset(StepRecord.__dataclass_fields__)
+
+
+def _sums(values: list[int]) -> dict[str, Any]:
+    """``len_sum``, ``len_sq_sum`` and ``len_max`` of the per-sample lengths ``values``."""
+    return {
+        "len_sum": sum(values),
+        "len_sq_sum": sum(v * v for v in values),
+        "len_max": max(values, default=0),
+    }
 
 
 def _check_record(r: StepRecord) -> None:
@@ -320,11 +322,8 @@ class SidecarWriter:
         """Finish the file and rename it to its final name (idempotent)."""
         if self._file.closed:
             return
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self._file.close()
-        os.replace(self.partial_path, self.path)
-        fsync_dir(self.path.parent)
+        publish(self.partial_path, self.path)
 
     def abandon(self) -> None:
         """Close the handle but keep the ``.partial`` name: the rank did not finish."""
