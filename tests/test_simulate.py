@@ -14,6 +14,7 @@ import pytest
 from fsobs.analysis import analyze_path
 from fsobs.cli import main
 from fsobs.runformat import read_run_json
+from fsobs.runformat import read_sidecars
 from fsobs.simulate.schedule import transfers
 from fsobs.simulate.simulator import (
     SimConfig,
@@ -24,6 +25,7 @@ from fsobs.simulate.simulator import (
     write_run,
 )
 from fsobs.simulate.study import scale_curve, toggle_study
+from optim.balance import CostModel
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = SimConfig(world_size=4, steps=3, seed=1, batch_per_rank=8, host_sigma=0.5)
@@ -51,19 +53,81 @@ def test_truth_of_a_tiny_job_by_hand() -> None:
     assert (tr["straggler_wait"].min(axis=1) >= 0).all()
 
 
-def test_priority_overlap_truth_by_hand() -> None:
-    sched = simulate(SMALL, {"priority_overlap", "sm_free"})
+def test_pec_schedule_by_hand() -> None:
+    """PEC on two identical ranks, every time worked out from the module docstring's rule:
+    100-token samples at 1 µs per token, 2 per rank (compute 200 µs: K1 30 µs, K2 170 µs),
+    X0 = 20 µs + 1 ns x 200 / 2 = 20.1 µs, X1 = 20 µs + 10 ns x 200 / 2 = 21 µs,
+    X2 = 30 µs + 5 ms / 2 = 2.53 ms; overlapped share 0 in step 0, 0.75 in step 1."""
+    cfg = SimConfig(
+        world_size=2,
+        steps=2,
+        batch_per_rank=2,
+        lengths=(100,),
+        cost=CostModel(c0=0.0, a=1000.0, b=0.0),
+        speed_sigma=0.0,
+        noise_sigma=0.0,
+        host_sigma=0.0,
+    )
+    sched = simulate(cfg, {"priority_overlap"})
     t, tr = sched.t, sched.truth
-    x = transfers(SMALL, np.array([[p.sum() for p in step] for step in sched.lengths]))
-    g = SMALL.launch_gap_ns
-    for i in range(SMALL.steps):
-        upd_end = t["upd_start"][i] + sched.upd_dur[i].sum()
-        e2 = t["E3"][i] + x["X2"][i]
-        assert t["E2"][i] == e2  # the dense transfer follows the embedding one
-        expected = 2 * x["X1"][i] + min(x["X2"][i], g) + max(0, e2 - upd_end)
-        assert (tr["exposed_comm"][i] == expected).all()
-    # sm_free: the prefetch no longer slows the kernels under it; only the dense one does
-    assert (sched.chunk_dur == SMALL.chunk_ns).all()
+    t0 = t["t0"][:, 0]
+    # step 0: F moves the 1 µs floor (nothing overlaps yet), then the masks (X0 each)
+    assert t["E1"][0] - t0[0] == 200_000 + 30_000 + 1_000 + 2 * 20_100
+    # C0, and no deferred gradient behind it
+    assert t["EG"][0] == t["E0"][0]
+    # two prologue kernels, the first under the side channel (x1.3), no re-lookup in step 0
+    assert list(sched.chunk_dur[0]) == [130_000, 100_000]
+    assert t["k2_end"][0, 0] - t["E1"][0] == 10_000 + 230_000 + 170_000
+    # B (1 µs), then the all-reduce behind it and the ahead lookup of step 1 (0.25 x 21 µs)
+    # beside it, under 20 slowed update kernels
+    assert t["E2"][0] - t["k2_end"][0, 0] == 1_000 + 2_530_000
+    assert t["EN"][0] - t["E3"][0] == 5_250
+    assert (sched.upd_dur[0] == 130_000).all()
+    # step 1: F = 0.75 x 21 µs; the deferred gradient (all of step 0's: 21 µs) lands under the
+    # prologue; the re-lookup 2 x 1 x 30 µs; B = 15.75 µs
+    assert t["E1"][1] - t0[1] == 230_000 + 15_750 + 2 * 20_100
+    assert t["EG"][1] - t["E0"][1] == 21_000 and t["EN"][1] == t["E3"][1]
+    assert t["k2_end"][1, 0] - t["E1"][1] == 10_000 + 230_000 + 60_000 + 170_000
+    expected = {
+        # exposed: F + masks, B, the launch gap under the all-reduce; the update outlasts it
+        "exposed_comm": [41_200 + 1_000 + 10_000, 55_950 + 15_750 + 10_000],
+        "busy": [200_000 + 230_000 + 2_600_000 + 1_000_000, 260_000 + 230_000 + 3_600_000],
+        "straggler_wait": [0, 0],
+        "other": [200_000, 200_000],
+        # two launch gaps, and the 0.5 ms data loading before step 1
+        "host_idle": [520_000, 20_000],
+        "contention": [21 * 30_000, 21 * 30_000],
+    }
+    for name, per_step in expected.items():
+        assert tr[name].tolist() == [[v, v] for v in per_step], name
+    # the baseline of the same job: every transfer exposed
+    base = simulate(cfg).truth["exposed_comm"]
+    assert base.tolist() == [[2 * 21_000 + 2_530_000] * 2] * 2
+    assert sched.overlap.tolist() == [0.0, 0.75]
+
+
+def test_pec_ranges_give_pec_roles(tmp_path: Path) -> None:
+    sched = simulate(replace(SMALL, steps=4), {"priority_overlap"})
+    write_run(sched, tmp_path, workers=1)
+    colls = analyze_path(tmp_path).collectives.instances
+    colls = colls[colls["rank"] == 1]
+    per_step = colls[colls["step"] == 2]["role"].value_counts().to_dict()
+    # F, two masks, G, N, B; C0 (the input dist) and the dense all-reduce keep their roles
+    assert per_step == {
+        "pec_mask": 2,
+        "pec_overlapped": 1,
+        "pec_deferred_grad": 1,
+        "pec_ahead": 1,
+        "pec_overlapped_grad": 1,
+        "embedding": 1,
+        "dense": 1,
+    }
+    first, last = (colls[colls["step"] == s]["role"].tolist() for s in (0, 3))
+    assert "pec_deferred_grad" not in first and "pec_ahead" not in last
+    sidecar = read_sidecars(tmp_path)
+    assert {tuple(d.values()) for d in sidecar[sidecar["step"] == 2]["id_overlap"]} == {
+        (0.75, 0.75)
+    }
 
 
 @pytest.mark.parametrize(

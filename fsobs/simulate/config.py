@@ -14,10 +14,12 @@ from fsobs.analysis.pipeline import Analysis
 from fsobs.analysis.whatif.calibration import calibrate as calibrate_busy
 from fsobs.analysis.whatif.calibration import partition_model
 from fsobs.analysis.whatif.predict import TOGGLES
+from fsobs.analysis.whatif.priority import pec_overlap
 from fsobs.analysis.whatif.replay import SegmentGraph, build_graph
 from fsobs.errors import RunError
 from fsobs.workload.lengths import PRESETS
 from optim.balance import CostModel
+from optim.markers import EMBEDDING_ROLES
 
 SIM_TOGGLES = TOGGLES
 
@@ -74,6 +76,9 @@ class SimConfig:
     allreduce_latency_ns: float = 30_000.0
     """Per log2(N)."""
     ranks_per_host: int = 8
+    id_overlap: float = 0.75
+    """Share of a batch's ID occurrences that the previous batch had (PEC's overlapped share;
+    the reference job's Zipf-1.1 IDs: 0.72-0.77); :func:`calibrate` takes a run's own."""
     source: str = "default: GPU-like job (no calibration)"
 
     def __post_init__(self) -> None:
@@ -84,6 +89,8 @@ class SimConfig:
             raise ValueError(f"world_size: must be >= 2, got {self.world_size}")
         if not 0 <= self.embedding_share < 1:
             raise ValueError(f"embedding_share: must be in [0, 1), got {self.embedding_share}")
+        if not 0 <= self.id_overlap <= 1:
+            raise ValueError(f"id_overlap: must be in [0, 1], got {self.id_overlap}")
         if self.gamma < 1:
             raise ValueError(f"gamma: must be >= 1, got {self.gamma}")
 
@@ -157,6 +164,9 @@ def calibrate(analysis: Analysis, **overrides: Any) -> SimConfig:
         allreduce_latency_ns=0.0,
         source=f"calibrated from {analysis.run.path} ({w0} ranks, {len(graph.steps)} steps)",
     )
+    overlap = pec_overlap(sidecar)
+    if overlap is not None and len(overlap) > 1:  # step 0 has no previous batch
+        base = replace(base, id_overlap=float(np.mean([overlap[s] for s in sorted(overlap)[1:]])))
     return replace(base, **overrides)
 
 
@@ -169,7 +179,7 @@ def _transfers(
     table = graph.instances.sort_values("last_arrival_ns")
     x = table["instance"].map(graph.transfer_ns).astype(float)
     table = table.assign(x=x.to_numpy())
-    emb = table[table["role"].isin(["embedding", "other"])]
+    emb = table[table["role"].isin([*EMBEDDING_ROLES, "other"])]
     dense = table[table["role"] == "dense"]
     first = emb.groupby("step")["x"].first()
     rest = emb.groupby("step")["x"].sum() - first

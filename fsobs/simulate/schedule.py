@@ -6,11 +6,6 @@ Each step of each rank runs on one GPU (compute stream: ``|==|``; communication:
     compute  |cp|=K1=|        |g|c c c|====K2====|                       |g|u u u u|g|=opt=|  h
     comm              [C1 wait|x]  [C0 prefetch]  [C2 wait|xx x2 xx][C3 x3]
                       a1     A1 E1  (hidden)     a2       A2        E2    E3
-    priority_overlap (C3 on its own channel, first; the dense all-reduce C2 behind it)
-    compute  ... |====K2====|                 |g|u u u u|     |g|=opt=|
-    comm                    [C3 wait|x3]
-                            [C2 wait|   x2 ...........]
-                            a2      A   E3             E2
 
 - ``cp``: the input copy (memcpy: ``other``); ``K1``: embedding lookup and ``K2``: dense forward
   and backward (their time comes from the samples: ``speed · cost(samples) · noise``); ``c``:
@@ -19,18 +14,42 @@ Each step of each rank runs on one GPU (compute stream: ``|==|``; communication:
   embedding update; ``opt``: the dense optimizer; ``g``: launch gaps; ``h``: data loading.
 - ``C1``/``C3``: the embedding all-to-all forward / backward; ``C2``: the dense all-reduce. A
   collective starts on a rank when it is issued there (``a``) and ends for every rank at
-  ``E = max_r a_r + X``. Without ``priority_overlap``, C3 waits in the queue behind C2.
+  ``E = max_r a_r + X``. C3 waits in the queue behind C2.
 - ``balance`` splits each global batch with optim's planner instead of the random split.
+
+``priority_overlap`` is torchrec's Prioritized Embedding Communication (PEC) with FreeScale's
+dense ordering, step by step as ``TrainPipelinePEC`` runs it (``../shared/notes/pec.md``). With
+``o`` the step's overlapped share (:attr:`SimConfig.id_overlap`; 0 in the first step, which has
+no previous batch), only ``o`` of each embedding all-to-all stays on the critical path::
+
+    compute  |cp|=K1=|                    |g|c c c|=L=|===K2===|          |g|u u u u u|g|=opt=|
+    comm              [F wait|xF][M1][M2]                      [B wait|xB]
+    side                                  [C0][G ]                        [N   ]
+    dense                                                      [C2 wait|...... x2 ..]
+                      a1     A1        E1                 a2   A2     E3           E2
+
+- ``F`` = ``o · X1``: the lookup all-to-all of the IDs the previous batch had (fresh weights);
+  ``M1``, ``M2``: the two mask all-to-alls (one int32 per ID: ``X0`` each), all three blocking;
+- ``G`` = ``(1 - o') · X1'`` (``o'``, ``X1'``: the previous step's): the previous step's
+  deferred gradient all-to-all, behind ``C0`` on the side channel under the prologue;
+- ``L`` = ``2 (1 - o') · K1``: applying the deferred gradient (a re-lookup and its backward),
+  once ``G`` has landed;
+- ``B`` = ``o · X1``: the overlapped gradient, first; the dense all-reduce ``C2`` on its own
+  channel behind it and ``N`` = ``(1 - o'') · X1''`` (``o''``, ``X1''``: the next step's), the
+  next batch's other IDs looked up a step ahead, both under the embedding update (slowed by
+  ``gamma``); the rank blocks on them only after the update.
 
 The truth of every class follows from these times (DESIGN §5, the GPU window runs from the
 step's input copy to the next step's)::
 
-    busy      = K1 + c... + K2 + u... + opt            other = cp
-    wait      = (A1 - a1) + (A2 - a2)                  (C2 and C3 wait together)
+    busy      = K1 + c... + K2 + u... + opt  (+ L)   other = cp
+    wait      = (A1 - a1) + (A2 - a2)                  (C2 and C3, or B and C2, wait together)
     exposed   = X1 + X2 + X3                           baseline
-              = X1 + X3 + min(X2, g) + max(0, E2 - end of u)      priority_overlap
+              = (E1 - A1) + max(0, G's end - c's end) + xB
+                + min(S, g) + max(0, E3 + S - end of u)            priority_overlap
+                  with S = max(E2, N's end) - E3 (the side transfers left after B)
     host_idle = window - everything else               (the gaps g and the loading h)
-    contention (beside) = (gamma - 1) · chunk · (the c and u kernels that overlap C0 or C2)
+    contention (beside) = (gamma - 1) · chunk · (the c and u kernels that overlap C0, G, N or C2)
 """
 
 from __future__ import annotations
@@ -59,10 +78,16 @@ class Schedule:
     est_cost: np.ndarray
     imbalance_before: np.ndarray
     imbalance_after: np.ndarray
+    overlap: np.ndarray
+    """PEC's overlapped share per step (:func:`step_overlap`; recorded whether PEC runs or not)."""
+    x: dict[str, np.ndarray]
+    """Transfer ns per step: ``X0, X1, X2`` (:func:`transfers`), ``XF, XB, XG, XN`` (PEC's,
+    :func:`pec_transfers`)."""
     t: dict[str, np.ndarray]
-    """``t0, k1_end, k2_end`` per [step, rank]; ``A1, E1, A0, E0, k2_start, A2, E2, A3, E3,
-    upd_start, k4_start, k4_end`` per [step] (after C1 every rank moves together), and
-    ``next_t0`` per [step, rank]."""
+    """``t0, k1_end, k2_start, k2_end, next_t0`` per [step, rank]; per [step] (after C1 every
+    rank moves together): ``A1, EF, EM1, E1, A0, E0, EG, chunks_end, L_start, A2, E2, A3, E3,
+    EN, upd_start, k4_start, k4_end`` (the module docstring; without PEC ``EF = EM1 = E1``,
+    ``EG = E0`` and ``EN = E3``)."""
     chunk_start: np.ndarray
     chunk_dur: np.ndarray
     upd_start: np.ndarray
@@ -143,15 +168,20 @@ def _time(
     tokens: np.ndarray,
 ) -> Schedule:
     s, n = compute.shape
-    prio = "priority_overlap" in toggles
+    pec = "priority_overlap" in toggles
     x = transfers(cfg, tokens)
+    overlap = step_overlap(cfg, s)
+    x.update(pec_transfers(x["X1"], overlap, pec))
     g, u = cfg.launch_gap_ns, cfg.chunk_ns
     slow_emb = u if "sm_free" in toggles else int(round(u * cfg.gamma))
     slow_dense = int(round(u * cfg.gamma))
     num_chunks = int(max(math.ceil(x0 / slow_emb) for x0 in x["X0"])) + 1
     d1 = np.rint(compute * cfg.embedding_share).astype(np.int64)
     d2 = np.rint(compute).astype(np.int64) - d1
-    per_rank = {k: np.zeros((s, n), np.int64) for k in ("t0", "k1_end", "k2_end", "next_t0")}
+    deferred = 1 - np.concatenate([[1.0], overlap[:-1]])  # the previous step's other share
+    relookup = np.rint(2 * deferred[:, None] * d1).astype(np.int64) * pec
+    keys = ("t0", "k1_end", "k2_start", "k2_end", "next_t0")
+    per_rank = {k: np.zeros((s, n), np.int64) for k in keys}
     rows: list[dict[str, int]] = []
     chunk_dur = np.zeros((s, num_chunks), np.int64)
     upd_dur = np.zeros((s, cfg.update_chunks), np.int64)
@@ -161,36 +191,51 @@ def _time(
         a1 = t0 + cfg.memcpy_ns + d1[i]
         per_rank["k1_end"][i] = a1
         A1 = int(a1.max())
-        E1 = A1 + int(x["X1"][i])
+        if pec:
+            EF = A1 + int(x["XF"][i])
+            EM1 = EF + int(x["X0"][i])
+            E1 = EM1 + int(x["X0"][i])
+        else:
+            EF = EM1 = E1 = A1 + int(x["X1"][i])
         A0 = E1 + g
         E0 = A0 + int(x["X0"][i])
-        chunk_dur[i] = _chunks(A0, num_chunks, u, slow_emb, E0)
-        k2_start = A0 + int(chunk_dur[i].sum())
-        a2 = k2_start + d2[i]
-        per_rank["k2_end"][i] = a2
-        A2 = int(a2.max())
-        if prio:
-            A3, E3 = A2, A2 + int(x["X1"][i])
+        EG = E0 + int(x["XG"][i])
+        chunk_dur[i] = _chunks(A0, num_chunks, u, slow_emb, EG)
+        chunks_end = A0 + int(chunk_dur[i].sum())
+        L_start = max(chunks_end, EG)
+        k2_start = L_start + relookup[i]
+        k2_end = k2_start + d2[i]
+        per_rank["k2_start"][i], per_rank["k2_end"][i] = k2_start, k2_end
+        A2 = int(k2_end.max())
+        if pec:
+            A3, E3 = A2, A2 + int(x["XB"][i])
             E2 = E3 + int(x["X2"][i])
         else:
             E2 = A2 + int(x["X2"][i])
             A3, E3 = E2, E2 + int(x["X1"][i])
+        EN = E3 + int(x["XN"][i])
+        side_end = max(E2, EN)
         upd_start = E3 + g
-        upd_dur[i] = _chunks(upd_start, cfg.update_chunks, u, slow_dense if prio else u, E2)
+        upd_dur[i] = _chunks(upd_start, cfg.update_chunks, u, slow_dense if pec else u, side_end)
         upd_end = upd_start + int(upd_dur[i].sum())
-        k4_start = max(upd_end, E2) + g
+        k4_start = max(upd_end, side_end) + g
         k4_end = k4_start + cfg.optimizer_ns
         rows.append(
             {
                 "A1": A1,
+                "EF": EF,
+                "EM1": EM1,
                 "E1": E1,
                 "A0": A0,
                 "E0": E0,
-                "k2_start": k2_start,
+                "EG": EG,
+                "chunks_end": chunks_end,
+                "L_start": L_start,
                 "A2": A2,
                 "E2": E2,
                 "A3": A3,
                 "E3": E3,
+                "EN": EN,
                 "upd_start": upd_start,
                 "k4_start": k4_start,
                 "k4_end": k4_end,
@@ -202,7 +247,8 @@ def _time(
     times = {**per_rank, **per_step}
     chunk_start = per_step["A0"][:, None] + np.cumsum(chunk_dur, axis=1) - chunk_dur
     upd_starts = per_step["upd_start"][:, None] + np.cumsum(upd_dur, axis=1) - upd_dur
-    truth = _truth(cfg, times, x, d1, d2, chunk_dur, upd_dur, prio, slow_emb, slow_dense)
+    busy = d1 + d2 + relookup
+    truth = _truth(cfg, times, x, busy, chunk_dur, upd_dur, pec, slow_emb, slow_dense)
     return Schedule(
         cfg,
         toggles,
@@ -210,6 +256,8 @@ def _time(
         est,
         before,
         after,
+        overlap,
+        x,
         times,
         chunk_start,
         chunk_dur,
@@ -219,37 +267,70 @@ def _time(
     )
 
 
+def step_overlap(cfg: SimConfig, steps: int) -> np.ndarray:
+    """PEC's overlapped share per step: ``cfg.id_overlap``, 0 in the first step (no previous
+    batch: PEC looks it all up ahead)."""
+    out = np.full(steps, cfg.id_overlap, np.float64)
+    out[0] = 0.0
+    return out
+
+
+def pec_transfers(x1: np.ndarray, overlap: np.ndarray, pec: bool) -> dict[str, np.ndarray]:
+    """PEC's parts of each step's embedding all-to-all ``x1`` (module docstring): ``XF`` =
+    ``XB`` (the overlapped share), ``XG`` (the previous step's deferred gradient) and ``XN``
+    (the next step's ahead lookup); all 0 without PEC, and where there is nothing to move."""
+    if not pec:
+        zero = np.zeros(len(x1), np.int64)
+        return {"XF": zero, "XB": zero, "XG": zero, "XN": zero}
+    rest = np.rint((1 - overlap) * x1).astype(np.int64)
+    rest = np.where(overlap < 1, np.maximum(rest, 1000), 0)
+    ol = np.maximum(np.rint(overlap * x1).astype(np.int64), 1000)
+    return {
+        "XF": ol,
+        "XB": ol,
+        "XG": np.concatenate([[0], rest[:-1]]),
+        "XN": np.concatenate([rest[1:], [0]]),
+    }
+
+
 def _truth(
     cfg: SimConfig,
     t: dict[str, np.ndarray],
     x: dict[str, np.ndarray],
-    d1: np.ndarray,
-    d2: np.ndarray,
+    compute: np.ndarray,
     chunk_dur: np.ndarray,
     upd_dur: np.ndarray,
-    prio: bool,
+    pec: bool,
     slow_emb: int,
     slow_dense: int,
 ) -> dict[str, np.ndarray]:
-    """The classes of the module docstring, per [step, rank] (ns)."""
-    s, n = d1.shape
+    """The classes of the module docstring, per [step, rank] (ns); ``compute``: the
+    data-dependent busy time (K1 + K2, and L with PEC)."""
+    s, n = compute.shape
     g = cfg.launch_gap_ns
     window = t["next_t0"] - t["t0"]
     window[-1] = t["k4_end"][-1] - t["t0"][-1]
-    busy = d1 + d2 + (chunk_dur.sum(axis=1) + upd_dur.sum(axis=1) + cfg.optimizer_ns)[:, None]
+    fixed = chunk_dur.sum(axis=1) + upd_dur.sum(axis=1) + cfg.optimizer_ns
+    busy = compute + fixed[:, None]
     wait = (t["A1"][:, None] - t["k1_end"]) + (t["A2"][:, None] - t["k2_end"])
-    x1, x2 = x["X1"][:, None], x["X2"][:, None]
-    if prio:
-        upd_end = (t["upd_start"] + upd_dur.sum(axis=1))[:, None]
-        exposed = x1 + x1 + np.minimum(x2, g) + np.maximum(0, t["E2"][:, None] - upd_end)
+    if pec:
+        upd_end = t["upd_start"] + upd_dur.sum(axis=1)
+        side = np.maximum(t["E2"], t["EN"]) - t["E3"]
+        per_step = (
+            (t["E1"] - t["A1"])
+            + np.maximum(0, t["EG"] - t["chunks_end"])
+            + (t["E3"] - t["A3"])
+            + np.minimum(side, g)
+            + np.maximum(0, t["E3"] + side - upd_end)
+        )
+        exposed = np.broadcast_to(per_step[:, None], (s, n))
     else:
-        exposed = x1 + x2 + x1
-    exposed = np.broadcast_to(exposed, (s, n))
+        exposed = np.broadcast_to((2 * x["X1"] + x["X2"])[:, None], (s, n))
     other = np.full((s, n), cfg.memcpy_ns, np.int64)
     host_idle = window - busy - wait - exposed - other
     chunk = cfg.chunk_ns
     extra = ((chunk_dur == slow_emb) & (slow_emb > chunk)).sum(axis=1) * (slow_emb - chunk)
-    extra = extra + ((upd_dur == slow_dense) & (slow_dense > chunk) & prio).sum(axis=1) * (
+    extra = extra + ((upd_dur == slow_dense) & (slow_dense > chunk) & pec).sum(axis=1) * (
         slow_dense - chunk
     )
     return {

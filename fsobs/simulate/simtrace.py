@@ -4,9 +4,10 @@ the step sidecars, ``run.json`` (``simulated: true``) and ``truth.json`` (no tor
 A rank's step is about 40 events: the ``ProfilerStep#N`` range, one launch per GPU activity
 (the link that puts the activity in its step), the activities of
 :mod:`fsobs.simulate.schedule` (NCCL kernels with the collective's args: name, group, ``Seq``,
-sizes) and FreeScale's role range around each collective's launch, one compact line each
-(:mod:`fsobs.simulate.kineto_writer`). Ranks are rendered in parallel processes, each file
-gzipped and written atomically.
+sizes) and FreeScale's role range around each collective's launch (with ``priority_overlap``,
+torchrec's PEC ranges too), one compact line each (:mod:`fsobs.simulate.kineto_writer`). The
+sidecars record PEC's overlapped share of every step (``id_overlap``), toggle on or off. Ranks
+are rendered in parallel processes, each file gzipped and written atomically.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from fsobs.analysis.whatif.priority import PEC_TABLES
 from fsobs.runformat.atomic import write_atomic
 from fsobs.runformat.names import TRUTH, trace_file_name
 from fsobs.runformat.runmeta import RunMeta, ToggleStatus, write_run_json
@@ -37,13 +39,20 @@ from fsobs.simulate.kineto_writer import (
     process_group,
 )
 from fsobs.simulate.schedule import START_NS, TRUTH_CLASSES, Schedule
-from optim.markers import DENSE_DESC, EMB_DESC, comm_marker
+from optim.markers import DENSE_DESC, EMB_DESC, PEC_MASK_RANGE, PEC_RANGES, comm_marker
 from optim.plan import batch_digest
 
 BASE_NS = START_NS - 1_000_000_000
 COMPUTE, PREFETCH, COMM, DENSE_COMM = 7, 21, 20, 24
 _A2A = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 _AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+_PEC = {role: name for name, role in PEC_RANGES.items()}
+PEC_OL = (_PEC["pec_overlapped"],)
+PEC_MASK = (_PEC["pec_mask"], PEC_MASK_RANGE)
+PEC_DEFERRED = (_PEC["pec_deferred_grad"],)
+PEC_AHEAD = (_PEC["pec_ahead"],)
+PEC_OL_GRAD = (_PEC["pec_overlapped_grad"],)
+"""torchrec's PEC ranges around the launch of each of PEC's collectives, outermost first."""
 _SHARED: dict[str, Any] = {}
 """The schedule, for the forked writer processes."""
 
@@ -73,19 +82,36 @@ class _Rank:
         out += self._gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", COMPUTE, t0, m)
         out += self._gpu("kernel", "embedding_lookup_kernel", COMPUTE, m, k1)
         tokens = int(s.lengths[i][r].sum())
-        out += self._coll("embedding", "all_to_allv", COMM, k1, int(t["E1"][i]), tokens)
-        out += self._coll(
-            "embedding", "all_to_allv", PREFETCH, int(t["A0"][i]), int(t["E0"][i]), tokens
-        )
+        pec = "priority_overlap" in s.toggles
+        if pec:
+            ef, em1, e1 = int(t["EF"][i]), int(t["EM1"][i]), int(t["E1"][i])
+            out += self._coll("embedding", "all_to_allv", COMM, k1, ef, tokens, PEC_OL)
+            out += self._coll("embedding", "all_to_allv", COMM, ef, em1, tokens, PEC_MASK)
+            out += self._coll("embedding", "all_to_allv", COMM, em1, e1, tokens, PEC_MASK)
+        else:
+            out += self._coll("embedding", "all_to_allv", COMM, k1, int(t["E1"][i]), tokens)
+        e0, eg = int(t["E0"][i]), int(t["EG"][i])
+        out += self._coll("embedding", "all_to_allv", PREFETCH, int(t["A0"][i]), e0, tokens)
+        if eg > e0:
+            out += self._coll("embedding", "all_to_allv", PREFETCH, e0, eg, tokens, PEC_DEFERRED)
         for start, dur in zip(s.chunk_start[i].tolist(), s.chunk_dur[i].tolist(), strict=True):
             out += self._gpu("kernel", "fused_chunk_kernel", COMPUTE, start, start + dur)
-        out += self._gpu("kernel", "hstu_fwd_bwd_kernel", COMPUTE, int(t["k2_start"][i]), k2)
-        prio = "priority_overlap" in s.toggles
-        e2, e3 = int(t["E2"][i]), int(t["E3"][i])
-        c3 = k2 if prio else e2
-        dense = self._coll("dense", "allreduce", self.dense_stream, k2, e2, 0)
-        emb = self._coll("embedding", "all_to_allv", COMM, c3, e3, tokens)
-        out += emb + dense if prio else dense + emb
+        l_start, k2_start = int(t["L_start"][i]), int(t["k2_start"][i, r])
+        if k2_start > l_start:
+            out += self._gpu("kernel", "pec_nol_grad_apply_kernel", COMPUTE, l_start, k2_start)
+        out += self._gpu("kernel", "hstu_fwd_bwd_kernel", COMPUTE, k2_start, k2)
+        e2, e3, en = int(t["E2"][i]), int(t["E3"][i]), int(t["EN"][i])
+        # with PEC, B is issued first at the same point: the all-reduce 1.5 µs after it
+        dense = self._coll(
+            "dense", "allreduce", self.dense_stream, k2, e2, 0, lead=1500 if pec else 3000
+        )
+        if pec:
+            out += self._coll("embedding", "all_to_allv", COMM, k2, e3, tokens, PEC_OL_GRAD)
+            out += dense
+            if en > e3:
+                out += self._coll("embedding", "all_to_allv", PREFETCH, e3, en, tokens, PEC_AHEAD)
+        else:
+            out += dense + self._coll("embedding", "all_to_allv", COMM, e2, e3, tokens)
         for start, dur in zip(s.upd_start[i].tolist(), s.upd_dur[i].tolist(), strict=True):
             out += self._gpu("kernel", "fused_chunk_kernel", COMPUTE, start, start + dur)
         out += self._gpu(
@@ -125,8 +151,18 @@ class _Rank:
         return [launch, event]
 
     def _coll(
-        self, role: str, coll: str, stream: int, start: int, end: int, tokens: int
+        self,
+        role: str,
+        coll: str,
+        stream: int,
+        start: int,
+        end: int,
+        tokens: int,
+        pec: tuple[str, ...] = (),
+        lead: int = 3000,
     ) -> list[str]:
+        """A collective's kernel and launch, FreeScale's range around the launch and, for a
+        PEC collective, torchrec's PEC ranges (``pec``, outermost first) around it too."""
         group = self.groups[role]
         self.seq[group] = self.seq.get(group, 0) + 1
         n = self.sched.cfg.world_size
@@ -137,11 +173,15 @@ class _Rank:
             f'"Out msg nelems":{nelems},"Group size":{n},"Process Group Name":"{group}",'
             f'"Process Group Description":"{desc}","Seq":{self.seq[group]}'
         )
-        # issued 3 µs ahead, so that FreeScale's range around it holds no other launch
-        at = self._at(start, 3000)
-        marker = self._range("user_annotation", comm_marker(role, group), at - 200, at + 700)
+        # issued ``lead`` (3 µs) ahead, so that the ranges around it hold no other launch
+        at = self._at(start, lead)
+        ranges = [self._range("user_annotation", comm_marker(role, group), at - 200, at + 700)]
+        ranges += [
+            self._range("user_annotation", name, at - 300 + 20 * k, at + 800 - 20 * k)
+            for k, name in enumerate(pec)
+        ]
         kernel = _A2A if coll == "all_to_allv" else _AR
-        return [marker, *self._gpu("kernel", kernel, stream, start, end, args, lead=3000)]
+        return [*ranges, *self._gpu("kernel", kernel, stream, start, end, args, lead=lead)]
 
 
 def _header(sched: Schedule, rank: int) -> str:
@@ -192,6 +232,7 @@ def _sidecar(sched: Schedule, rank: int) -> list[StepRecord]:
             imbalance_before=float(sched.imbalance_before[i]),
             imbalance_after=float(sched.imbalance_after[i]),
             batch_digest=batch_digest(ids),
+            id_overlap=dict.fromkeys(PEC_TABLES, float(sched.overlap[i])),
         )
         records.append(record)
     return records

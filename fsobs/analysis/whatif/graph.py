@@ -101,7 +101,8 @@ class SegmentGraph:
     members: dict[int, int]
     """Per instance, how many ranks take part."""
     instances: pd.DataFrame
-    """``instance, role, group, coll, step, last_arrival_ns, end_ns`` (one row each)."""
+    """``instance, role, group, coll, step, last_arrival_ns, end_ns, msg_bytes`` (one row each;
+    ``msg_bytes`` 0 where unknown)."""
     spans: pd.DataFrame
     """``instance, rank, start_ns, end_ns``: each rank's measured (aligned) span."""
     after: dict[int, int] = field(default_factory=dict)
@@ -132,6 +133,7 @@ def build_graph(analysis: Analysis) -> SegmentGraph:
     last = inst.groupby("instance")["arrival_last_ns"].first()
     delta = inst["end_ns"].to_numpy(np.int64) - inst["instance"].map(ends).to_numpy(np.int64)
     first = inst.groupby("instance").first()
+    sizes = inst.groupby("instance")["msg_bytes"].max().fillna(0).clip(lower=0)
     table = pd.DataFrame(
         {
             "instance": first.index.to_numpy(),
@@ -141,6 +143,7 @@ def build_graph(analysis: Analysis) -> SegmentGraph:
             "step": first["step"].to_numpy(),
             "last_arrival_ns": last.reindex(first.index).to_numpy(np.int64),
             "end_ns": ends.reindex(first.index).to_numpy(np.int64),
+            "msg_bytes": sizes.reindex(first.index).to_numpy(np.int64),
         }
     )
     return SegmentGraph(

@@ -18,9 +18,11 @@ all-to-all ``B`` (issued after ``D``, transfer ``X_B``) become::
                           behind the next forward (hidden)
     M1, M2                the two mask all-to-alls, blocking on the training thread, each with
                           the step's smallest embedding transfer (a small all-to-all's latency)
-    L = 2 (1 - o) · K_F   the extra lookups: a re-lookup and its backward for the deferred
-                          gradient, with K_F the busy time before F since the embedding
-                          collective before it (the lookup)
+    L = 2 (1 - o') · K_F  the extra lookups: a re-lookup and its backward for the previous
+                          step's deferred gradient (o': that step's share; none in the first
+                          step), with K_F the time before F since the embedding collective
+                          before it (the lookup), or where F is the step's first, the busy
+                          time before F in the step
     wait                  the straggler wait stays: in the forward the first mask waits for the
                           late rank, in the backward the dense all-reduce does (FreeScale's dense
                           order holds the gradient all-to-all behind it)
@@ -272,6 +274,7 @@ def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[
     new_rows = []
     for step, rows in table.groupby("step"):
         o = overlap.get(int(cast(int, step)))
+        deferred = 1 - overlap.get(int(cast(int, step)) - 1, 1.0)  # the previous step's rest
         found = _pec_targets(rows.sort_values(["t", "instance"]))
         if o is None or found is None:
             continue
@@ -286,7 +289,11 @@ def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[
         for rank in graph.ranks:
             extra = 0
             if prev is not None and (f, rank) in starts.index and (prev, rank) in starts.index:
-                extra = int(round(2 * (1 - o) * max(0, starts[f, rank] - starts[prev, rank])))
+                extra = int(round(2 * deferred * max(0, starts[f, rank] - starts[prev, rank])))
+            elif prev is None:
+                extra = int(
+                    round(2 * deferred * _busy_before(graph.pieces[rank], int(cast(int, step)), f))
+                )
             if _insert_masks(graph.pieces[rank], int(cast(int, step)), f, masks, extra):
                 inserted += 1
                 for m in masks:
@@ -306,6 +313,7 @@ def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[
                         "step": row["step"],
                         "last_arrival_ns": row["last_arrival_ns"],
                         "end_ns": row["last_arrival_ns"],
+                        "msg_bytes": 0,
                     }
                 )
         held |= {f, d, b, *masks}
@@ -322,7 +330,8 @@ def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[
 def _pec_targets(rows: pd.DataFrame) -> tuple[int, int | None, int, int] | None:
     """(F, the embedding collective before F or None, D, B) of one step's instances in issue
     order: D the first dense one, B the first embedding one after it, F the embedding one
-    before D followed by the longest stretch without an embedding collective (the dense
+    before D that moves the most bytes (the embeddings, not the IDs), or where sizes do not
+    tell, the one followed by the longest stretch without an embedding collective (the dense
     forward after the lookup)."""
     dense = rows[rows["role"] == "dense"]
     emb = rows[rows["role"] == "embedding"]
@@ -332,10 +341,25 @@ def _pec_targets(rows: pd.DataFrame) -> tuple[int, int | None, int, int] | None:
     before, after = emb[emb["t"] < t_d], emb[emb["t"] > t_d]
     if len(before) < 2 or after.empty:
         return None
-    i = int(np.argmax(np.diff(before["t"].to_numpy(np.float64))))
+    sizes = before["msg_bytes"].to_numpy(np.int64)
+    if (sizes > 0).all() and (sizes == sizes.max()).sum() == 1:
+        i = int(np.argmax(sizes))
+    else:
+        i = int(np.argmax(np.diff(before["t"].to_numpy(np.float64))))
     ids = before["instance"].astype(int).tolist()
     prev = ids[i - 1] if i > 0 else None
     return ids[i], prev, int(dense["instance"].iloc[0]), int(after["instance"].iloc[0])
+
+
+def _busy_before(chain: list[Piece], step: int, inst: int) -> int:
+    """The rank's busy time in ``step`` before it arrives at ``inst`` (0 without an arrival)."""
+    held = _arrival_of(chain, inst)
+    if held is None:
+        return 0
+    i, position = held
+    local = [p.lengths for p in chain[:i] if p.step == step and p.kind == LOCAL]
+    busy = sum(int(lengths[BUSY]) for lengths in local if lengths is not None)
+    return busy + (int(position[BUSY]) if isinstance(position, np.ndarray) else 0)
 
 
 def _zero_local(step: int, arrivals: list[int], busy: int = 0) -> Piece:
