@@ -14,6 +14,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -65,15 +66,16 @@ def _analysis(
     world_size: int | None = None,
     meta: dict[str, Any] | None = None,
     sidecar: pd.DataFrame | None = None,
+    device: str = "cpu",
 ) -> Analysis:
     """An Analysis around a hand-written bubble table (the fields compare does not read are
-    left empty); ``meta`` is the content of its run.json."""
+    left empty; each rank only says its ``device``); ``meta`` is the content of its run.json."""
     ranks = sorted(set(steps["rank"]))
     colls = Collectives(pd.DataFrame(), pd.DataFrame(), dict.fromkeys(ranks, 0))
     run = Run(
         path=Path("/runs") / name,
         world_size=world_size or len(ranks),
-        ranks=dict.fromkeys(ranks),
+        ranks={r: SimpleNamespace(device=device) for r in ranks},
         meta=None if meta is None else RunMeta.from_json(meta),
         sidecar=sidecar,
     )
@@ -324,6 +326,61 @@ def test_world_size_simulated_and_incomplete_warnings():
     assert "world_size (2 vs 4)" in c.warnings[-1]
 
 
+# ------------------------------------------------------- what the two runs can be compared on
+
+
+def test_device_and_world_size_mismatch_warnings():
+    control = _analysis(_steps(CONTROL), device="gpu")
+    test = _analysis(_steps(TEST), world_size=4)
+    c = compare(control, test)
+    assert c.warnings[:2] == [
+        "world sizes differ: control 2, test 4",
+        "devices differ: control gpu, test cpu (busy time is the GPU's on a GPU run, the "
+        "training thread's on a CPU run)",
+    ]
+    assert not any("devices" in w for w in compare(test, _analysis(_steps(TEST))).warnings)
+
+
+def _toggle(requested: bool, applied: bool, reason: str | None = None) -> dict[str, Any]:
+    return {"requested": requested, "applied": applied, "reason": reason}
+
+
+def test_toggles_that_do_not_measure_what_they_say():
+    """balance: on in the test only (the A/B itself, no line); sm_free: asked for by the test
+    only, applied in neither; priority_overlap: asked for by both, applied in the test only;
+    sync_gc: off in both (no line)."""
+    control = {
+        "balance": _toggle(False, False),
+        "priority_overlap": _toggle(True, False, "torchrec < 1.9.2"),
+        "sm_free": _toggle(False, False),
+        "sync_gc": _toggle(False, False),
+    }
+    test = {
+        "balance": _toggle(True, True),
+        "priority_overlap": _toggle(True, True),
+        "sm_free": _toggle(True, False, "no GPU"),
+        "sync_gc": _toggle(False, False),
+    }
+    runs = _runs_with(
+        None, None, metas=(_meta() | {"toggles": control}, _meta() | {"toggles": test})
+    )
+    c = compare(*runs)
+    assert c.warnings == [
+        "priority_overlap was requested in both runs but applied only in the test (control: "
+        "torchrec < 1.9.2): the runs differ in it although they asked alike",
+        "sm_free was requested in the test only and applied in neither (test: no GPU): the "
+        "comparison does not measure it",
+    ]
+
+
+def test_toggles_recorded_in_one_run_only():
+    """A run.json without toggles (a plain job's): the test's applied toggle cannot be checked
+    against it; one that is off says nothing."""
+    test = {"balance": _toggle(True, True), "sync_gc": _toggle(False, False)}
+    c = compare(*_runs_with(None, None, metas=(_meta(), _meta() | {"toggles": test})))
+    assert c.warnings == ["balance is applied in the test and not recorded in the control"]
+
+
 def test_json_is_strict():
     c = compare(_analysis(_steps(CONTROL), name="a"), _analysis(_steps(TEST), name="b"))
     out = json.loads(json.dumps(compare_json(c), allow_nan=False))
@@ -335,7 +392,9 @@ def test_json_is_strict():
         "by_class",
         "bubble_reduction_ci",
         "by_class_ci",
+        "ci_over",
         "by_role",
+        "roles_known",
         "toggles",
         "confidence",
         "step_time_ratio",
@@ -353,6 +412,9 @@ def test_json_is_strict():
     }
     assert out["per_rank"][0]["rank"] == 0 and out["per_rank"][0]["bubble_ms_delta"] == -50
     assert out["confidence"] == 0.95 and out["same_batches"] is None
+    assert out["ci_over"] == "steps"
+    # no matched collective in either run: no wait to split, every role's 0 ms is exact
+    assert out["roles_known"] == {"control": True, "test": True}
 
 
 # ------------------------------------------------------------- hand-built GPU runs on disk
@@ -389,11 +451,68 @@ def test_reduction_on_analyzed_gpu_runs(gpu_runs):
     assert c.step_time_ratio == pytest.approx(250 / 350)  # medians of (350 x3, 320), (250 x3, 220)
     lo, hi = c.bubble_reduction_ci
     assert lo <= c.bubble_reduction <= hi
-    assert c.same_batches is True and c.warnings == []
+    assert c.same_batches is True
+    # NCCL kernels with no marker, no group description, no run.json groups: no roles
+    assert (c.control_roles_known, c.test_roles_known) == (False, False)
+    assert c.by_role[["control", "test", "reduction"]].isna().all().all()
+    assert c.warnings == [
+        "neither run's collectives carry roles (no FreeScale markers, process-group "
+        "descriptions or run.json process groups): the per-role numbers are unknown"
+    ]
     medians = c.step_times.groupby("run")["step_time_ms"].median()
     assert medians["control"] == control.summary["step_time_ms_p50"]  # same rule as kpis
     same = compare(control, control)
     assert same.bubble_reduction == 0 and same.step_time_ratio == 1
+
+
+def test_unlabelled_control_gives_unknown_per_role_numbers(tmp_path, capsys):
+    """A plain job's control (no markers, no process groups in run.json: every collective
+    falls back to ``other``) against a test whose run.json names the all_reduce's group as
+    the dense one. The test's dense exposed comm is the 20 µs after the last arrival, every
+    step; its straggler wait is 0 (both ranks compute 200 µs). The control's share of each
+    role is unknown, so no reduction: before, its whole wait (100 µs) counted as ``other``
+    and came out as a 100% reduction of "other straggler wait"."""
+    batch = [([10, 20], [30, 40])] * 4
+    meta = {"name": "plain", "world_size": 2, "status": "complete", "workload": WORKLOAD}
+    control = write_allreduce_run(tmp_path / "control", UNEVEN, lengths=batch, meta=meta)
+    groups = {"dense": {"pg_name": "0"}}
+    meta = meta | {"name": "labelled", "process_groups": groups}
+    test = write_allreduce_run(tmp_path / "test", EVEN, lengths=batch, meta=meta)
+    c = compare(analyze_path(control), analyze_path(test))
+    assert (c.control_roles_known, c.test_roles_known) == (False, True)
+    roles = c.by_role.set_index(["role", "class"])
+    assert roles["control"].isna().all() and roles["reduction"].isna().all()
+    assert roles["ci_lo"].isna().all() and roles["ci_hi"].isna().all()
+    assert roles.loc[("dense", "exposed_comm"), "test"] == pytest.approx(0.020)
+    assert roles.loc[("dense", "straggler_wait"), "test"] == 0
+    assert roles.loc[("other", "straggler_wait"), "test"] == 0
+    assert (
+        "the control run's collectives carry no roles (no FreeScale markers, process-group "
+        "descriptions or run.json process groups): its per-role numbers are unknown"
+    ) in c.warnings
+    assert c.by_class["straggler_wait"] == pytest.approx(1.0)  # the classes stay known
+    assert main(["compare", str(control), str(test)]) == 0
+    out = capsys.readouterr().out
+    assert "  dense exposed comm: unknown -> 0.02 ms per step (reduction unknown)\n" in out
+    assert "other straggler wait" not in out and "embedding" not in out
+    assert main(["compare", str(control), str(test), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["roles_known"] == {"control": False, "test": True}
+    dense = next(r for r in out["by_role"] if (r["role"], r["class"]) == ("dense", "exposed_comm"))
+    assert dense["control"] is None and dense["reduction"] is None and dense["ci_lo"] is None
+    assert dense["test"] == pytest.approx(0.020)
+
+
+def test_device_mismatch_on_analyzed_runs(gpu_runs):
+    """A 2-rank GPU run against the 4-rank gloo reference run: both lines."""
+    c = compare(
+        analyze_path(gpu_runs[0]), analyze_path(REFERENCE / "synthetic_gloo_a2a_straggler_4rank")
+    )
+    assert c.warnings[:2] == [
+        "world sizes differ: control 2, test 4",
+        "devices differ: control gpu, test cpu (busy time is the GPU's on a GPU run, the "
+        "training thread's on a CPU run)",
+    ]
 
 
 def test_self_comparison_of_the_gloo_reference_run():
@@ -419,6 +538,8 @@ def test_cli_compare_human(gpu_runs, capsys):
     assert f"step time ratio (median, test / control): {250 / 350:.3f}" in out
     assert "same global batches: yes" in out
     assert "bubble_ms_per_step" in out
+    assert "(the CI resamples this pair's steps: run-to-run variation is not in it;" in out
+    assert "  per role: unknown (neither run's collectives carry roles)" in out
 
 
 def test_cli_compare_json(gpu_runs, capsys):

@@ -11,7 +11,7 @@ import pytest
 
 import fsobs
 from fsobs.analysis import analyze_path, fit_cost, fit_points
-from fsobs.analysis.costfit import nonnegative_lstsq
+from fsobs.analysis.costfit import LOW_R2, nonnegative_lstsq
 from fsobs.cli import main
 from optim.balance import CostModel
 from tests.kineto import REFERENCE, write_allreduce_run
@@ -117,6 +117,35 @@ def test_busy_time_only_without_samples_is_refused():
         fit_points(steps, side, path="/r")
 
 
+# Two samples on every rank and step, of lengths A = (10, 20) or B = (100, 200), with a busy
+# time of 100 or 104 µs that does not follow them: at each length, half the points are 100 and
+# half 104 (rank 0 then rank 1 per step), as a padded model's noise would be.
+FLAT_LENGTHS = [([10, 20], [10, 20]), ([100, 200], [100, 200])] * 2
+FLAT_COMPUTE = [(100.0, 104.0), (100.0, 104.0), (104.0, 100.0), (104.0, 100.0)]
+
+
+def test_busy_time_independent_of_length_explains_nothing():
+    """The busy time, centered, is orthogonal to ΣL and ΣL² centered (each length pattern sees
+    100 and 104 equally often) and n is constant: least squares is the mean, 102 µs for two
+    samples, c0 = 51 µs per sample, a = b = 0, and R² = 0, below LOW_R2."""
+    lengths = [ls for pair in FLAT_LENGTHS for ls in pair]
+    steps, side = _points(lengths, c0=0.0, a=0.0, b=0.0)
+    steps["busy_ms"] = [c / 1e3 for pair in FLAT_COMPUTE for c in pair]
+    fit = fit_points(steps, side)
+    assert fit.model.c0 == pytest.approx(51_000.0, rel=1e-9)
+    assert fit.model.a == pytest.approx(0.0, abs=1e-6) and fit.model.b == pytest.approx(0, abs=1e-8)
+    assert fit.r2 == pytest.approx(0.0, abs=1e-9)
+    assert fit.r2 < LOW_R2 == 0.3
+    assert fit.warning is not None
+    assert "is below 0.3" in fit.warning and "does not grow with sequence length" in fit.warning
+    assert fit.warning.endswith("balancing by it will not help")
+
+
+def test_a_fit_that_explains_the_busy_time_has_no_warning():
+    steps, side = _points(BATCHES, c0=600_000.0, a=7_250.0, b=43.5)
+    assert fit_points(steps, side).warning is None
+
+
 def test_fit_cost_on_an_analyzed_gpu_run(tmp_path):
     """Each rank's compute time (µs) is exactly 2·n + ΣL / 100 + ΣL² / 1000, i.e. in ns per
     sample c(L) = 2000 + 10·L + L²."""
@@ -165,6 +194,7 @@ def test_cli_fit_cost_writes_the_model(fit_run, capsys):
     model = CostModel.from_json(path)
     assert [model.c0, model.a, model.b] == pytest.approx([1000, 100, 1], rel=1e-6)
     assert "8 (rank, step) points" in out and "R^2 1.0000" in out
+    assert "warning" not in out
     assert f"wrote {path}\n" in out
     assert out.endswith(f"use it with: fsobs run --balance --cost-model {path}\n")
     assert set(json.loads(path.read_text())) == {"c0", "a", "b", "ids"}
@@ -204,3 +234,37 @@ def test_cli_fit_cost_unwritable_out(fit_run, tmp_path, capsys):
     assert main(["fit-cost", str(fit_run), "--out", str(target)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"fsobs: error: {target}: cannot write the cost model")
+
+
+def test_cli_fit_cost_warns_when_busy_time_does_not_follow_length(tmp_path, capsys):
+    run = write_allreduce_run(tmp_path / "run", FLAT_COMPUTE, lengths=FLAT_LENGTHS)
+    assert main(["fit-cost", str(run)]) == 0
+    out = capsys.readouterr().out
+    (warning,) = [line for line in out.splitlines() if line.startswith("warning: ")]
+    assert warning.startswith("warning: R^2 ") and "is below 0.3" in warning
+    assert "balancing by it will not help" in warning
+    assert (run / "cost_model.json").exists()  # a warning, not a refusal
+
+
+def test_cli_fit_cost_min_r2_fails_and_writes_nothing(tmp_path, capsys):
+    run = write_allreduce_run(tmp_path / "run", FLAT_COMPUTE, lengths=FLAT_LENGTHS)
+    target = tmp_path / "m.json"
+    assert main(["fit-cost", str(run), "--out", str(target), "--min-r2", "0.3"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"fsobs: error: {run}: R^2 ")
+    assert "is below --min-r2 0.3" in captured.err and "nothing written" in captured.err
+    assert not target.exists() and not (run / "cost_model.json").exists()
+
+
+def test_cli_fit_cost_min_r2_passes_a_good_fit(fit_run, capsys):
+    assert main(["fit-cost", str(fit_run), "--min-r2", "0.99"]) == 0
+    assert CostModel.from_json(fit_run / "cost_model.json").b == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("value", ["x", "1.5", "nan"])
+def test_cli_fit_cost_bad_min_r2(fit_run, value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit-cost", str(fit_run), "--min-r2", value])
+    assert exit_.value.code == 2
+    assert "--min-r2" in capsys.readouterr().err

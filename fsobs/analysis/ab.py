@@ -23,7 +23,17 @@ slower in both runs then cancels, as it does in the point estimate. Otherwise th
 resampled independently (they need not have traced the same steps).
 
 A reduction only means something when both runs trained on the same global batches; see
-:func:`same_batches` for how that is checked.
+:func:`same_batches` for how that is checked. The interval covers the steps of this one pair of
+runs, not run-to-run variation (another seed, another machine): for that, compare several pairs
+(:mod:`fsobs.analysis.pairs`).
+
+Per-role numbers need roles: a run whose collectives carry none (:func:`roles_known`: no
+FreeScale markers, no process-group descriptions, no ``run.json`` process groups, so that every
+collective falls back to ``other``) has unknown per-role numbers, NaN in ``by_role``, and the
+comparison says so instead of setting a plain run's "other" against a labelled run's roles.
+The warnings also name differences that make the two runs measure different things: world
+size, device (CPU or GPU), simulated or measured, and toggles whose requested and applied
+states disagree between the runs (:func:`toggle_warnings`).
 """
 
 from __future__ import annotations
@@ -70,7 +80,9 @@ class Comparison:
     by_role: pd.DataFrame
     """One row per (role, class) of :func:`fsobs.analysis.pipeline.by_role`: ``role, class,
     control, test`` (ms per rank and step), ``reduction``, ``ci_lo``, ``ci_hi``; PEC's roles
-    and ``embedding_total`` only when either run has PEC's collectives."""
+    and ``embedding_total`` only when either run has PEC's collectives. A run whose roles are
+    unknown (:attr:`control_roles_known`, :attr:`test_roles_known`) has NaN in its column, and
+    the row's reduction and interval are NaN."""
     confidence: float
     step_time_ratio: float
     """Median step time of test / control (step time: the longest window over the ranks)."""
@@ -79,6 +91,9 @@ class Comparison:
     ``<class>_ms``, the mean ms per step as ``<col>_control``, ``<col>_test``, ``<col>_delta``."""
     step_times: pd.DataFrame
     """Long format: ``run`` (``control`` / ``test``), ``step``, ``step_time_ms``."""
+    control_roles_known: bool
+    """Whether the control's collectives carry roles (:func:`roles_known`)."""
+    test_roles_known: bool
     same_batches: bool | None
     """Whether both runs trained on the same global batches; None when it cannot be told."""
     control_toggles: dict[str, Any] = field(default_factory=dict)
@@ -105,6 +120,7 @@ def compare(
     paired = bool(same) and per_c.index.equals(per_t.index)
     boot = _Bootstrap(NEGLIGIBLE * _mean_window(control.steps), confidence, n_boot, seed, paired)
     c, t = control.summary, test.summary
+    known = (roles_known(control), roles_known(test))
     reductions = {
         name: boot.reduction(per_c[f"{name}_ms"], per_t[f"{name}_ms"])
         for name in ("bubble", *BUBBLE_CLASSES)
@@ -117,7 +133,7 @@ def compare(
         by_class={k: reductions[k][0] for k in BUBBLE_CLASSES},
         bubble_reduction_ci=reductions["bubble"][1],
         by_class_ci={k: reductions[k][1] for k in BUBBLE_CLASSES},
-        by_role=_role_reductions(control, test, boot),
+        by_role=_role_reductions(control, test, boot, known),
         confidence=confidence,
         step_time_ratio=_ratio(t["step_time_ms_p50"], c["step_time_ms_p50"]),
         per_rank=_per_rank(control.steps, test.steps),
@@ -125,10 +141,17 @@ def compare(
             [_step_times(control.steps, "control"), _step_times(test.steps, "test")],
             ignore_index=True,
         ),
+        control_roles_known=known[0],
+        test_roles_known=known[1],
         same_batches=same,
         control_toggles=_toggles(control.run),
         test_toggles=_toggles(test.run),
-        warnings=_run_warnings(control, test) + batch_warnings,
+        warnings=(
+            _run_warnings(control, test)
+            + _role_warnings(known)
+            + toggle_warnings(_toggles(control.run), _toggles(test.run))
+            + batch_warnings
+        ),
     )
 
 
@@ -161,15 +184,19 @@ class _Bootstrap:
         return point, ci
 
 
-def _role_reductions(control: Analysis, test: Analysis, boot: _Bootstrap) -> pd.DataFrame:
+def _role_reductions(
+    control: Analysis, test: Analysis, boot: _Bootstrap, known: tuple[bool, bool]
+) -> pd.DataFrame:
     """Reduction of each role's straggler wait and exposed communication, with its CI.
 
     The roles are :data:`~optim.markers.ROLES`, then PEC's roles that either run has (0 ms in
     the other, which had no such collectives) and, with those, ``embedding_total``: the sum of
     ``embedding`` and PEC's roles (:func:`fsobs.analysis.pipeline.by_role`), which compares a
-    PEC run's whole embedding communication, its mask exchange included, with a plain run's."""
+    PEC run's whole embedding communication, its mask exchange included, with a plain run's.
+    A run whose roles are not ``known`` gives NaN (and so does the reduction)."""
     rows = []
-    per_c, per_t = _per_step_roles(control.roles), _per_step_roles(test.roles)
+    per_c = _per_step_roles(control.roles) if known[0] else {}
+    per_t = _per_step_roles(test.roles) if known[1] else {}
     present = {role for role, _ in (*per_c, *per_t)}
     pec = [role for role in PEC_ROLES if role in present]
     for per in (per_c, per_t):
@@ -177,15 +204,15 @@ def _role_reductions(control: Analysis, test: Analysis, boot: _Bootstrap) -> pd.
     for role in (*ROLES, *pec, *([EMBEDDING_TOTAL] if pec else [])):
         for cls in ROLE_CLASSES:
             c, t = per_c.get((role, cls)), per_t.get((role, cls))
-            if c is None or t is None:
-                continue
-            point, (lo, hi) = boot.reduction(c, t)
+            if (known[0] and c is None) or (known[1] and t is None):
+                continue  # a run with roles but without this one (no steps)
+            point, (lo, hi) = boot.reduction(c, t) if c is not None and t is not None else _UNKNOWN
             rows.append(
                 {
                     "role": role,
                     "class": cls,
-                    "control": float(c.mean()),
-                    "test": float(t.mean()),
+                    "control": math.nan if c is None else float(c.mean()),
+                    "test": math.nan if t is None else float(t.mean()),
                     "reduction": point,
                     "ci_lo": lo,
                     "ci_hi": hi,
@@ -193,6 +220,35 @@ def _role_reductions(control: Analysis, test: Analysis, boot: _Bootstrap) -> pd.
             )
     columns = ["role", "class", "control", "test", "reduction", "ci_lo", "ci_hi"]
     return pd.DataFrame(rows, columns=columns)
+
+
+_UNKNOWN = (math.nan, (math.nan, math.nan))
+"""The reduction and interval of a role that one run cannot tell."""
+
+
+def roles_known(analysis: Analysis) -> bool:
+    """Whether the run's collectives carry roles: some matched collective has one other than
+    ``other``, the role every unlabelled collective falls back to
+    (:func:`fsobs.analysis.matching.match_collectives`). A FreeScale run labels torchrec's
+    embedding collectives and DDP's all-reduce, so a run with only ``other`` has no labels to
+    go by (a run whose only labels were FreeScale's ``other`` counts as unknown too: rare, and
+    its roles then say no more than its classes). A run without matched collectives counts as
+    known: it has no wait to split, and 0 ms is every role's exact share."""
+    instances = analysis.collectives.instances
+    if instances.empty:
+        return True
+    return bool((instances["role"].astype(str) != "other").any())
+
+
+def _role_warnings(known: tuple[bool, bool]) -> list[str]:
+    """The line saying whose per-role numbers are unknown (none when both runs have roles)."""
+    why = "(no FreeScale markers, process-group descriptions or run.json process groups)"
+    if not any(known):
+        return [f"neither run's collectives carry roles {why}: the per-role numbers are unknown"]
+    if all(known):
+        return []
+    side = "test" if known[0] else "control"
+    return [f"the {side} run's collectives carry no roles {why}: its per-role numbers are unknown"]
 
 
 def _add_embedding_total(per: dict[tuple[str, str], pd.Series], pec: list[str]) -> None:
@@ -345,6 +401,39 @@ def _toggles(run: Run[Any]) -> dict[str, dict[str, Any]]:
     return {k: t.to_json() for k, t in run.meta.toggles.items()} if run.meta is not None else {}
 
 
+def toggle_warnings(control: dict[str, Any], test: dict[str, Any]) -> list[str]:
+    """What the runs' toggles (``run.json``'s objects, as :attr:`Comparison.control_toggles`)
+    say about the comparison, one line per toggle where it matters:
+
+    - requested in one run only, but applied in neither: the runs do not differ in it;
+    - requested in both, applied in one only: they differ in it although they asked alike;
+    - applied in one run and not recorded in the other's ``run.json``: cannot be checked.
+
+    A toggle requested and applied in one run only is what an A/B measures: no line. Nothing
+    when neither run records toggles."""
+    out = []
+    for name in [*control, *(k for k in test if k not in control)]:
+        c, t = control.get(name), test.get(name)
+        if c is None or t is None:
+            side, other = ("control", "test") if c is not None else ("test", "control")
+            if (c or t or {}).get("applied"):
+                out.append(f"{name} is applied in the {side} and not recorded in the {other}")
+            continue
+        if c["requested"] != t["requested"] and c["applied"] == t["applied"]:
+            side, status = ("control", c) if c["requested"] else ("test", t)
+            out.append(
+                f"{name} was requested in the {side} only and applied in neither ({side}: "
+                f"{status['reason']}): the comparison does not measure it"
+            )
+        elif c["requested"] == t["requested"] and c["applied"] != t["applied"]:
+            side, other, status = ("control", "test", t) if c["applied"] else ("test", "control", c)
+            out.append(
+                f"{name} was requested in both runs but applied only in the {side} ({other}: "
+                f"{status['reason']}): the runs differ in it although they asked alike"
+            )
+    return out
+
+
 def _workload(run: Run[Any]) -> dict[str, Any]:
     meta = run.meta
     if meta is None or not meta.workload:
@@ -354,11 +443,17 @@ def _workload(run: Run[Any]) -> dict[str, Any]:
 
 
 def _run_warnings(control: Analysis, test: Analysis) -> list[str]:
-    """World sizes, simulated against measured, incomplete runs, runs without steps."""
+    """World sizes, devices, simulated against measured, incomplete runs, runs without steps."""
     out = []
     cw, tw = control.run.world_size, test.run.world_size
     if cw != tw:
         out.append(f"world sizes differ: control {cw}, test {tw}")
+    cd, td = control.run.device, test.run.device
+    if cd != td:
+        out.append(
+            f"devices differ: control {cd}, test {td} (busy time is the GPU's on a GPU run, the "
+            "training thread's on a CPU run)"
+        )
     simulated = [a.run.meta is not None and a.run.meta.simulated for a in (control, test)]
     if simulated[0] != simulated[1]:
         out.append(

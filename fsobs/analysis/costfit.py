@@ -14,6 +14,10 @@ Every point is kept, including a first traced step that may carry warm-up time; 
 holds each one's prediction so that outliers can be seen. At least ``MIN_POINTS`` are required,
 and a fit whose coefficients are all zero (busy time that never grows with the samples, e.g.
 none recorded, or recorded only on the ranks without samples) is refused: it explains nothing.
+
+A fit with ``R² < LOW_R2`` explains little of the busy time: the model's compute does not
+follow the samples' lengths (a padded model costs the padded length whatever the sample's, so
+balancing by length cannot help it), or noise swamps it. :attr:`CostFit.warning` says so.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from optim.balance import CostModel
 FEATURES = ("num_samples", "len_sum", "len_sq_sum")
 """Sidecar columns multiplying ``c0``, ``a`` and ``b``."""
 MIN_POINTS = 4
+LOW_R2 = 0.3
+"""Below this R² (or without one) a fit explains too little to balance by
+(:attr:`CostFit.warning`)."""
 
 
 @dataclass
@@ -49,6 +56,19 @@ class CostFit:
     n_points: int
     points: pd.DataFrame
     """``rank, step, num_samples, len_sum, len_sq_sum, measured_ms, predicted_ms``."""
+
+    @property
+    def warning(self) -> str | None:
+        """Why balancing by this model will not help, when ``r2 < LOW_R2`` or it is NaN;
+        None for a fit that explains the busy time."""
+        if self.r2 >= LOW_R2:
+            return None
+        r2 = "n/a (the busy time never varies)" if math.isnan(self.r2) else f"{self.r2:.4f}"
+        return (
+            f"R^2 {r2} is below {LOW_R2}: the busy time hardly follows the samples' lengths, so "
+            "this model's compute does not grow with sequence length (a padded model costs the "
+            "padded length whatever the sample's) or noise swamps it; balancing by it will not help"
+        )
 
 
 def fit_cost(analysis: Analysis) -> CostFit:

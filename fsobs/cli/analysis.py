@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from fsobs.analysis import compare, fit_cost
+from fsobs.analysis.pairs import summarize_pairs
 from fsobs.cli.common import (
     Commands,
     add_load_options,
@@ -18,6 +20,7 @@ from fsobs.cli.common import (
 from fsobs.errors import FsobsError
 from fsobs.export import export_run
 from fsobs.report import compare_json, render, render_comparison, to_json
+from fsobs.report.comparison import pairs_json, render_pairs
 from fsobs.runformat.names import COST_MODEL, TRACE_RE
 
 
@@ -53,12 +56,26 @@ def add_export(commands: Commands) -> None:
 def add_compare(commands: Commands) -> None:
     cmd = commands.add_parser(
         "compare",
-        help="A/B: the bubble reduction of run TEST against run CONTROL",
-        epilog=example("fsobs compare out/demo/baseline out/demo/balanced"),
+        help="A/B: the bubble reduction of a test run against a control run, or of several pairs",
+        description=(
+            "CONTROL TEST [TEST ...] compares each TEST with CONTROL; --control A1 A2 A3 --test "
+            "B1 B2 B3 compares A_i with B_i and adds the reduction over the pairs, with a "
+            "Student t interval (one pair's interval covers its steps, not run-to-run variation)"
+        ),
+        epilog=example(
+            "fsobs compare out/demo/baseline out/demo/balanced; "
+            "fsobs compare --control s0/base s1/base s2/base --test s0/bal s1/bal s2/bal"
+        ),
     )
-    cmd.add_argument("control", metavar="CONTROL", help="the baseline run directory")
     cmd.add_argument(
-        "tests", nargs="+", metavar="TEST", help="the run(s) to judge against it, one by one"
+        "runs",
+        nargs="*",
+        metavar="RUN",
+        help="CONTROL, then the TEST run(s) to judge against it one by one",
+    )
+    cmd.add_argument("--control", nargs="+", metavar="RUN", help="the control runs of the pairs")
+    cmd.add_argument(
+        "--test", nargs="+", metavar="RUN", help="the test runs, matched with --control by position"
     )
     cmd.add_argument("--json", action="store_true", help="print one JSON object")
     add_load_options(cmd)
@@ -73,8 +90,24 @@ def add_fit_cost(commands: Commands) -> None:
     )
     cmd.add_argument("run", metavar="RUN", help="a run directory with step sidecars")
     cmd.add_argument("--out", help="JSON file to write (default: RUN/cost_model.json)")
+    cmd.add_argument(
+        "--min-r2",
+        type=_r2,
+        metavar="X",
+        help="fail (exit 2, nothing written) when the fit's R^2 is below X or undefined",
+    )
     add_load_options(cmd)
     cmd.set_defaults(handler=_fit_cost)
+
+
+def _r2(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number <= 1, got {text!r}")
+    return value
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -112,8 +145,20 @@ def _export(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     config = load_config(args)
-    control = analyze_with_progress(args.control, config)
-    results = [compare(control, analyze_with_progress(p, config)) for p in args.tests]
+    pairs = _pairs(args)
+    if pairs is not None:
+        results = [
+            compare(analyze_with_progress(c, config), analyze_with_progress(t, config))
+            for c, t in pairs
+        ]
+        summary = summarize_pairs(results)
+        if args.json:
+            print(json.dumps(pairs_json(summary), indent=2, allow_nan=False))
+        else:
+            render_pairs(summary, console())
+        return 0
+    control = analyze_with_progress(args.runs[0], config)
+    results = [compare(control, analyze_with_progress(p, config)) for p in args.runs[1:]]
     if args.json:
         out = [compare_json(r) for r in results]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2, allow_nan=False))
@@ -123,13 +168,41 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pairs(args: argparse.Namespace) -> list[tuple[str, str]] | None:
+    """The (control, test) pairs of ``--control`` / ``--test``; None for the positional form
+    (FsobsError for a mix of both, or counts that do not pair up)."""
+    if args.control is None and args.test is None:
+        if len(args.runs) < 2:
+            raise FsobsError("compare: give CONTROL TEST, or --control RUN ... --test RUN ...")
+        return None
+    if args.runs:
+        raise FsobsError("compare: give CONTROL TEST or --control / --test, not both")
+    if args.control is None or args.test is None:
+        raise FsobsError("compare: --control and --test go together")
+    if len(args.control) != len(args.test):
+        raise FsobsError(
+            f"compare: {len(args.control)} --control run(s) but {len(args.test)} --test run(s); "
+            "pairs are matched by position"
+        )
+    return list(zip(args.control, args.test, strict=True))
+
+
 def _fit_cost(args: argparse.Namespace) -> int:
     config = load_config(args)
     fit = fit_cost(analyze_with_progress(args.run, config))
+    if args.min_r2 is not None and not fit.r2 >= args.min_r2:
+        r2 = "n/a" if math.isnan(fit.r2) else f"{fit.r2:.4f}"
+        raise FsobsError(
+            f"R^2 {r2} of the cost model is below --min-r2 {args.min_r2}: it explains "
+            "too little of the busy time to balance by; nothing written",
+            path=args.run,
+        )
     out = Path(args.out) if args.out else Path(args.run) / COST_MODEL
     m = fit.model
     print(f"c(L) = {m.c0:.6g} ns + {m.a:.6g} ns * L + {m.b:.6g} ns * L^2  (busy time per sample)")
     print(f"R^2 {fit.r2:.4f}, RMSE {fit.rmse_ms:.3f} ms, {fit.n_points} (rank, step) points")
+    if fit.warning is not None:
+        print(f"warning: {fit.warning}")
     try:
         m.to_json(out)
     except OSError as exc:
