@@ -13,8 +13,7 @@ import pytest
 
 from fsobs.analysis import analyze_path
 from fsobs.cli import main
-from fsobs.runformat import read_run_json
-from fsobs.runformat import read_sidecars
+from fsobs.runformat import read_run_json, read_sidecars
 from fsobs.simulate.schedule import transfers
 from fsobs.simulate.simulator import (
     SimConfig,

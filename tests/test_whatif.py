@@ -351,10 +351,10 @@ def test_config_replace_keeps_quiet() -> None:
 
 
 def _pec_baseline() -> SegmentGraph:
-    """One step (step 1), two ranks, torchrec's sparse-dist order: P (the embedding collective before
-    the lookup's, async), F (the lookup's output all-to-all, 4 ms), I (the next batch's input
-    dist, async), D (the dense all-reduce, async, 1 ms), B (the backward embedding all-to-all,
-    2 ms). Rank 1's backward is 6 ms longer: rank 0 waits for it at B."""
+    """One step (step 1), two ranks, torchrec's sparse-dist order: P (the embedding collective
+    before the lookup's, async), F (the lookup's output all-to-all, 4 ms), I (the next batch's
+    input dist, async), D (the dense all-reduce, async, 1 ms), B (the backward embedding
+    all-to-all, 2 ms). Rank 1's backward is 6 ms longer: rank 0 waits for it at B."""
     p, f, i, d, b = range(5)
     transfer = {p: 1, f: 4, i: 1, d: 1, b: 2}
     at = {0: {p: 2, f: 5, i: 19, d: 40, b: 41}, 1: {p: 2, f: 5, i: 19, d: 46, b: 47}}
