@@ -14,19 +14,19 @@ The lines marked ``# FreeScale`` are all that switching FreeScale on takes (``--
 the same loop without them: plain torchrec, each rank its contiguous share). With every toggle
 off the losses equal ``--plain``'s bit for bit (``tests/optim/test_example.py``).
 
-``--run-dir`` writes what ``fsobs analyze`` reads, through the run format alone
-(:mod:`fsobs.runformat`): a Kineto trace per rank, a step sidecar per rank (each step's
-lengths, estimated cost, loss and wall-clock bounds) and ``run.json`` with the toggles' status.
+``--run-dir`` writes what ``fsobs analyze`` and ``fsobs whatif`` read, through
+``fsobs.collect.RunRecorder`` (the lines marked ``# recorder``): a Kineto trace per rank of
+every step after the first, a step sidecar per rank (each step's lengths, estimated cost, loss,
+wall-clock bounds, GC pauses and CPU time) and ``run.json`` with the toggles' status.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
-import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -39,14 +39,7 @@ from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterCons
 from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 
-from fsobs.runformat import (  # the run format: what fsobs analyze reads
-    RunMeta,
-    SidecarWriter,
-    StepRecord,
-    ToggleStatus,
-    trace_file_name,
-    write_run_json,
-)
+from fsobs.collect import ProfilerConfig, RunRecorder, StepState  # recorder
 from optim import (  # FreeScale
     BalanceConfig,
     CostModel,
@@ -169,41 +162,38 @@ def main() -> None:
     dmp, optimizer = build(model, {} if args.plain else fs.dmp_kwargs())  # FreeScale
     if not args.plain:  # FreeScale
         fs.attach(dmp)  # FreeScale
-    profiler = profile(args.run_dir, rank)
-    sidecar = SidecarWriter(args.run_dir, rank) if args.run_dir else None
+    rec = None
+    if args.run_dir:  # recorder: every step after the first is traced
+        rec = RunRecorder(
+            args.run_dir,
+            freescale=None if args.plain else fs,
+            cost_model=cost_model,
+            profiler=ProfilerConfig.every_step(args.steps, wait=0),
+            workload={"steps": args.steps, "batch_size": args.batch_size, "seed": 0},
+        )
     losses = []
     order = np.random.default_rng(1).permutation(len(data["lengths"]))
     for step in range(args.steps):
-        start = time.time_ns()
-        ids = order[step * args.batch_size * world : (step + 1) * args.batch_size * world]
-        if args.plain:
-            mine, scale = ids[rank * args.batch_size : (rank + 1) * args.batch_size], 1.0
-        else:
-            share = fs.split(step, data["lengths"][ids])  # FreeScale
-            mine, scale = ids[share.positions], share.loss_scale  # FreeScale
-        dense, sparse, labels = make_batch(data, mine)
-        logits = dmp(dense, sparse, freeze=step == args.freeze_embeddings_at)
-        loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)
-        optimizer.zero_grad()
-        (loss * scale).backward()
-        optimizer.step()
-        fs.after_step(step)  # FreeScale
-        total = torch.tensor([float(loss) * len(mine)], dtype=torch.float64)
-        dist.all_reduce(total)
-        losses.append(float(total) / len(ids))
-        if sidecar is not None:
-            lengths = data["lengths"][mine]
-            cost = float(cost_model(lengths).sum())
-            sidecar.write(
-                StepRecord.of(step, lengths, cost, start, time.time_ns(), loss=loss.item())
-            )
-        if profiler is not None:
-            profiler.step()
-    if profiler is not None:
-        profiler.stop()
-    if sidecar is not None:
-        sidecar.close()
-        write_run(args, world, {} if args.plain else fs.status())
+        with rec.step(step) if rec else contextlib.nullcontext(StepState(step)) as s:  # recorder
+            ids = order[step * args.batch_size * world : (step + 1) * args.batch_size * world]
+            if args.plain:
+                mine, scale = ids[rank * args.batch_size : (rank + 1) * args.batch_size], 1.0
+            else:
+                share = fs.split(step, data["lengths"][ids])  # FreeScale
+                mine, scale = ids[share.positions], share.loss_scale  # FreeScale
+            dense, sparse, labels = make_batch(data, mine)
+            logits = dmp(dense, sparse, freeze=step == args.freeze_embeddings_at)
+            loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)
+            optimizer.zero_grad()
+            (loss * scale).backward()
+            optimizer.step()
+            fs.after_step(step)  # FreeScale
+            total = torch.tensor([float(loss) * len(mine)], dtype=torch.float64)
+            dist.all_reduce(total)
+            losses.append(float(total) / len(ids))
+            s.lengths, s.loss = data["lengths"][mine], loss.item()  # recorder
+    if rec is not None:
+        rec.close()  # recorder: collective; rank 0 writes run.json
     if rank == 0 and args.losses_out:
         status = {} if args.plain else fs.status()  # FreeScale
         Path(args.losses_out).write_text(json.dumps({"losses": losses, "toggles": status}))
@@ -227,37 +217,6 @@ def toggles(args: argparse.Namespace) -> FreeScaleConfig:
         sm_free=SMFreeConfig(enabled=args.sm_free),
         sync_gc=SyncGCConfig(enabled=args.sync_gc),
     )
-
-
-def profile(run_dir: str | None, rank: int) -> torch.profiler.profile | None:
-    """A Kineto trace of every step after the first (``fsobs analyze RUN_DIR``)."""
-    if run_dir is None:
-        return None
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(run_dir) / trace_file_name(rank)
-    prof = torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU],
-        schedule=torch.profiler.schedule(wait=1, warmup=0, active=10**6),
-        on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
-    )
-    prof.start()
-    return prof
-
-
-def write_run(args: argparse.Namespace, world: int, status: dict[str, dict[str, Any]]) -> None:
-    """``run.json``, by rank 0 once every rank has closed its trace and sidecar."""
-    dist.barrier()
-    if dist.get_rank() == 0:
-        meta = RunMeta.now(
-            name=Path(args.run_dir).name,
-            world_size=world,
-            backend="gloo",
-            device="cpu",
-            workload={"steps": args.steps, "batch_size": args.batch_size, "seed": 0},
-            toggles={name: ToggleStatus(**s) for name, s in status.items()},
-            ranks_present=tuple(range(world)),
-        )
-        write_run_json(args.run_dir, meta)
 
 
 def parse_args() -> argparse.Namespace:
