@@ -49,6 +49,7 @@ from optim import (  # FreeScale
     SMFreeConfig,
     SyncGCConfig,
 )
+from optim.config import DENSE_ORDERS  # FreeScale
 
 NUM_ITEMS, NUM_CATEGORIES, EMB_DIM, DENSE_IN = 5000, 50, 16, 8
 
@@ -226,9 +227,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--top-width", type=int, default=64)
     p.add_argument("--balance", action="store_true")
     p.add_argument("--priority-overlap", action="store_true")
-    p.add_argument(
-        "--dense-order", default="after_embedding", choices=["after_embedding", "concurrent"]
-    )
+    p.add_argument("--dense-order", default="auto", choices=DENSE_ORDERS)
     p.add_argument("--sm-free", action="store_true")
     p.add_argument("--sync-gc", action="store_true")
     p.add_argument("--plain", action="store_true", help="plain torchrec: FreeScale not attached")

@@ -27,7 +27,7 @@ from optim.sync_gc import SyncGCConfig
 __all__ = ["FreeScaleConfig", "PriorityConfig", "SMFreeConfig", "ToggleStatus", "TOGGLES"]
 
 TOGGLES = ("balance", "priority_overlap", "sm_free", "sync_gc")
-DENSE_ORDERS = ("concurrent", "after_embedding")
+DENSE_ORDERS = ("auto", "after_embedding", "concurrent")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -39,12 +39,15 @@ class PriorityConfig:
     on NCCL), the dense all-reduce on another."""
 
     enabled: bool = False
-    dense_order: str = "after_embedding"
-    """``after_embedding`` (default, chosen by measurement, with and without PEC: BENCHMARKS.md
-    "Priority overlap", "Priority overlap as torchrec's PEC"):
-    each step's dense buckets are held back until the step's backward embedding all-to-all has
-    been issued (released at the end of the backward when a step has none, so no step can
-    hang); ``concurrent``: the two groups run side by side."""
+    dense_order: str = "auto"
+    """``auto`` (default): the gate below where the model's shape lets it help, decided at the
+    first backward (:class:`optim.ddp.DenseGate`): with the embedding at the model's input
+    (its backward all-to-all comes after most dense buckets) ``concurrent``, else
+    ``after_embedding``. ``after_embedding``: each step's dense buckets are held back until the
+    step's backward embedding all-to-all has been issued (released at the end of the backward
+    when a step has none, so no step can hang); ``concurrent``: the two groups run side by side
+    (torchrec's own order). Measured: BENCHMARKS.md "Priority overlap", "Priority overlap as
+    torchrec's PEC", "FreeScale in a DataLoader loop"."""
 
     def __post_init__(self) -> None:
         if self.dense_order not in DENSE_ORDERS:

@@ -6,7 +6,7 @@ compression hook there, so the compression is taken in here and composed with wh
 adds:
 
 1. ``## fsobs:comm:dense:<pg_name> ##`` around the all-reduce's issue (:mod:`optim.markers`);
-2. with ``dense_order="after_embedding"``, the :class:`DenseGate`.
+2. with ``dense_order="after_embedding"`` or ``"auto"``, the :class:`DenseGate`.
 
 Without compression the hook does what DDP does without one: the bucket times ``1 / world_size``
 (the same float multiply DDP's reducer applies), then an all-reduce sum; the gradients are
@@ -43,33 +43,71 @@ _COMPRESS = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf1
 
 
 class DenseGate:
-    """Holds dense buckets until the backward embedding all-to-all is issued (module doc)."""
+    """Holds dense buckets until the backward embedding all-to-all is issued (module doc).
 
-    def __init__(self) -> None:
+    ``auto``: decide from the model's shape, at the first backward that issues the all-to-all.
+    Where most dense buckets were ready before it (the embedding at the model's input: its
+    gradient comes last), holding them would only move every dense all-reduce behind the
+    backward, where nothing overlaps it: the gate opens for good (torchrec's own order). Where
+    the all-to-all comes first (the embedding near the output), the gate stays::
+
+        embedding at the input   |b1 b2 b3 b4|a2a|      4 of 4 held: concurrent
+        embedding at the output  |a2a|b1 b2 b3 b4|      0 of 4 held: after_embedding
+    """
+
+    def __init__(self, auto: bool = False) -> None:
         self._open = False
         self._parked: list[tuple[Callable[[], Future[torch.Tensor]], Future[torch.Tensor]]] = []
         self._callback_queued = False
+        self.auto = auto
+        self.decision: str | None = None
+        """``auto``'s choice once made: ``after_embedding`` or ``concurrent``."""
+        self.held: tuple[int, int] | None = None
+        """``auto``: (buckets ready before the all-to-all, buckets) of the deciding backward."""
+        self._seen = 0
+        self._held_now: int | None = None
 
     def submit(self, issue: Callable[[], Future[torch.Tensor]]) -> Future[torch.Tensor]:
         """Issue now when the gate is open, else park and return a future of the result."""
-        if self._open:
+        self._seen += 1
+        self._queue_end_of_backward()
+        if self._open or self.decision == "concurrent":
             return issue()
         parked: Future[torch.Tensor] = Future()
         self._parked.append((issue, parked))
-        self._queue_end_of_backward()
         return parked
 
     def release(self) -> None:
         """The step's backward embedding all-to-all was issued: issue what is parked, and let
         the rest of this backward through."""
+        if self._held_now is None:
+            self._held_now = self._seen
         self._open = True
         self._queue_end_of_backward()
         self._flush()
 
+    def describe(self) -> str:
+        """The order in force, in words (``FreeScale.status()``)."""
+        if not self.auto:
+            return "after_embedding"
+        if self.decision is None or self.held is None:
+            return "auto: not decided yet (no backward embedding all-to-all seen)"
+        ready, total = self.held
+        where = "input" if self.decision == "concurrent" else "output"
+        return (
+            f"auto: {self.decision} ({ready} of {total} dense buckets ready before the "
+            f"backward embedding all-to-all: the embedding near the model's {where})"
+        )
+
     def _end_of_backward(self) -> None:
         self._flush()
+        if self.auto and self.decision is None and self._held_now is not None and self._seen:
+            self.held = (self._held_now, self._seen)
+            concurrent = 2 * self._held_now > self._seen
+            self.decision = "concurrent" if concurrent else "after_embedding"
         self._open = False
         self._callback_queued = False
+        self._seen, self._held_now = 0, None
 
     def _flush(self) -> None:
         parked, self._parked = self._parked, []

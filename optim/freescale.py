@@ -87,7 +87,8 @@ class FreeScale:
         self._groups: Groups | None = None
         self._statuses: dict[str, ToggleStatus] = {}
         self._sm_free: SMFreePath | None = None
-        self._gate = DenseGate() if self._gated else None
+        order = self.config.priority_overlap.dense_order
+        self._gate = DenseGate(auto=order == "auto") if self._gated else None
         self._shuffle: ShuffleBalancer | None = None
         self._uninstall: Callable[[], None] | None = None
         self._gc = SyncGC(self.config.sync_gc)
@@ -97,7 +98,7 @@ class FreeScale:
     @property
     def _gated(self) -> bool:
         priority = self.config.priority_overlap
-        return priority.enabled and priority.dense_order == "after_embedding"
+        return priority.enabled and priority.dense_order != "concurrent"
 
     # ------------------------------------------------------------------ set-up (collective)
 
@@ -284,8 +285,10 @@ class FreeScale:
                 for name, on in self.config.requested().items()
             }
         statuses = dict(self._statuses)
-        if self._pec is not None:
-            statuses["priority_overlap"] = _with_pec(statuses["priority_overlap"], self._pec)
+        if statuses["priority_overlap"].requested:
+            statuses["priority_overlap"] = _priority_status(
+                statuses["priority_overlap"], self._pec, self._gate
+            )
         return {name: s.to_json() for name, s in statuses.items()}
 
     def layout(self) -> dict[str, Any]:
@@ -293,8 +296,14 @@ class FreeScale:
         return self.groups.layout()
 
 
-def _with_pec(groups: ToggleStatus, pec: PECSetup) -> ToggleStatus:
-    """``priority_overlap``'s status: PEC's part (what it took and did not) and the dense
-    ordering's (:mod:`optim.groups`)."""
-    order = f"dense order: {groups.reason}" if groups.reason else "dense order: applied"
+def _priority_status(
+    groups: ToggleStatus, pec: PECSetup | None, gate: DenseGate | None
+) -> ToggleStatus:
+    """``priority_overlap``'s status: PEC's part (what it took and did not; None: ``prepare``
+    was not called) and the dense ordering's (:mod:`optim.groups`, the gate's order)."""
+    order = f"dense order: {gate.describe() if gate is not None else 'concurrent'}"
+    if groups.reason:
+        order += f"; {groups.reason}"
+    if pec is None:
+        return ToggleStatus(True, groups.applied, order)
     return ToggleStatus(True, pec.applied or groups.applied, f"{pec.describe()}; {order}")

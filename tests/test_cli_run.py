@@ -94,7 +94,7 @@ def test_run_json_workload_is_unchanged():
         "save_params": False,
         "optimizer": "adagrad",
         "priority_overlap": False,
-        "dense_order": "after_embedding",
+        "dense_order": "auto",
         "sm_free": False,
         "sync_gc": False,
         "ddp_bucket_mb": 25,

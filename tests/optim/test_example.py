@@ -67,7 +67,7 @@ def test_every_toggle_off_equals_plain_torchrec_and_priority_changes_no_number(t
     # PEC takes EmbeddingCollections only: this model's lookups are an EmbeddingBagCollection
     assert priority["reason"].startswith(
         "not on ebc: an EmbeddingBagCollection (PEC takes EmbeddingCollections only); "
-        "dense order: gloo: embedding and dense collectives on groups"
+        "dense order: after_embedding; gloo: embedding and dense collectives on groups"
     )
 
 

@@ -18,7 +18,8 @@ from torchrec.modules.pec_embedding_modules import PECEmbeddingCollection  # noq
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
 from optim import FreeScale, FreeScaleConfig, PriorityConfig, ToggleStatus  # noqa: E402
-from optim.freescale import _with_pec  # noqa: E402
+from optim.ddp import DenseGate  # noqa: E402
+from optim.freescale import _priority_status  # noqa: E402
 from optim.pec_setup import PECSetup, to_pec  # noqa: E402
 
 META = torch.device("meta")
@@ -144,11 +145,20 @@ def test_sharders_add_pec_around_the_collection_sharder_only_when_pec_took_table
 def test_the_status_says_both_parts():
     groups = ToggleStatus(True, True, "gloo: groups of their own")
     took = PECSetup(("ec",), ("t_item",), {"ebc": "an EmbeddingBagCollection"})
-    status = _with_pec(groups, took)
+    status = _priority_status(groups, took, DenseGate())
     assert (status.requested, status.applied) == (True, True)
     assert status.reason == (
         "torchrec's PEC (TrainPipelinePEC, gradients exact) on tables t_item; "
-        "not on ebc: an EmbeddingBagCollection; dense order: gloo: groups of their own"
+        "not on ebc: an EmbeddingBagCollection; dense order: after_embedding; "
+        "gloo: groups of their own"
     )
     nothing = PECSetup(skipped={"ebc": "an EmbeddingBagCollection"})
-    assert _with_pec(ToggleStatus(True, False, "off here"), nothing).applied is False
+    off = _priority_status(ToggleStatus(True, False, "off here"), nothing, None)
+    assert off.applied is False and off.reason is not None
+    assert off.reason.endswith("dense order: concurrent; off here")
+    # without PEC (prepare not called) the dense order alone, decided by the gate's shape rule
+    alone = _priority_status(groups, None, DenseGate(auto=True))
+    assert alone.reason == (
+        "dense order: auto: not decided yet (no backward embedding all-to-all seen); "
+        "gloo: groups of their own"
+    )

@@ -235,6 +235,52 @@ def test_a_backward_without_the_all_to_all_flushes_at_its_end():
     assert log == ["ready b2", "a2a", "issue b2"]
 
 
+def _embedding_first(gate: DenseGate, log: list[str]) -> None:
+    """Two buckets nearer the loss than the embedding: their gradients come before its."""
+    x = torch.ones(1, requires_grad=True)
+    y = _Bucket.apply(
+        _Bucket.apply(_EmbeddingA2A.apply(x, gate, log), gate, log, "b2"), gate, log, "b1"
+    )
+    y.sum().backward()
+
+
+def _embedding_last(gate: DenseGate, log: list[str]) -> None:
+    """The embedding nearer the loss: its all-to-all comes before the two buckets."""
+    x = torch.ones(1, requires_grad=True)
+    y = _EmbeddingA2A.apply(
+        _Bucket.apply(_Bucket.apply(x, gate, log, "b2"), gate, log, "b1"), gate, log
+    )
+    y.sum().backward()
+
+
+def test_auto_order_opens_the_gate_for_an_embedding_at_the_input():
+    gate, log = DenseGate(auto=True), []
+    _Bucket.futures = []
+    assert gate.describe().startswith("auto: not decided yet")
+    _embedding_first(gate, log)
+    # the first backward is gated; both buckets were ready before the all-to-all
+    assert log == ["ready b1", "ready b2", "a2a", "issue b1", "issue b2"]
+    assert gate.decision == "concurrent" and gate.held == (2, 2)
+    assert gate.describe().startswith("auto: concurrent (2 of 2 dense buckets ready before")
+    log.clear()
+    _embedding_first(gate, log)
+    # from then on torchrec's own order: each bucket issued when ready
+    assert log == ["ready b1", "issue b1", "ready b2", "issue b2", "a2a"]
+    assert all(f.done() for f in _Bucket.futures)
+
+
+def test_auto_order_keeps_the_gate_for_an_embedding_at_the_output():
+    gate, log = DenseGate(auto=True), []
+    _Bucket.futures = []
+    _embedding_last(gate, log)
+    assert log == ["a2a", "ready b1", "issue b1", "ready b2", "issue b2"]
+    assert gate.decision == "after_embedding" and gate.held == (0, 2)
+    # a backward without the all-to-all decides nothing; an undecided gate flushes at the end
+    undecided, log2 = DenseGate(auto=True), []
+    _Bucket.apply(torch.ones(1, requires_grad=True), undecided, log2, "b1").sum().backward()
+    assert log2 == ["ready b1", "issue b1"] and undecided.decision is None
+
+
 # -------------------------------------------------------------------------------- sync_gc
 
 
