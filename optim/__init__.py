@@ -6,6 +6,11 @@
 - ``optim.freescale``: :class:`FreeScale`, the facade a torchrec training loop embeds (torch).
 - ``optim.balance``: the per-sample cost model and the partitioners.
 - ``optim.plan``: the ``balance`` toggle's per-step plan.
+- ``optim.sampler``: the ``balance`` toggle as a ``DataLoader`` batch sampler whose batches
+  carry their share (:class:`BalancedBatchSampler`, :class:`ShareDataset`,
+  :class:`ShareCollate`, :class:`BatchShare`; torch only to shuffle).
+- ``optim.weights``: :func:`loss_weight`, the factor on a rank's summed loss for each reduction
+  (:data:`REDUCTIONS`) that makes the averaged gradient the global batch's.
 - ``optim.pec_setup``, ``optim.pec``: the priority_overlap toggle, torchrec's PEC (which
   modules it takes; the pipeline, exact and runnable on CPU; torch, torchrec);
   ``optim.groups``, ``optim.comm``, ``optim.ddp``, ``optim.dmp``: its dense ordering (torch;
@@ -22,7 +27,9 @@ from optim.balance import METHODS, CostModel, imbalance, partition
 from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
 from optim.lazy import lazy_attributes
 from optim.plan import MODES, BalanceConfig, StepPlan
+from optim.sampler import BalancedBatchSampler, BatchShare, ShareCollate, ShareDataset
 from optim.sync_gc import SyncGCConfig
+from optim.weights import REDUCTIONS, loss_weight
 
 if TYPE_CHECKING:
     from optim.freescale import FreeScale, StepShare
@@ -30,17 +37,23 @@ if TYPE_CHECKING:
 __all__ = [
     "METHODS",
     "MODES",
+    "REDUCTIONS",
     "BalanceConfig",
+    "BalancedBatchSampler",
+    "BatchShare",
     "CostModel",
     "FreeScale",
     "FreeScaleConfig",
     "PriorityConfig",
     "SMFreeConfig",
+    "ShareCollate",
+    "ShareDataset",
     "StepPlan",
     "StepShare",
     "SyncGCConfig",
     "ToggleStatus",
     "imbalance",
+    "loss_weight",
     "partition",
 ]
 

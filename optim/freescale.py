@@ -31,7 +31,7 @@ and DDP's all-reduce through one comm hook that computes what DDP computes (:mod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -46,6 +46,7 @@ from optim.ddp import DenseGate
 from optim.groups import Groups, make_groups
 from optim.markers import BALANCE_MARKER
 from optim.plan import StepPlan, loss_scale
+from optim.sampler import BalancedBatchSampler, Lengths
 from optim.shuffle import ShuffleBalancer, check_plan
 from optim.sm_free import SMFreePath, setup_sm_free
 from optim.sync_gc import SyncGC
@@ -258,6 +259,37 @@ class FreeScale:
         mine = plan.parts[rank]
         total = sum(len(p) for p in plan.parts)
         return received, StepShare(step, mine, loss_scale(len(mine), total, world), plan)
+
+    def sampler(
+        self,
+        dataset: Sized,
+        lengths: Lengths,
+        *,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> BalancedBatchSampler:
+        """Plan mode inside the data loader: this rank's :class:`optim.sampler.
+        BalancedBatchSampler` over ``dataset`` (``batch_size`` samples per rank and step), with
+        the balance toggle's config and :meth:`costs`, so its shares are :meth:`split`'s."""
+        if self.config.balance.enabled and self.config.balance.mode != "plan":
+            raise ValueError(
+                f"balance.mode: the sampler plans up front (mode 'plan'), got "
+                f"{self.config.balance.mode!r}; shuffle mode is FreeScale.exchange"
+            )
+        return BalancedBatchSampler(
+            dataset,
+            lengths,
+            batch_size=batch_size,
+            world_size=self.world_size,
+            rank=self.rank,
+            config=self.config.balance,
+            costs=self.costs,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+        )
 
     def costs(self, lengths: np.ndarray) -> np.ndarray:
         """The cost model's estimate per sample (the lengths themselves without a model)."""

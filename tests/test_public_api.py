@@ -70,17 +70,23 @@ def test_optim_exported_members():
         [
             "METHODS",
             "MODES",
+            "REDUCTIONS",
             "BalanceConfig",
+            "BalancedBatchSampler",
+            "BatchShare",
             "CostModel",
             "FreeScale",
             "FreeScaleConfig",
             "PriorityConfig",
             "SMFreeConfig",
+            "ShareCollate",
+            "ShareDataset",
             "StepPlan",
             "StepShare",
             "SyncGCConfig",
             "ToggleStatus",
             "imbalance",
+            "loss_weight",
             "partition",
         ]
     )

@@ -1,0 +1,287 @@
+"""The ``balance`` toggle as a batch sampler: plan mode inside a ``torch.utils.data.DataLoader``
+(numpy at import; torch only to shuffle, as ``DistributedSampler`` does).
+
+::
+
+    sampler = BalancedBatchSampler(dataset, lengths, batch_size=32, world_size=W, rank=r,
+                                   config=BalanceConfig(enabled=True), costs=CostModel(...))
+    # or fs.sampler(dataset, lengths, batch_size=32): FreeScale's config and cost model
+    loader = DataLoader(ShareDataset(dataset), batch_sampler=sampler,
+                        collate_fn=ShareCollate(collate), num_workers=4)
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for batch in loader:        # collate(samples, share) puts the BatchShare in the batch
+            loss = per_sample_loss(batch).sum() * batch.share.loss_weight("mean")
+
+Each epoch, like ``DistributedSampler(dataset, shuffle, seed)``: the dataset's indices in the
+order of ``torch.randperm(len(dataset))`` seeded with ``seed + epoch`` (``range`` without
+shuffling), the same on every rank and in every process. The order is cut into global batches
+of ``batch_size · world_size`` samples: the same sets of samples as ``DistributedSampler``
+with a ``DataLoader(batch_size=batch_size)`` on every rank, which interleaves each global batch
+over the ranks. Each global batch is planned with :meth:`optim.plan.StepPlan.make` on the
+costs of its samples, exactly as ``FreeScale.split`` plans it, and rank ``r`` yields the
+dataset indices of part ``r`` (in global-batch order). With the toggle off that is the
+contiguous random split: rank ``r`` the ``r``-th chunk of the shuffled global batch, so A/B runs
+see the same global batches.
+
+It is a *batch* sampler (``DataLoader(batch_sampler=...)``): with ``lpt`` the shares of a step
+differ in size, so no per-sample sampler with a fixed ``batch_size`` can yield them. Every rank
+yields one batch per global batch, so the ranks never disagree on the number of steps.
+
+The end of an epoch: with ``drop_last=True`` the last ``len(dataset) % (batch_size·world_size)``
+samples of the epoch's order are not served: the samples that ``DistributedSampler`` and
+``DataLoader``, both with ``drop_last=True``, leave out. Without it, where ``DistributedSampler``
+pads its last batches by repeating samples from the start of the order, these samples form a
+smaller last global batch, planned and split like the others: every sample exactly once per
+epoch, none twice. A method with equal counts (``kk``, ``random``) cannot split that batch when
+``world_size`` does not divide it; it is then split like the toggle off (contiguous chunks
+whose sizes differ by at most one, unbalanced). When it has fewer samples than ranks, some ranks
+get an empty share for that step (their loss is 0 with :func:`optim.weights.loss_weight`; take
+``drop_last=True`` for a model that cannot run an empty batch).
+
+The share travels *with* its batch, not by step number: torchrec's pipelines fetch batches
+ahead of the step they train. The sampler yields each batch's indices as a :class:`ShareList`
+(a list that carries its :class:`BatchShare` and pickles with it to the loader's workers);
+:class:`ShareDataset` (``DataLoader`` calls its ``__getitems__`` with the whole list) hands the
+samples on in a ``ShareList`` too, and :class:`ShareCollate` calls ``collate(samples, share)``,
+which builds the batch with the share as a field.
+
+Shuffle mode (``FreeScale.exchange``) stays for loaders that learn the lengths only after
+loading: there each rank loads its random-split share and hands it over as *rows*, each row one
+whole sample packed as a 1-D int64 numpy array of any length (ids, lengths, the label; floats
+by bit view, ``x.view(np.int64)``), with its length for the cost model; the rows are exchanged
+with an all-to-all and each rank receives its part in ascending position order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from dataclasses import dataclass
+from numbers import Integral
+from typing import Generic, Protocol, TypeAlias, TypeVar
+
+import numpy as np
+
+from optim.plan import BalanceConfig, StepPlan
+from optim.weights import loss_weight
+
+__all__ = ["BalancedBatchSampler", "BatchShare", "ShareCollate", "ShareDataset", "ShareList"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+B = TypeVar("B")
+
+Lengths: TypeAlias = Sequence[int] | np.ndarray | Callable[[int], int]
+"""Per-sample lengths: one per dataset index, or a function from an index to its length."""
+
+
+@dataclass(kw_only=True, frozen=True)
+class BatchShare:
+    """Which global batch a rank's batch is a share of, and what it weighs."""
+
+    epoch: int
+    step: int
+    """The global batch's number within the epoch."""
+    rank: int
+    world_size: int
+    num_samples: int
+    """Samples in the global batch."""
+    num_tokens: int
+    """Tokens in the global batch: the sum of its samples' lengths."""
+    digest: str
+    """The step plan's :func:`optim.plan.plan_digest`, the same on every rank (to compare across
+    ranks with ``optim.shuffle.check_plan``)."""
+
+    def loss_weight(self, reduction: str) -> float:
+        """The factor on this share's sum of losses (:func:`optim.weights.loss_weight`)."""
+        return loss_weight(
+            reduction,
+            world_size=self.world_size,
+            num_samples=self.num_samples,
+            num_tokens=self.num_tokens,
+        )
+
+
+class ShareList(list[T]):
+    """A list (of indices, or of samples) that carries the :class:`BatchShare` it belongs to;
+    it pickles with it."""
+
+    share: BatchShare
+
+    def __init__(self, items: Iterable[T], share: BatchShare) -> None:
+        super().__init__(items)
+        self.share = share
+
+
+def _share_of(items: object, name: str) -> BatchShare:
+    if not isinstance(items, ShareList):
+        raise ValueError(
+            f"{name}: a {type(items).__name__} carries no BatchShare; load with "
+            "DataLoader(ShareDataset(dataset), batch_sampler=BalancedBatchSampler(...), "
+            "collate_fn=ShareCollate(collate))"
+        )
+    return items.share
+
+
+class _MapDataset(Protocol[T_co]):
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int, /) -> T_co: ...
+
+
+class ShareDataset(Generic[T]):
+    """A map-style dataset whose batch of samples carries the share of its indices."""
+
+    def __init__(self, dataset: _MapDataset[T]) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> T:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[int]) -> ShareList[T]:
+        """The samples of ``indices`` (the dataset's own ``__getitems__`` when it has one), with
+        the share of ``indices`` (a :class:`ShareList`; ValueError otherwise)."""
+        share = _share_of(indices, "indices")
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is not None:
+            samples = list(getitems(list(indices)))
+        else:
+            samples = [self.dataset[i] for i in indices]
+        return ShareList(samples, share)
+
+
+class ShareCollate(Generic[T, B]):
+    """A ``collate_fn`` that passes the batch's share on: ``collate(samples, share)``."""
+
+    def __init__(self, collate: Callable[[list[T], BatchShare], B]) -> None:
+        self.collate = collate
+
+    def __call__(self, samples: list[T]) -> B:
+        """``collate(samples, share)`` for the samples of a :class:`ShareDataset`."""
+        return self.collate(samples, _share_of(samples, "samples"))
+
+
+def _count(name: str, value: object, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < least:
+        raise ValueError(f"{name}: must be an int >= {least}, got {value!r}")
+    return int(value)
+
+
+class BalancedBatchSampler:
+    """This rank's balanced share of every global batch of an epoch (module docstring)."""
+
+    def __init__(
+        self,
+        dataset: Sized,
+        lengths: Lengths,
+        *,
+        batch_size: int,
+        world_size: int,
+        rank: int,
+        config: BalanceConfig,
+        costs: Callable[[np.ndarray], np.ndarray],
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        """``lengths``: per dataset index (or a function of it); ``costs``: per-sample costs of
+        an int64 array of lengths (an :class:`optim.balance.CostModel`, ``FreeScale.costs``)."""
+        self.num_samples = len(dataset)
+        self.batch_size = _count("batch_size", batch_size, 1)
+        self.world_size = _count("world_size", world_size, 1)
+        self.rank = _count("rank", rank, 0)
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank: must be < world_size {self.world_size}, got {rank}")
+        self.seed = _count("seed", seed, 0)
+        self.config, self.costs = config, costs
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self.epoch = 0
+        self._length_of: Callable[[int], int] | None = None
+        self._lengths = np.empty(0, dtype=np.int64)
+        if callable(lengths):
+            self._length_of = lengths
+        else:
+            self._lengths = _check_lengths(np.asarray(lengths))
+            if self._lengths.size != self.num_samples:
+                raise ValueError(
+                    f"lengths: {self._lengths.size} lengths for a dataset of {self.num_samples}"
+                )
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose order the next iteration yields (as ``DistributedSampler``)."""
+        self.epoch = _count("epoch", epoch, 0)
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.world_size
+
+    def __len__(self) -> int:
+        """Batches per epoch (on every rank)."""
+        full, rest = divmod(self.num_samples, self.global_batch_size)
+        return full + int(rest > 0 and not self.drop_last)
+
+    def global_batches(self) -> list[np.ndarray]:
+        """The epoch's global batches: dataset indices (int64), in the epoch's order."""
+        size = self.global_batch_size
+        order = self._order()
+        return [order[k * size : (k + 1) * size] for k in range(len(self))]
+
+    def __iter__(self) -> Iterator[ShareList[int]]:
+        for step, batch in enumerate(self.global_batches()):
+            yield self._share(step, batch)
+
+    def _order(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_samples, dtype=np.int64)
+        import torch
+
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.num_samples, generator=generator).numpy()
+
+    def _share(self, step: int, batch: np.ndarray) -> ShareList[int]:
+        lengths = self._lengths_of(batch)
+        costs = np.asarray(self.costs(lengths))
+        if costs.shape != lengths.shape:
+            raise ValueError(f"costs: shape {costs.shape} for lengths of shape {lengths.shape}")
+        plan = StepPlan.make(costs, self.world_size, self._config_for(batch.size))
+        share = BatchShare(
+            epoch=self.epoch,
+            step=step,
+            rank=self.rank,
+            world_size=self.world_size,
+            num_samples=int(batch.size),
+            num_tokens=int(lengths.sum()),
+            digest=plan.digest,
+        )
+        return ShareList(batch[plan.parts[self.rank]].tolist(), share)
+
+    def _config_for(self, num_samples: int) -> BalanceConfig:
+        """The toggle's config, or the toggle off for a last batch that an equal-count method
+        cannot split (module docstring)."""
+        config = self.config
+        if config.enabled and config.equal_size and num_samples % self.world_size:
+            return dataclasses.replace(config, enabled=False)
+        return config
+
+    def _lengths_of(self, batch: np.ndarray) -> np.ndarray:
+        if self._length_of is None:
+            picked: np.ndarray = self._lengths[batch]
+            return picked
+        length_of = self._length_of
+        found = np.fromiter((length_of(int(i)) for i in batch), dtype=np.int64, count=batch.size)
+        return _check_lengths(found)
+
+
+def _check_lengths(lengths: np.ndarray) -> np.ndarray:
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths: must be 1-D, got shape {lengths.shape}")
+    if lengths.size and not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(f"lengths: must be integers, got dtype {lengths.dtype}")
+    if lengths.size and lengths.min() < 0:
+        raise ValueError(f"lengths: must be >= 0, got {int(lengths.min())}")
+    return lengths.astype(np.int64, copy=False)
