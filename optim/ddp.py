@@ -45,9 +45,10 @@ _COMPRESS = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf1
 class DenseGate:
     """Holds dense buckets until the backward embedding all-to-all is issued (module doc).
 
-    ``auto``: decide from the model's shape, at the first backward that issues the all-to-all.
-    Where most dense buckets were ready before it (the embedding at the model's input: its
-    gradient comes last), holding them would only move every dense all-reduce behind the
+    ``auto``: decide from the model's shape, at the first backward with dense buckets. Where
+    most of them were ready before the all-to-all (the embedding at the model's input: its
+    gradient comes last; or no all-to-all in the backward at all, as with PEC, which sends its
+    gradients after it), holding them would only move every dense all-reduce behind the
     backward, where nothing overlaps it: the gate opens for good (torchrec's own order). Where
     the all-to-all comes first (the embedding near the output), the gate stays::
 
@@ -69,6 +70,11 @@ class DenseGate:
 
     def submit(self, issue: Callable[[], Future[torch.Tensor]]) -> Future[torch.Tensor]:
         """Issue now when the gate is open, else park and return a future of the result."""
+        if torch._C._current_autograd_node() is None:
+            # after the backward's last node: DDP's delayed all-reduce (a static graph's first
+            # iteration) issues every bucket from a callback and waits for them there, so
+            # nothing may wait for the gate's own callback, queued behind it
+            return issue()
         self._seen += 1
         self._queue_end_of_backward()
         if self._open or self.decision == "concurrent":
@@ -91,7 +97,7 @@ class DenseGate:
         if not self.auto:
             return "after_embedding"
         if self.decision is None or self.held is None:
-            return "auto: not decided yet (no backward embedding all-to-all seen)"
+            return "auto: not decided yet (no backward with dense buckets seen)"
         ready, total = self.held
         where = "input" if self.decision == "concurrent" else "output"
         return (
@@ -101,9 +107,11 @@ class DenseGate:
 
     def _end_of_backward(self) -> None:
         self._flush()
-        if self.auto and self.decision is None and self._held_now is not None and self._seen:
-            self.held = (self._held_now, self._seen)
-            concurrent = 2 * self._held_now > self._seen
+        if self.auto and self.decision is None and self._seen:
+            # no all-to-all in the backward (PEC sends its gradients after it): all held
+            held = self._seen if self._held_now is None else self._held_now
+            self.held = (held, self._seen)
+            concurrent = 2 * held > self._seen
             self.decision = "concurrent" if concurrent else "after_embedding"
         self._open = False
         self._callback_queued = False

@@ -159,6 +159,6 @@ def test_the_status_says_both_parts():
     # without PEC (prepare not called) the dense order alone, decided by the gate's shape rule
     alone = _priority_status(groups, None, DenseGate(auto=True))
     assert alone.reason == (
-        "dense order: auto: not decided yet (no backward embedding all-to-all seen); "
+        "dense order: auto: not decided yet (no backward with dense buckets seen); "
         "gloo: groups of their own"
     )

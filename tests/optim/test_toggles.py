@@ -275,10 +275,37 @@ def test_auto_order_keeps_the_gate_for_an_embedding_at_the_output():
     _embedding_last(gate, log)
     assert log == ["a2a", "ready b1", "issue b1", "ready b2", "issue b2"]
     assert gate.decision == "after_embedding" and gate.held == (0, 2)
-    # a backward without the all-to-all decides nothing; an undecided gate flushes at the end
-    undecided, log2 = DenseGate(auto=True), []
-    _Bucket.apply(torch.ones(1, requires_grad=True), undecided, log2, "b1").sum().backward()
-    assert log2 == ["ready b1", "issue b1"] and undecided.decision is None
+    # a backward without the all-to-all (PEC sends its gradients after the backward) held
+    # every bucket to its end: the gate opens for good
+    pec, log2 = DenseGate(auto=True), []
+    _Bucket.apply(torch.ones(1, requires_grad=True), pec, log2, "b1").sum().backward()
+    assert log2 == ["ready b1", "issue b1"]
+    assert pec.decision == "concurrent" and pec.held == (1, 1)
+
+
+def test_a_bucket_submitted_after_the_backward_goes_at_once():
+    """DDP's static graph delays the first iteration's all-reduce to a callback at the end of
+    the backward, which waits for every bucket: the gate must not park them there."""
+    gate, log = DenseGate(auto=True), []
+    _Bucket.futures = []
+    x = torch.ones(1, requires_grad=True)
+
+    def late_buckets() -> None:
+        for name in ("b1", "b2"):
+            _Bucket.futures.append(gate.submit(lambda name=name: _issued(log, name)))
+        log.append(f"done {all(f.done() for f in _Bucket.futures)}")
+
+    y = x * 2
+    y.register_hook(
+        lambda g: torch.autograd.Variable._execution_engine.queue_callback(late_buckets)
+    )
+    y.sum().backward()
+    assert log == ["issue b1", "issue b2", "done True"]
+
+
+def _issued(log: list[str], name: str) -> torch.futures.Future:
+    log.append(f"issue {name}")
+    return _done(1.0)
 
 
 # -------------------------------------------------------------------------------- sync_gc
