@@ -41,6 +41,7 @@ class Args(msgspec.Struct, gc=False):
     seq: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Seq")
     comms_id: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Comms Id")
     input_dims: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Input Dims")
+    input_dims_2021: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Input dims")
     input_type: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Input type")
     grid: msgspec.Raw = RAW_NONE  # a kernel's launch shape (contention compares like kernels)
     block: msgspec.Raw = RAW_NONE
