@@ -116,3 +116,17 @@ def test_hta_reads_the_2021_trace_as_fsobs_does(tmp_path):
     idle, _ = theirs.get_idle_time_breakdown(ranks=[0], visualize=False)
     assert ours.idle_time_breakdown["idle_time_us"].tolist() == idle["idle_time"].tolist()
     assert idle["idle_time"].sum() > 0  # the 5 µs before the copy, at least
+
+
+def test_a_bare_array_of_events_is_refused_with_what_it_is(tmp_path):
+    """The autograd profiler's legacy ``export_chrome_trace`` writes ``[{"name": ..., "ph": "X",
+    "pid": "CPU functions", "args": {}}, ...]``: no category, stream or step to analyze."""
+    event = {"name": "aten::mm", "ph": "X", "ts": 1, "dur": 2, "tid": 1, "pid": "CPU functions"}
+    path = write(tmp_path / "legacy.json", [event | {"args": {}}])  # a list, not a document
+    with pytest.raises(fsobs.TraceFormatError) as error:
+        fsobs.load_rank(path)
+    assert str(error.value) == (
+        f"{path}: not a Kineto trace: expected an object, got an array (a bare array of events "
+        "is what the autograd profiler writes without Kineto, its legacy export_chrome_trace: "
+        "no categories, streams or steps; record with torch.profiler instead)"
+    )

@@ -98,11 +98,11 @@ def gpu_coverage(
     order = sorted(windows, key=windows.__getitem__)
     lo = np.array([windows[s][0] for s in order], np.int64)
     hi = np.array([windows[s][1] for s in order], np.int64)
-    at = np.searchsorted(lo, start, "right") - 1
-    inside = (at >= 0) & (start < hi[np.maximum(at, 0)])
-    owner = np.maximum(at, 0)  # the window an event is in, or the one before its gap
+    covered = iv.union(lo, hi)
+    inside = iv.covered(covered, start)
+    owner = np.maximum(np.searchsorted(lo, start, "right") - 1, 0)  # its window, or the gap's
     unlaunched = inside & (step < 0)
-    outside_set = iv.subtract(iv.union(start, end), iv.union(lo, hi))
+    outside_set = iv.subtract(iv.union(start, end), covered)
     gap_owner = np.maximum(np.searchsorted(lo, outside_set[0], "right") - 1, 0)
     unlaunched_set = iv.union(start[unlaunched], end[unlaunched])
     count = len(order)
