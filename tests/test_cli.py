@@ -39,6 +39,7 @@ def test_json_gpu_run(capsys):
         "num_steps": 2,
         "steps": [551, 552],
         "step_source": ["ProfilerStep"],
+        "step_clock": "GPU window",
         "hosts": None,
         "simulated": False,
         "warnings": None,

@@ -23,6 +23,7 @@ import pytest
 
 from fsobs.analysis import Analysis, analyze_path, compare, kpis
 from fsobs.analysis.ab import bootstrap_reduction, same_batches
+from fsobs.analysis.bubbles.coverage import WINDOW_COLUMNS
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import caused_table
 from fsobs.analysis.matching import Collectives
@@ -94,6 +95,7 @@ def _analysis(
             columns=["rank", "step", "role", "straggler_wait_ms", "exposed_comm_ms"]
         ),
         hta=None,
+        windows=pd.DataFrame(columns=list(WINDOW_COLUMNS)),
     )
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.bubbles.classify import RankWaits, classify
+from fsobs.analysis.bubbles.coverage import WINDOW_COLUMNS, window_row
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES, BubbleConfig
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import StepTables, run_roles, step_times
@@ -54,6 +55,9 @@ class Analysis:
     """Per rank, step and role, ms: see :func:`fsobs.analysis.bubbles.tables.role_table`."""
     hta: HtaMetrics | None
     """None for CPU-only runs, where HTA's GPU metrics do not apply."""
+    windows: pd.DataFrame
+    """Per rank: what times its windows, and the GPU work they count without a launch or
+    leave out; see :mod:`fsobs.analysis.bubbles.coverage`."""
 
 
 def analyze_path(
@@ -78,7 +82,7 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
     Analyzes ``run`` once: the summaries hand their step parts over to the classification
     (:meth:`RankSummary.take_parts`), a rank at a time."""
     colls = match_collectives(run)
-    bubbles, steps, roles, caused = _classify_ranks(run, colls)
+    bubbles, steps, roles, caused, windows = _classify_ranks(run, colls)
     stragglers = find_stragglers(caused, step_times(steps), run.rank_ids)
     has_sidecar = run.sidecar is not None and not run.sidecar.empty
     hta = {r: s.hta for r, s in run.ranks.items() if s.hta is not None}
@@ -99,23 +103,28 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
         summary=kpis(steps, colls),
         roles=roles,
         hta=combine_hta(hta) if hta else None,
+        windows=windows,
     )
 
 
 def _classify_ranks(
     run: Run[RankSummary], colls: Collectives
-) -> tuple[BubbleStore, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+) -> tuple[BubbleStore, pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Classify the steps common to all ranks (``run.steps``), a rank at a time: the class
-    interval sets go to a :class:`BubbleStore`, and only the numbers of the per-step tables stay
-    in memory (:class:`~fsobs.analysis.bubbles.StepTables`)."""
+    interval sets go to a :class:`BubbleStore`, and only the numbers of the per-step tables
+    stay in memory (:class:`~fsobs.analysis.bubbles.StepTables`), with each rank's row of the
+    window table (:func:`~fsobs.analysis.bubbles.coverage.window_row`)."""
     wanted = set(run.steps)
     waits = RankWaits.of_ranks(colls, run.rank_ids)
     store, tables = BubbleStore(), StepTables(role_names=run_roles(colls.instances))
+    windows = []
     for rank, summary in run.ranks.items():
-        classes = classify([p for p in summary.take_parts() if p.step in wanted], waits[rank])
+        parts = summary.take_parts()
+        windows.append(window_row(rank, summary.device, parts, run.steps))
+        classes = classify([p for p in parts if p.step in wanted], waits[rank])
         tables.add(classes)
         store.put(rank, classes)
-    return store, *tables.frames()
+    return store, *tables.frames(), pd.DataFrame(windows, columns=list(WINDOW_COLUMNS))
 
 
 def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
@@ -136,8 +145,9 @@ def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
             "clock_skew_ms": colls.skew_ms,
         }
     step_time = step_times(steps).to_numpy()
+    window = steps["window_ms"].sum()
     return {
-        "bubble_ratio": float(steps["bubble_ms"].sum() / steps["window_ms"].sum()),
+        "bubble_ratio": float(steps["bubble_ms"].sum() / window) if window > 0 else float("nan"),
         **{f"{k}_ms_per_step": float(steps[f"{k}_ms"].mean()) for k in keys},
         "step_time_ms_p50": float(np.percentile(step_time, 50)),
         "step_time_ms_p90": float(np.percentile(step_time, 90)),

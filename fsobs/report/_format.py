@@ -39,6 +39,17 @@ def percent(value: float | None) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.1%}"
 
 
+def time_unit(scale_ms: float) -> str:
+    """The unit to print durations of about ``scale_ms`` in: ``µs`` under 1 ms (where two
+    decimals of ms would print ``0.00``), else ``ms``."""
+    return "µs" if 0 < scale_ms < 1 else "ms"
+
+
+def duration(ms: float, unit: str) -> str:
+    """``12.34 ms``, or ``12.3 µs`` in µs (``unit`` from :func:`time_unit`)."""
+    return f"{ms * 1e3:,.1f} µs" if unit == "µs" else f"{ms:.2f} ms"
+
+
 def short_list(values: object) -> str:
     """At most 8 values, comma-separated (`` ...`` when there are more)."""
     # a field of a pandas row (a list of ranks): pandas-stubs types it as a scalar

@@ -3,6 +3,7 @@ for people (:func:`render`: the run, the :func:`findings`, then the per-rank tab
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
@@ -13,8 +14,16 @@ from rich.table import Table
 from fsobs.analysis import Analysis
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
-from fsobs.report._format import print_table, short_list, table
+from fsobs.report._format import duration, print_table, short_list, table, time_unit
 from fsobs.report._json import plain, records
+from fsobs.report._windows import (
+    all_sparse,
+    hta_flag_lines,
+    hta_out_of_range,
+    rank_clocks,
+    run_clock,
+    window_findings,
+)
 
 _TEMPORAL_KEYS = (
     "rank",
@@ -39,6 +48,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
                 analysis.hta.comm_comp_overlap, ("rank", "comp_comm_overlap_pctg")
             ),
             "idle_time_breakdown": records(analysis.hta.idle_time_breakdown),
+            "out_of_range": hta_out_of_range(analysis),
         }
     return {
         "run": {
@@ -49,11 +59,13 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "num_steps": len(run.steps),
             "steps": run.steps,
             "step_source": sorted({t.step_source for t in run.ranks.values()}),
+            "step_clock": run_clock(analysis),
             "hosts": sorted({t.host_name for t in run.ranks.values() if t.host_name}),
             "simulated": run.meta is not None and run.meta.simulated,
             "warnings": run.warnings,
         },
         "ranks_overview": records(analysis.overview),
+        "windows": records(analysis.windows),
         "summary": {k: plain(v) for k, v in analysis.summary.items()},
         "by_role": {
             role: {k: plain(v) for k, v in values.items()}
@@ -132,10 +144,13 @@ _RANK_COLUMNS = {
     "host": "host",
     "num_events": "events",
     "num_steps": "steps",
-    "step_time_ms_mean": "step ms (mean)",
+    "step_time_ms_mean": "CPU step ms (mean)",
+    "window_ms_mean": "window ms (mean)",
+    "clock": "window clock",
     "num_comm_events": "comm events",
     "comm_time_ms": "comm ms (sum)",
 }
+_RANK_TIMES = ("step_time_ms_mean", "window_ms_mean", "comm_time_ms")
 _HTA_TEMPORAL_COLUMNS = {
     "rank": "rank",
     "kernel_time_us": "kernel time",
@@ -183,12 +198,24 @@ def _run_section(analysis: Analysis) -> list[Item]:
     ]
 
 
+def _unit(analysis: Analysis) -> str:
+    """The unit of the report's durations: µs when the step time is µs-scale, else ms."""
+    return time_unit(analysis.summary["step_time_ms_p50"])
+
+
+def _in_unit(frame: pd.DataFrame, columns: tuple[str, ...], unit: str) -> pd.DataFrame:
+    """``frame`` with its ms ``columns`` in ``unit``."""
+    return frame.assign(**{c: frame[c] * 1e3 for c in columns}) if unit == "µs" else frame
+
+
 def _bubble_section(analysis: Analysis) -> list[Item]:
     columns = dict(_BUBBLE_COLUMNS)
     if not analysis.steps["unattributed_comm_ms"].any():
         del columns["unattributed_comm_ms"]
+    unit = _unit(analysis)
     per_rank = analysis.steps.groupby("rank", as_index=False).mean(numeric_only=True)
-    return [table("Bubbles per rank (mean ms per step)", per_rank, columns)]
+    per_rank = _in_unit(per_rank, tuple(c for c in columns if c != "rank"), unit)
+    return [table(f"Bubbles per rank (mean {unit} per step)", per_rank, columns)]
 
 
 EMBEDDING_TOTAL_NOTE = (
@@ -225,7 +252,17 @@ def _straggler_section(analysis: Analysis) -> list[Item]:
 
 
 def _rank_section(analysis: Analysis) -> list[Item]:
-    return [table("Ranks", analysis.overview, _RANK_COLUMNS)]
+    """Per rank: its events, its CPU step and window times (the clock of each named), its
+    communication; the host column only when a trace names its host."""
+    unit = _unit(analysis)
+    windows = analysis.windows[["rank", "window_ms_mean"]].assign(
+        clock=rank_clocks(analysis).to_numpy()
+    )
+    ranks = _in_unit(analysis.overview.merge(windows, on="rank", how="left"), _RANK_TIMES, unit)
+    columns = {c: h.replace("ms", unit) for c, h in _RANK_COLUMNS.items()}
+    if not ranks["host"].astype(bool).any():
+        del columns["host"]
+    return [table("Ranks", ranks, columns)]
 
 
 def _hta_section(analysis: Analysis) -> list[Item]:
@@ -234,9 +271,11 @@ def _hta_section(analysis: Analysis) -> list[Item]:
         return ["HTA GPU metrics: not applicable (no GPU events in this run)."]
     temporal = hta.temporal_breakdown.merge(hta.comm_comp_overlap, on="rank")
     idle = hta.idle_time_breakdown
+    idle = idle[idle["idle_time_us"] != 0]  # the JSON keeps HTA's zero rows
     return [
         table("GPU temporal breakdown (HTA rules, µs)", temporal, _HTA_TEMPORAL_COLUMNS),
         table("GPU idle time by stream (HTA rules, µs)", idle, _HTA_IDLE_COLUMNS),
+        *hta_flag_lines(analysis),
     ]
 
 
@@ -266,24 +305,22 @@ def findings(analysis: Analysis) -> list[str]:
     and what the data shows about it. Each says only what the analysis showed."""
     summary = analysis.summary
     if analysis.steps.empty:
-        return ["no step window on every rank: no bubble breakdown"]
-    bubble = summary["bubble_ms_per_step"]
-    lines = [
-        f"bubbles take {summary['bubble_ratio']:.1%} of step time: {bubble:.2f} ms per rank "
-        f"and step (step time p50 {summary['step_time_ms_p50']:.2f} ms)"
-    ]
-    key, value = max(((k, summary[k]) for k in _CLASS_LABELS), key=lambda kv: kv[1])
-    if bubble > 0:
-        lines.append(
-            f"{_CLASS_LABELS[key]} dominates: {value:.2f} ms per step ({value / bubble:.0%} of it)"
-        )
+        return [
+            "no step window on every rank: no bubble breakdown",
+            *window_findings(analysis),
+        ]
+    unit = _unit(analysis)
+    if all_sparse(analysis):  # no verdict from a few GPU events: only what the windows miss
+        return window_findings(analysis) + _coverage_findings(analysis)
+    lines = _headline(analysis, unit) + window_findings(analysis)
     lines += _pec_findings(analysis)
     lines += _straggler_findings(analysis)
     lines += _coverage_findings(analysis)
     if summary["contention_ms_per_step"] > 0:
         lines.append(
-            f"compute overlapped with communication ran {summary['contention_ms_per_step']:.2f} "
-            "ms per step longer than alone (contention, not in the bubble)"
+            "compute overlapped with communication ran "
+            f"{duration(summary['contention_ms_per_step'], unit)} per step longer than alone "
+            "(contention, not in the bubble)"
         )
     window = analysis.steps["window_ms"].sum()
     other = analysis.steps["other_ms"].sum()
@@ -294,6 +331,26 @@ def findings(analysis: Analysis) -> list[str]:
         )
     if summary["clock_skew_ms"] > 0:
         lines.append(f"estimated clock skew between hosts: {summary['clock_skew_ms']:.3f} ms")
+    return lines
+
+
+def _headline(analysis: Analysis, unit: str) -> list[str]:
+    """The bubble's share, its size and the step time with its clock, then its main class."""
+    summary = analysis.summary
+    if math.isnan(summary["bubble_ratio"]):
+        return ["every step window has zero length: no bubble breakdown"]
+    bubble = summary["bubble_ms_per_step"]
+    lines = [
+        f"bubbles take {summary['bubble_ratio']:.1%} of step time: {duration(bubble, unit)} per "
+        f"rank and step (step time p50 {duration(summary['step_time_ms_p50'], unit)}, by the "
+        f"{run_clock(analysis)})"
+    ]
+    key, value = max(((k, summary[k]) for k in _CLASS_LABELS), key=lambda kv: kv[1])
+    if bubble > 0:
+        lines.append(
+            f"{_CLASS_LABELS[key]} dominates: {duration(value, unit)} per step "
+            f"({value / bubble:.0%} of it)"
+        )
     return lines
 
 

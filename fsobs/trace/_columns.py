@@ -17,6 +17,7 @@ import pandas as pd
 from fsobs.errors import TraceFormatError
 from fsobs.storage import Location
 from fsobs.trace._decode import Event, raw_value
+from fsobs.trace._legacy import modern_category
 from fsobs.trace.classify import COMM_KERNEL_RE
 
 _MAX_ABS_NS = 2**62  # times and durations in ns, so that base + ts stays inside int64
@@ -110,8 +111,11 @@ class ColumnBuilder:
         return np.asarray(remap, dtype=np.int32)[local] if len(local) else local.astype(np.int32)
 
     def _categorical(self, key: str, codes: np.ndarray) -> pd.Categorical:
-        """Codes -> Categorical of strings; ``None`` -> NaN; 7 and "7" become one category."""
+        """Codes -> Categorical of strings; ``None`` -> NaN; 7 and "7" become one category;
+        historical categories get today's names (:mod:`fsobs.trace._legacy`)."""
         labels = [None if v is None else str(v) for v in self._tables[key]]
+        if key == "cat":
+            labels = [modern_category(v) for v in labels]
         unique: dict[str, int] = {}
         remap = np.array(
             [-1 if v is None else unique.setdefault(v, len(unique)) for v in labels] or [-1],
@@ -187,7 +191,10 @@ class ColumnBuilder:
 
 
 def _detached(event: Event) -> Event:
-    """A copy whose raw JSON fields no longer point into the file's text (so it can be freed)."""
+    """A copy whose raw JSON fields no longer point into the file's text (so it can be freed),
+    its category by today's name."""
+    if event.cat != modern_category(event.cat):
+        event = msgspec.structs.replace(event, cat=modern_category(event.cat))
     if event.args is None:
         return event
     raws = {
@@ -200,10 +207,12 @@ def _detached(event: Event) -> Event:
 
 def _shape_key(args: Any) -> int:
     """A hash of what makes two events of one name alike: a CPU op's ``Input Dims`` (with
-    ``record_shapes``), a kernel's ``grid`` and ``block``; 0 when the trace has neither."""
+    ``record_shapes``; ``Input dims`` in 2021 traces), a kernel's ``grid`` and ``block``; 0 when
+    the trace has neither."""
     if args is None:
         return 0
-    parts = (bytes(args.input_dims), bytes(args.grid), bytes(args.block))
+    dims = args.input_dims or args.input_dims_2021
+    parts = (bytes(dims), bytes(args.grid), bytes(args.block))
     return zlib.crc32(b"|".join(parts)) + 1 if any(parts) else 0
 
 

@@ -41,6 +41,7 @@ class Args(msgspec.Struct, gc=False):
     seq: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Seq")
     comms_id: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Comms Id")
     input_dims: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Input Dims")
+    input_dims_2021: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Input dims")
     input_type: msgspec.Raw = msgspec.field(default=RAW_NONE, name="Input type")
     grid: msgspec.Raw = RAW_NONE  # a kernel's launch shape (contention compares like kernels)
     block: msgspec.Raw = RAW_NONE
@@ -218,6 +219,12 @@ _TYPES = {
 }
 
 
+_BARE_ARRAY = (
+    " (a bare array of events is what the autograd profiler writes without Kineto, its legacy "
+    "export_chrome_trace: no categories, streams or steps; record with torch.profiler instead)"
+)
+
+
 def _validation_detail(text: str) -> tuple[str, str | None]:
     """msgspec's "Expected `int | null`, got `str` - at `$.a[1].b`" -> (human text, "a[1].b")."""
     message, _, where = text.partition(" - at `")
@@ -231,7 +238,9 @@ def _validation_detail(text: str) -> tuple[str, str | None]:
         types = [t for t in types if t != "null"] or ["null"]
         wanted = " or ".join(_TYPES.get(t, t) for t in types)
         detail = f"expected {wanted}, got {_TYPES.get(got, got)}"
-        return (detail if field else f"not a Kineto trace: {detail}"), field
+        if field:
+            return detail, field
+        return f"not a Kineto trace: {detail}{_BARE_ARRAY if got == 'array' else ''}", None
     return message[:1].lower() + message[1:], field
 
 

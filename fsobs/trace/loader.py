@@ -160,9 +160,7 @@ def _discover(source: Source) -> _Found:
         if path.is_dir():
             files = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p.name))
             if not files:
-                raise EmptyRunError(
-                    "no trace files (*.json, *.json.gz) in this directory", path=path
-                )
+                raise _no_traces(path, _run_folders(path))
             meta = read_run_meta(path / RUN_JSON) if (path / RUN_JSON).exists() else None
             return _Found(path, list(files), _local_bytes(files), meta, is_dir=True)
         if not path.exists():
@@ -188,19 +186,59 @@ def _discover_remote(url: RemotePath) -> _Found:
     if is_trace_name(url.name):
         return _Found(url, [url], None, None, is_dir=False)
     try:
-        entries = [e for e in list_dir(url) if not e.is_dir]
+        listed = list_dir(url)
     except FileNotFoundError as exc:
         raise TraceReadError("no such file or directory", path=url) from exc
     except OSError as exc:
         raise TraceReadError(f"cannot list this folder: {exc}", path=url) from exc
+    entries = [e for e in listed if not e.is_dir]
     files = [e for e in entries if is_trace_name(e.location.name)]
     if not files:
-        raise EmptyRunError("no trace files (*.json, *.json.gz) in this directory", path=url)
+        folders = [e.location.name for e in listed if e.is_dir]
+        raise _no_traces(url, folders, checked=False)
     sizes = [e.size for e in files]
     total = None if None in sizes else sum(s for s in sizes if s is not None)
     has_meta = any(e.location.name == RUN_JSON for e in entries)
     meta = read_run_meta(url / RUN_JSON) if has_meta else None
     return _Found(url, [e.location for e in files], total, meta, is_dir=True)
+
+
+_RUNS_SHOWN = 8
+_RUN_DEPTH = 3
+
+
+def _run_folders(root: Path) -> list[str]:
+    """Folders under ``root`` (``_RUN_DEPTH`` levels at most) that hold trace files: runs,
+    as paths relative to ``root``, shallowest first, by name within a level; the first
+    ``_RUNS_SHOWN`` + 1 found."""
+    found: list[str] = []
+    level = [root]
+    for _ in range(_RUN_DEPTH):
+        below = []
+        for folder in level:
+            for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
+                if any(p.is_file() and is_trace_name(p.name) for p in sub.iterdir()):
+                    found.append(str(sub.relative_to(root)))
+                    if len(found) > _RUNS_SHOWN:
+                        return found
+                else:
+                    below.append(sub)
+        level = below
+    return found
+
+
+def _no_traces(folder: Location, runs: list[str], *, checked: bool = True) -> EmptyRunError:
+    """The error for a folder without trace files; it names the run folders under it (or,
+    remote, its subfolders, unchecked) for the user to pick one."""
+    message = "no trace files (*.json, *.json.gz) in this directory"
+    if runs:
+        shown = ", ".join(runs[:_RUNS_SHOWN]) + (" ..." if len(runs) > _RUNS_SHOWN else "")
+        what = "run folder(s) with trace files" if checked else "subfolder(s)"
+        message += (
+            f"; it holds {what} ({shown}) and a run is one folder of trace files: analyze "
+            f"one of them, e.g. {folder / runs[0]}"
+        )
+    return EmptyRunError(message, path=folder)
 
 
 def _check_protocol(url: RemotePath) -> None:

@@ -10,7 +10,9 @@ ts_ns          int64         start, absolute nanoseconds since the epoch (base +
                              traces, ts * 1000 for old absolute-microsecond traces)
 dur_ns         int64         duration in nanoseconds
 name           category      event name
-cat            category      Kineto category (``kernel``, ``cpu_op``, ...); NaN when absent
+cat            category      Kineto category (``kernel``, ``cpu_op``, ...), by today's name
+                             (``Operator`` of 2021 traces is ``cpu_op``: :mod:`._legacy`);
+                             NaN when absent
 kind           category      compute, comm, memcpy, memset, sync, runtime, annotation, step,
                              other (see :mod:`fsobs.trace.classify`)
 device         category      ``gpu`` (device-side event) or ``cpu``

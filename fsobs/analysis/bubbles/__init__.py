@@ -11,7 +11,8 @@ rank of its process group recorded it and the ranks agree on it
 with ``A`` the last rank's arrival.
 
 GPU traces (the resource is the GPU; the window runs from the first GPU event launched in step s
-to the first one of the next step, see :func:`_gpu_windows`)::
+to the first one of the next step, or is the step's CPU range when no step launched GPU work;
+see :mod:`.windows`, which also counts the GPU work the windows leave out)::
 
     compute   |=====|      |====|             |=====|
     comm            |..wait..|xx|   |uuu|                 a_r = own start, A = last start
@@ -45,8 +46,8 @@ matched instance that covers it; where several instances' waits overlap, to the 
 arrival is latest (the binding one; ties: the lower instance number). So the wait the
 stragglers caused adds up to the straggler_wait class exactly.
 
-The modules: :mod:`.parts` cuts a rank's trace into per-step interval sets (the windows, compute,
-communication, data loading, contention), :mod:`.classify` turns them into the classes once the
-cross-rank waits are known, :mod:`.tables` sums them into the per-step tables, :mod:`.store`
-keeps the class intervals of a run on disk.
+The modules: :mod:`.windows` draws a rank's step windows, :mod:`.parts` cuts its trace into
+per-step interval sets (compute, communication, data loading, contention), :mod:`.classify`
+turns them into the classes once the cross-rank waits are known, :mod:`.tables` sums them into
+the per-step tables, :mod:`.store` keeps the class intervals of a run on disk.
 """

@@ -115,6 +115,8 @@ def classify(parts: list[StepParts], waits: RankWaits) -> list[StepBubbles]:
     of the result inside its window: what it would get alone. Steps whose windows overlap
     (never on a GPU, whose windows tile the timeline) are classified one by one.
     """
+    if not parts:  # a rank without any window
+        return []
     windows = [p.window for p in parts]
     order = sorted(range(len(parts)), key=windows.__getitem__)
     disjoint = all(windows[a][1] <= windows[b][0] for a, b in pairwise(order))

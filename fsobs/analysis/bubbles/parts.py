@@ -11,6 +11,7 @@ import pandas as pd
 
 from fsobs.analysis import intervals as iv
 from fsobs.analysis.bubbles.optree import op_tree
+from fsobs.analysis.bubbles.windows import GpuCoverage, cpu_windows, gpu_coverage, gpu_windows
 from fsobs.analysis.matching import SYNC_COLLECTIVES, arrivals
 from fsobs.trace.schema import RankTrace
 from optim.markers import DATA_MARKER
@@ -77,6 +78,19 @@ class StepParts:
     loader_comm: iv.Intervals = _EMPTY
     """CPU: the collectives that started inside a data-loader range, while inside one."""
     contention_ns: int = 0
+    clock: str = ""
+    """What times the window (:mod:`.windows`): ``gpu``, the GPU work the step launched, or
+    ``cpu``, the step's CPU range (a CPU rank's, or a GPU rank's whose steps launched no GPU
+    work). Empty: the device's own (``gpu`` on a GPU, ``cpu`` on a CPU)."""
+    cpu_ns: int = 0
+    """Length of the step's CPU range (its ProfilerStep or marker range; for a whole-trace
+    window, the span of the rank's CPU events); 0 when the rank has no CPU event."""
+    coverage: GpuCoverage = GpuCoverage()
+    """GPU: the work around the window that no recorded step launched."""
+
+    def __post_init__(self) -> None:
+        if not self.clock:
+            self.clock = "gpu" if self.device == "gpu" else "cpu"
 
 
 def step_parts(trace: RankTrace, config: BubbleConfig | None = None) -> list[StepParts]:
@@ -89,34 +103,6 @@ def step_parts(trace: RankTrace, config: BubbleConfig | None = None) -> list[Ste
 def _spans(frame: pd.DataFrame) -> iv.Intervals:
     start = frame["ts_ns"].to_numpy()
     return iv.union(start, start + frame["dur_ns"].to_numpy())
-
-
-def _gpu_windows(
-    step: np.ndarray, start: np.ndarray, end: np.ndarray
-) -> dict[int, tuple[int, int]]:
-    """GPU window of every step (``step``, ``start``, ``end``: those of the rank's GPU events):
-    from its first GPU event to the next step's first one.
-
-    Consecutive windows tile the GPU timeline, so a gap between steps (data loading, a late
-    launch) counts once, as host_idle of the step before it, and work of two steps that overlap
-    (pipelining) is never counted twice. The last recorded step ends with its own last event::
-
-        step 1 work |====|  |===|         step 2 work  |===| |====|
-        window 1    [-----------------)   window 2     [----------]
-    """
-    mine = step >= 0
-    steps, which = np.unique(step[mine], return_inverse=True)
-    first = np.full(len(steps), np.iinfo(np.int64).max)
-    np.minimum.at(first, which, start[mine])
-    last = np.full(len(steps), np.iinfo(np.int64).min)
-    np.maximum.at(last, which, end[mine])
-    order = np.argsort(first, kind="quicksort")  # as pandas' sort_values
-    starts = first[order].tolist()
-    ends = [*starts[1:], int(last[order[-1]])] if len(order) else []
-    return {
-        int(s): (lo, max(hi, lo))
-        for s, lo, hi in zip(steps[order].tolist(), starts, ends, strict=True)
-    }
 
 
 def _gpu_parts(trace: RankTrace) -> list[StepParts]:
@@ -140,14 +126,22 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     transfer = iv.union(start[is_transfer], end[is_transfer])
     everything = iv.union(start, end)
     comm_rows, comm_start, comm_end = rows[is_comm], start[is_comm], end[is_comm]
+    ranges = cpu_windows(ev[ev["device"] == "cpu"], _marks(ev))
+    windows, clock = gpu_windows(step, start, end), "gpu"
+    if not windows:  # no step launched GPU work: the GPU during the steps' CPU ranges
+        windows, clock = ranges, "cpu"
+    coverage = gpu_coverage(windows, step, start, end)
     out = []
-    for s, (lo, hi) in _gpu_windows(step, start, end).items():
+    for s, (lo, hi) in windows.items():
         out.append(
             StepParts(
                 rank=trace.rank,
                 step=s,
                 device="gpu",
                 window=(lo, hi),
+                clock=clock,
+                cpu_ns=_length(ranges.get(s)),
+                coverage=coverage[s],
                 compute=iv.clip(compute, lo, hi),
                 comm=iv.clip(comm, lo, hi),
                 comm_rows=comm_rows[(comm_start < hi) & (comm_end > lo)],
@@ -173,23 +167,18 @@ def _main_thread(ev: pd.DataFrame, marks: pd.DataFrame) -> object:
     return ops["tid"].value_counts().index[0] if len(ops) else None
 
 
-def _cpu_windows(cpu: pd.DataFrame, marks: pd.DataFrame) -> list[tuple[int, int, int]]:
-    """(step, start, end) of each window: the step marks, else (a trace without steps) the
-    span of all the rank's CPU events, as step 0."""
-    if len(marks):
-        return [
-            (int(s), int(lo), int(lo) + int(dur))
-            for s, lo, dur in marks[["step", "ts_ns", "dur_ns"]].itertuples(index=False)
-        ]
-    if cpu.empty:
-        return []
-    start = cpu["ts_ns"].to_numpy()
-    return [(0, int(start.min()), int((start + cpu["dur_ns"].to_numpy()).max()))]
+def _marks(ev: pd.DataFrame) -> pd.DataFrame:
+    """The step ranges (ProfilerSteps, or the step marker's) of a rank's events."""
+    return ev[(ev["kind"] == "step") & (ev["device"] == "cpu")]
+
+
+def _length(window: tuple[int, int] | None) -> int:
+    return 0 if window is None else window[1] - window[0]
 
 
 def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     ev = trace.events
-    marks = ev[(ev["kind"] == "step") & (ev["device"] == "cpu")]
+    marks = _marks(ev)
     main_tid = _main_thread(ev, marks)
     main = ev[(ev["tid"] == main_tid) & (ev["device"] == "cpu")]
     comm_all = ev[(ev["kind"] == "comm") & (ev["device"] == "cpu")]
@@ -215,7 +204,7 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     in_loader = iv.covered(loading, comm_start)
     loader_comm = iv.intersect(iv.union(comm_start[in_loader], comm_end[in_loader]), loading)
     out = []
-    for step, lo, hi in _cpu_windows(ev[ev["device"] == "cpu"], marks):
+    for step, (lo, hi) in cpu_windows(ev[ev["device"] == "cpu"], marks).items():
         comm = (comm_start < hi) & (comm_end > lo)
         out.append(
             StepParts(
@@ -223,6 +212,7 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
                 step=step,
                 device="cpu",
                 window=(lo, hi),
+                cpu_ns=hi - lo,
                 compute=iv.clip(compute, lo, hi),
                 comm=iv.clip(iv.union(comm_start[comm], comm_end[comm]), lo, hi),
                 comm_rows=comm_all.index.to_numpy()[comm],
