@@ -279,7 +279,9 @@ def test_gloo_collectives_of_two_groups_are_never_paired_across_groups(tmp_path)
     table = checked_table(run)
     expect_row(table, 0, 1, window=100, busy=70, straggler_wait=15, exposed_comm=15)
     expect_row(table, 1, 1, window=100, busy=64, straggler_wait=16, exposed_comm=20)
-    strag = find_stragglers(result.caused, step_times(result.steps), run.rank_ids, TINY)
+    strag = find_stragglers(
+        result.caused, step_times(result.steps), result.collectives.lateness, run.rank_ids, TINY
+    )
     assert strag.per_step.loc[0, "rank"] == 0  # caused 16 µs, rank 1 caused 15
     assert strag.per_rank["wait_caused_ms"].tolist() == pytest.approx([0.016, 0.015])
 
@@ -367,7 +369,9 @@ def test_overlapping_waits_are_charged_once_to_the_binding_last_rank(tmp_path):
     result = analyze(run)
     bubbles = {sb.rank: sb for sb in result.bubbles}
     assert bubbles[0].caused_ns == {1: 10_000, 2: 20_000}
-    strag = find_stragglers(result.caused, step_times(result.steps), run.rank_ids, TINY)
+    strag = find_stragglers(
+        result.caused, step_times(result.steps), result.collectives.lateness, run.rank_ids, TINY
+    )
     assert strag.per_step[["step", "rank", "wait_caused_ms"]].values.tolist() == [[1, 2, 0.02]]
     assert strag.per_rank["wait_caused_ms"].tolist() == pytest.approx([0, 0.01, 0.02])
     total = result.steps["straggler_wait_ms"].sum()
@@ -390,7 +394,9 @@ def test_equal_waits_are_a_tie_and_tiny_waits_name_no_straggler(tmp_path):
     rank1 = [gloo("all_reduce", 10, 10), gloo("all_reduce", 20, 20), gloo("all_reduce", 105, 5)]
     run = load_docs(tmp_path, [cpu_doc(0, rank0, steps=steps), cpu_doc(1, rank1, steps=steps)])
     result = analyze(run)
-    strag = find_stragglers(result.caused, step_times(result.steps), run.rank_ids, TINY)
+    strag = find_stragglers(
+        result.caused, step_times(result.steps), result.collectives.lateness, run.rank_ids, TINY
+    )
     first, second = strag.per_step.to_dict("records")
     assert pd.isna(first["rank"]) and first["tied_ranks"] == [0, 1]
     assert first["wait_caused_ms"] == pytest.approx(0.01)

@@ -51,6 +51,13 @@ from typing import Protocol, TypeVar, cast
 import numpy as np
 import pandas as pd
 
+from fsobs.analysis.alltoall import VOLUME_INPUTS, AllToAll, all_to_all_table, volume_columns
+from fsobs.analysis.stragglers.lateness import (
+    LATENESS_COLUMNS,
+    LATENESS_INPUTS,
+    gpu_gaps,
+    lateness_table,
+)
 from fsobs.trace.schema import ProcessGroup, RankLike, RankTrace, Run
 from optim.markers import DENSE_DESC, EMB_DESC
 
@@ -114,12 +121,25 @@ class Collectives:
 
     ``offsets_ns``: per rank, what was subtracted from its clock; ``skew_ms`` the largest
     absolute offset.
+
+    ``roles_known``: whether anything in the run says the role of at least one collective (a
+    marker, a PEC, torchrec or DDP range, a group description, run.json's group layout);
+    without, every role is the fallback ``other`` and the time by role is unknown.
+
+    ``lateness``: per instance that kept a rank waiting, what its last rank was doing
+    meanwhile (:func:`fsobs.analysis.stragglers.lateness.lateness_table`).
+
+    ``all_to_all``: the send / receive imbalance and volume matrix of every all_to_all(v)
+    instance (:mod:`fsobs.analysis.alltoall`).
     """
 
     instances: pd.DataFrame
     problems: pd.DataFrame
     offsets_ns: dict[int, int]
     partial: pd.DataFrame = field(default_factory=lambda: _empty_partial())
+    roles_known: bool = False
+    lateness: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LATENESS_COLUMNS))
+    all_to_all: AllToAll = field(default_factory=AllToAll)
 
     @property
     def skew_ms(self) -> float:
@@ -131,7 +151,7 @@ def match_collectives(run: Run[C]) -> Collectives:
     raw = _all_ranks(run)
     if raw.empty:
         return Collectives(_empty_instances(), _empty_problems(), dict.fromkeys(run.rank_ids, 0))
-    raw["role"] = _roles(run, raw)
+    raw["role"], known = _roles(run, raw)
     complete, problems, partial = _complete_instances(run, raw)
     offsets = _clock_offsets(run, complete)
     shift = complete["rank"].map(offsets).to_numpy(np.int64)
@@ -142,8 +162,16 @@ def match_collectives(run: Run[C]) -> Collectives:
     last = complete.loc[complete.groupby("instance")["start_ns"].idxmax(), ["instance", "rank"]]
     complete["last_rank"] = complete["instance"].map(last.set_index("instance")["rank"])
     problems = pd.concat([p for p in (problems, inconsistent) if len(p)] or [problems])
+    lateness, all_to_all = lateness_table(complete), all_to_all_table(complete)
+    complete = complete.drop(columns=[*LATENESS_INPUTS, *VOLUME_INPUTS])
     return Collectives(
-        complete.reset_index(drop=True), problems.reset_index(drop=True), offsets, partial
+        complete.reset_index(drop=True),
+        problems.reset_index(drop=True),
+        offsets,
+        partial,
+        roles_known=known,
+        lateness=lateness,
+        all_to_all=all_to_all,
     )
 
 
@@ -173,6 +201,7 @@ def rank_collectives(trace: RankTrace) -> pd.DataFrame:
     end = trace.events["ts_ns"].to_numpy()[rows] + trace.events["dur_ns"].to_numpy()[rows]
     order = np.argsort(start, kind="stable")
     group = colls["pg_name"].astype(object).where(colls["pg_name"].notna(), DEFAULT_GROUP)
+    gap, host_busy = gpu_gaps(trace, rows[order], start[order])
     frame = pd.DataFrame(
         {
             "rank": trace.rank,
@@ -188,6 +217,9 @@ def rank_collectives(trace: RankTrace) -> pd.DataFrame:
             "pg_ranks": colls["pg_ranks"].astype(object).to_numpy()[order],
             "pg_desc": colls["pg_desc"].astype(object).to_numpy()[order],
             "role": colls["role"].astype(object).to_numpy()[order],
+            "gpu_gap_ns": gap,
+            "host_busy": pd.Series(host_busy, dtype=object).to_numpy(),
+            **{k: v[order] for k, v in volume_columns(colls).items()},
         }
     )
     frame["key"] = _instance_keys(frame)
@@ -215,10 +247,11 @@ GROUP_ROLES = {EMB_DESC: "embedding", DENSE_DESC: "dense"}
 """Process-group descriptions FreeScale gives its groups (``optim.groups``) -> role."""
 
 
-def _roles(run: Run[C], raw: pd.DataFrame) -> np.ndarray:
-    """Each collective's role: PEC's range or FreeScale's marker around its issue
-    (:mod:`fsobs.trace`), else its group's description (NCCL traces name it), else the group
-    layout in ``run.json``, else ``other``."""
+def _roles(run: Run[C], raw: pd.DataFrame) -> tuple[np.ndarray, bool]:
+    """Each collective's role: PEC's range, FreeScale's marker or torchrec's / DDP's range
+    around its issue (:mod:`fsobs.trace`), else its group's description (NCCL traces name it),
+    else the group layout in ``run.json``, else ``other``; and whether any collective's role
+    came from before the fallback."""
     layout = (run.meta.process_groups if run.meta is not None else None) or {}
     by_name = {
         str(info.get("pg_name")): role if role in ("embedding", "dense") else "other"
@@ -227,7 +260,7 @@ def _roles(run: Run[C], raw: pd.DataFrame) -> np.ndarray:
     }
     role = raw["role"].where(raw["role"].notna(), raw["pg_desc"].map(GROUP_ROLES))
     role = role.where(role.notna(), raw["group"].map(by_name))
-    return role.fillna("other").to_numpy(object)
+    return role.fillna("other").to_numpy(object), bool(role.notna().any())
 
 
 def _issue_steps(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:

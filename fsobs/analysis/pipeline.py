@@ -83,7 +83,7 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
     (:meth:`RankSummary.take_parts`), a rank at a time."""
     colls = match_collectives(run)
     bubbles, steps, roles, caused, windows = _classify_ranks(run, colls)
-    stragglers = find_stragglers(caused, step_times(steps), run.rank_ids)
+    stragglers = find_stragglers(caused, step_times(steps), colls.lateness, run.rank_ids)
     has_sidecar = run.sidecar is not None and not run.sidecar.empty
     hta = {r: s.hta for r, s in run.ranks.items() if s.hta is not None}
     return Analysis(

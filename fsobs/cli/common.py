@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import TypeAlias
@@ -37,6 +38,16 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         "(traces without either are analyzed as one window per rank)",
     )
     parser.add_argument(
+        "--comm-kernel",
+        metavar="REGEX",
+        action="append",
+        default=[],
+        type=regex,
+        help="GPU kernels whose name matches REGEX (case-insensitive) are communication, "
+        "beside NCCL/RCCL/DeepEP/NVSHMEM/... (fsobs.trace.classify.COMM_KERNEL_PATTERNS); "
+        "repeat for several",
+    )
+    parser.add_argument(
         "--scheduler",
         metavar="ADDRESS",
         help="parse the ranks on this Dask scheduler's workers (tcp://host:8786); "
@@ -48,8 +59,18 @@ def load_config(args: argparse.Namespace) -> LoadConfig:
     return LoadConfig(
         max_trace_bytes=int(args.max_trace_gb * 2**30),
         step_marker=args.step_marker or None,
+        comm_kernels=tuple(args.comm_kernel),
         scheduler=args.scheduler or None,
     )
+
+
+def regex(text: str) -> str:
+    """``text``, checked to be a regular expression."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {text!r} ({exc})") from None
+    return text
 
 
 def positive_gb(text: str) -> float:

@@ -13,9 +13,15 @@ from rich.table import Table
 
 from fsobs.analysis import Analysis
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
-from fsobs.analysis.stragglers.causes import CAUSES
+from fsobs.report._alltoall import all_to_all_findings, all_to_all_json, all_to_all_tables
 from fsobs.report._format import duration, print_table, short_list, table, time_unit
 from fsobs.report._json import plain, records
+from fsobs.report._stragglers import (
+    attribution_json,
+    straggler_findings,
+    straggler_table,
+    stragglers_json,
+)
 from fsobs.report._windows import (
     all_sparse,
     hta_flag_lines,
@@ -67,19 +73,10 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "ranks_overview": records(analysis.overview),
         "windows": records(analysis.windows),
         "summary": {k: plain(v) for k, v in analysis.summary.items()},
-        "by_role": {
-            role: {k: plain(v) for k, v in values.items()}
-            for role, values in by_role(analysis.roles).items()
-        },
+        "by_role": _by_role_json(analysis),
         "steps": records(analysis.steps),
-        "stragglers": {
-            "per_step": records(analysis.stragglers.per_step),
-            "per_rank": records(analysis.stragglers.per_rank),
-            "verdict": analysis.stragglers.verdict,
-            "culprit": analysis.stragglers.culprit,
-            "causes": _causes_json(analysis),
-        },
-        "data_attribution": _attribution_json(analysis),
+        "stragglers": stragglers_json(analysis),
+        "data_attribution": attribution_json(analysis),
         "collectives": {
             "matched_instances": int(analysis.collectives.instances["instance"].nunique()),
             "unmatched": records(analysis.collectives.problems),
@@ -87,34 +84,21 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "clock_offsets_ms": {
                 str(r): v / 1e6 for r, v in analysis.collectives.offsets_ns.items()
             },
+            "all_to_all": all_to_all_json(analysis),
         },
         "hta": hta,
     }
 
 
-def _causes_json(analysis: Analysis) -> dict[str, Any]:
-    """Why the stragglers were late (:mod:`fsobs.analysis.stragglers.causes`); ``known`` false
-    when the sidecars lack the pause fields."""
-    causes = analysis.causes
-    if causes is None:
-        return {"known": False, "shares": None, "per_step": []}
-    return {
-        "known": True,
-        "shares": {k: plain(v) for k, v in causes.shares.items()},
-        "per_step": records(causes.per_step),
-    }
-
-
-def _attribution_json(analysis: Analysis) -> dict[str, Any] | None:
-    attr = analysis.attribution
-    if attr is None:
+def _by_role_json(analysis: Analysis) -> dict[str, Any] | None:
+    """Blocked time by the role of the collective; None (unknown) when nothing in the run says
+    any collective's role, or no collective was matched across ranks to measure it."""
+    colls = analysis.collectives
+    if not colls.roles_known or colls.instances.empty:
         return None
     return {
-        "cost_source": attr.cost_source,
-        "rank_correlation": plain(attr.rank_correlation),
-        "explained_wait_share": plain(attr.explained_wait_share),
-        "verdict": attr.verdict,
-        "per_step": records(attr.per_step),
+        role: {k: plain(v) for k, v in values.items()}
+        for role, values in by_role(analysis.roles).items()
     }
 
 
@@ -133,11 +117,6 @@ _BUBBLE_COLUMNS = {
     "host_idle_ms": "host idle",
     "other_ms": "other",
     "contention_ms": "contention",
-}
-_STRAGGLER_COLUMNS = {
-    "rank": "rank",
-    "times_last": "steps last",
-    "wait_caused_ms": "wait caused (ms)",
 }
 _RANK_COLUMNS = {
     "rank": "rank",
@@ -244,13 +223,6 @@ def _role_section(analysis: Analysis) -> list[Item]:
     ]
 
 
-def _straggler_section(analysis: Analysis) -> list[Item]:
-    per_rank = analysis.stragglers.per_rank
-    if not per_rank["times_last"].any():
-        return []
-    return [table("Stragglers", per_rank, _STRAGGLER_COLUMNS)]
-
-
 def _rank_section(analysis: Analysis) -> list[Item]:
     """Per rank: its events, its CPU step and window times (the clock of each named), its
     communication; the host column only when a trace names its host."""
@@ -283,7 +255,8 @@ SECTIONS: tuple[Section, ...] = (
     _run_section,
     _bubble_section,
     _role_section,
-    _straggler_section,
+    straggler_table,
+    all_to_all_tables,
     _rank_section,
     _hta_section,
 )
@@ -314,7 +287,8 @@ def findings(analysis: Analysis) -> list[str]:
         return window_findings(analysis) + _coverage_findings(analysis)
     lines = _headline(analysis, unit) + window_findings(analysis)
     lines += _pec_findings(analysis)
-    lines += _straggler_findings(analysis)
+    lines += straggler_findings(analysis)
+    lines += all_to_all_findings(analysis)
     lines += _coverage_findings(analysis)
     if summary["contention_ms_per_step"] > 0:
         lines.append(
@@ -373,83 +347,6 @@ def _pec_findings(analysis: Analysis) -> list[str]:
             "torchrec does not have"
         )
     return [line]
-
-
-def _straggler_findings(analysis: Analysis) -> list[str]:
-    strag = analysis.stragglers
-    per_step = strag.per_step
-    named = per_step["rank"].notna().sum()
-    lines = []
-    if strag.culprit is not None:
-        row = strag.per_rank.set_index("rank").loc[strag.culprit]
-        lines.append(
-            f"rank {strag.culprit} is the straggler in {int(row['times_last'])} of "
-            f"{len(per_step)} steps ({strag.verdict}); it made the others wait "
-            f"{row['wait_caused_ms']:.1f} ms in total"
-        )
-    elif named:
-        counts = per_step["rank"].dropna().astype(int).value_counts()
-        top = sorted(counts.index[counts == counts.max()].tolist())
-        lines.append(
-            f"no single straggler: ranks {top} are each the straggler in {counts.max()} of "
-            f"{len(per_step)} steps ({strag.verdict})"
-        )
-    ties = per_step[per_step["tied_ranks"].map(len) > 0]
-    if len(ties):
-        lines.append(
-            f"{len(ties)} step(s) tie between ranks for the largest wait caused (steps "
-            f"{short_list(ties['step'])}): no straggler named for them"
-        )
-    calm = per_step[per_step["rank"].isna() & (per_step["tied_ranks"].map(len) == 0)]
-    if len(calm) and named:
-        lines.append(f"{len(calm)} step(s) have no straggler (waits below the threshold)")
-    lines += _data_findings(analysis, bool(named))
-    if named:
-        lines.append(_causes_finding(analysis))
-    return lines
-
-
-def _causes_finding(analysis: Analysis) -> str:
-    causes = analysis.causes
-    if causes is None or not len(causes.per_step):
-        return (
-            "why the stragglers were late is unknown: the step sidecars have no GC, CPU-time "
-            "and context-switch fields (runs recorded with the profiler have them)"
-        )
-    shares = causes.shares
-    parts = ", ".join(f"{name} {shares[name]:.0%}" for name in CAUSES)
-    return f"the straggler wait by the cause of the straggler's lateness: {parts}"
-
-
-def _data_findings(analysis: Analysis, has_straggler: bool) -> list[str]:
-    attr = analysis.attribution
-    if attr is None:
-        if has_straggler:
-            return ["no step sidecar (steps.rank<R>.jsonl): the input data cannot be checked"]
-        return []
-    if attr.verdict == "unknown":
-        return []
-    per_step = attr.per_step
-    costliest = int(per_step["culprit_has_max_cost"].sum())
-    shown = (
-        f"the straggler alone had the costliest data in {costliest} of {len(per_step)} steps "
-        f"({attr.explained_wait_share:.0%} of the wait), cost vs lateness rank correlation "
-        f"{attr.rank_correlation:.2f}"
-    )
-    tied = int(per_step["max_cost_tied"].sum())
-    tie_note = f"; {tied} step(s) had tied largest costs" if tied else ""
-    if attr.verdict == "explains":
-        return [
-            f"the input data explains it: {shown}, "
-            f"{per_step['cost_ratio'].mean():.2f}x the mean cost{tie_note}"
-        ]
-    if attr.verdict == "balanced":
-        return [
-            f"the input data is balanced (rank costs within {attr.median_cost_spread:.1%} of "
-            "each other, median over steps), so it does not explain the wait: the late rank "
-            f"was slower on equal work ({shown}){tie_note}"
-        ]
-    return [f"the input data does not explain it: {shown}{tie_note}"]
 
 
 def _coverage_findings(analysis: Analysis) -> list[str]:

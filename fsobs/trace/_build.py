@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -24,26 +25,45 @@ from fsobs.trace._decode import (
     read_trace_bytes,
 )
 from fsobs.trace._stream import EventStream, SplitError
-from fsobs.trace.classify import classify, is_device_cat, step_number
+from fsobs.trace.classify import (
+    COMM_KERNEL_RE,
+    classify,
+    comm_kernel_re,
+    is_device_cat,
+    step_number,
+)
 from fsobs.trace.schema import EVENT_COLUMNS, KINDS, ProcessGroup, RankTrace
 
 BATCH = 16_384  # events decoded to typed structs at a time
 
 
-def build_rank_trace(path: Location, max_bytes: int, step_marker: str | None = None) -> RankTrace:
+def build_rank_trace(
+    path: Location,
+    max_bytes: int,
+    step_marker: str | None = None,
+    comm_kernels: tuple[str, ...] = (),
+) -> RankTrace:
     """Read, decode and tabulate one trace file. Raises :class:`FsobsError` on bad input.
+    ``comm_kernels``: the user's patterns of communication kernels
+    (:func:`fsobs.trace.classify.comm_kernel_re`).
 
     The file is first read as a stream (:mod:`fsobs.trace._stream`): a few MB of JSON text at a
     time. Should that fail for any reason (an unusual layout, or bad input), it is read again
     whole, which also words the error if the input is bad.
     """
+    comm = comm_kernel_re(comm_kernels)
     try:
-        return _build_streaming(path, max_bytes, step_marker)
+        return _build_streaming(path, max_bytes, step_marker, comm)
     except (SplitError, msgspec.MsgspecError, FsobsError, zlib.error, UnicodeDecodeError):
-        return _build_whole(path, max_bytes, step_marker)
+        return _build_whole(path, max_bytes, step_marker, comm)
 
 
-def _build_streaming(path: Location, max_bytes: int, step_marker: str | None = None) -> RankTrace:
+def _build_streaming(
+    path: Location,
+    max_bytes: int,
+    step_marker: str | None = None,
+    comm: re.Pattern[str] = COMM_KERNEL_RE,
+) -> RankTrace:
     stream = EventStream(path, max_bytes)
     builder = ColumnBuilder(path, -1)
     offset = 0
@@ -51,10 +71,15 @@ def _build_streaming(path: Location, max_bytes: int, step_marker: str | None = N
         events = decode_event_array(chunk)
         builder.add(events, offset)
         offset += len(events)
-    return _finish(decode_trace(stream.skeleton, path), builder, path, step_marker)
+    return _finish(decode_trace(stream.skeleton, path), builder, path, step_marker, comm)
 
 
-def _build_whole(path: Location, max_bytes: int, step_marker: str | None = None) -> RankTrace:
+def _build_whole(
+    path: Location,
+    max_bytes: int,
+    step_marker: str | None = None,
+    comm: re.Pattern[str] = COMM_KERNEL_RE,
+) -> RankTrace:
     """The whole JSON text in memory while its events are decoded, batch by batch."""
     data = read_trace_bytes(path, max_bytes)
     trace = decode_trace(data, path)
@@ -64,11 +89,15 @@ def _build_whole(path: Location, max_bytes: int, step_marker: str | None = None)
         builder.add(decode_events(raws[offset : offset + BATCH], data, path), offset)
     trace.traceEvents = []
     del raws, data  # nothing references the JSON text any more
-    return _finish(trace, builder, path, step_marker)
+    return _finish(trace, builder, path, step_marker, comm)
 
 
 def _finish(
-    trace: TraceFile, builder: ColumnBuilder, path: Location, step_marker: str | None
+    trace: TraceFile,
+    builder: ColumnBuilder,
+    path: Location,
+    step_marker: str | None,
+    comm: re.Pattern[str],
 ) -> RankTrace:
     """The events table and the rank's facts, once every event is in ``builder``."""
     rank, world_size, backend = _rank_info(trace, path)
@@ -86,7 +115,7 @@ def _finish(
             **columns,
         }
     )
-    _add_kind_and_device(events)
+    _add_kind_and_device(events, comm)
     if step_marker:
         _use_step_marker(events, step_marker)
     launched = communication_launches(events)
@@ -161,7 +190,7 @@ def _to_ns(ts: npt.NDArray[np.float64], base_ns: int) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + frac_ns + base_ns
 
 
-def _add_kind_and_device(events: pd.DataFrame) -> None:
+def _add_kind_and_device(events: pd.DataFrame, comm: re.Pattern[str]) -> None:
     """Classify once per distinct (cat, name) pair, then broadcast to the rows."""
     cat_codes = events["cat"].cat.codes.to_numpy(np.int64)
     name_codes = events["name"].cat.codes.to_numpy(np.int64)
@@ -174,7 +203,7 @@ def _add_kind_and_device(events: pd.DataFrame) -> None:
     for key in uniq:
         cat_code, name_code = divmod(int(key), len(names) + 1)
         cat = cats[cat_code - 1] if cat_code > 0 else None
-        kind_of_pair.append(KINDS.index(classify(cat, names[name_code])))
+        kind_of_pair.append(KINDS.index(classify(cat, names[name_code], comm)))
         device_cat.append(is_device_cat(cat))
     kinds = np.array(kind_of_pair, dtype=np.int8)[inverse]
     # pandas-stubs: codes and categories are array-likes, not only a Sequence and an Index

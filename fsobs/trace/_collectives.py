@@ -35,6 +35,18 @@ gloo collective's enqueue (the ``c10d::*`` op it is paired with in FIFO order)::
            |  |c10d::alltoall_base_|            |    |  |c10d::alltoall_base_|
     gloo                 |gloo:all_to_all---|               |gloo:all_to_all---|
                           pec_overlapped                     pec_overlapped_grad
+
+A job without FreeScale's markers still says the role of most of its collectives: torchrec and
+DDP record ranges of their own around the issue (:data:`fsobs.trace.classify.FRAMEWORK_ROLE_RANGES`:
+torchrec's input dist, pooled and sequence all-to-alls, reduce-scatter and their backward are
+``embedding``, DDP's gradient all-reduce ``dense``). The innermost such range around the launch
+gives the role when neither PEC's range nor a marker does; a collective none of them encloses
+has no role here (the analysis then looks at its group, :mod:`fsobs.analysis.matching`)::
+
+    main   |## sparse_data_dist ##-------------------------------|
+             |## all2all_data:kjt splits ##|  |cudaLaunchKernel|       -> embedding
+    bwd    |evaluate_function: torch::autograd::AccumulateGrad-|
+             |c10d::allreduce_|cudaLaunchKernel|                      -> dense
 """
 
 from __future__ import annotations
@@ -55,6 +67,7 @@ from fsobs.trace.classify import (
     collective_from_c10d,
     collective_from_kernel,
     dtype_bytes,
+    framework_role,
     normalize_collective,
 )
 from fsobs.trace.schema import COLLECTIVE_COLUMNS
@@ -68,33 +81,58 @@ _MAX_UNPAIRED_HEAD = 8
 
 
 class _Enclosing:
-    """Finds, per thread, the latest-starting event of a set that still covers a time."""
+    """Finds, per thread, the innermost event of a set that covers a time: of the events
+    around it, the one that started last (ranges nest on a thread)::
+
+        |## sparse_data_dist ##----------------------------|
+           |## kjt splits ##|        ^ t: the outer one (the inner one has ended)
+    """
 
     def __init__(self, ts: np.ndarray, end: np.ndarray, tid: np.ndarray, mask: np.ndarray) -> None:
-        self._by_tid: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._by_tid: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         rows = np.flatnonzero(mask)
         for thread in np.unique(tid[rows]):
             mine = rows[tid[rows] == thread]
-            mine = mine[np.argsort(ts[mine], kind="stable")]
-            self._by_tid[int(thread)] = (ts[mine], end[mine], mine)
+            mine = mine[np.lexsort((-end[mine], ts[mine]))]  # an outer range before its inner
+            starts, ends = ts[mine], end[mine]
+            self._by_tid[int(thread)] = (starts, ends, mine, _open_before(starts, ends))
 
     def find(self, thread: int, when: int) -> int:
         found = self._by_tid.get(thread)
         if found is None:
             return -1
-        starts, ends, rows = found
+        starts, ends, rows, parent = found
         pos = int(np.searchsorted(starts, when, side="right")) - 1
-        return int(rows[pos]) if pos >= 0 and ends[pos] >= when else -1
+        while pos >= 0 and ends[pos] < when:
+            pos = int(parent[pos])
+        return int(rows[pos]) if pos >= 0 else -1
 
     def covers(self, thread: np.ndarray, when: np.ndarray) -> npt.NDArray[np.bool_]:
         """``find(thread[i], when[i]) >= 0`` for every ``i``, at once."""
         out = np.zeros(len(when), dtype=bool)
-        for tid, (starts, ends, _) in self._by_tid.items():
+        for tid, (starts, ends, _, _) in self._by_tid.items():
             mine = np.flatnonzero(thread == tid)
             pos = np.searchsorted(starts, when[mine], side="right") - 1
             inside = pos >= 0
-            out[mine[inside]] = ends[pos[inside]] >= when[mine[inside]]
+            reach = np.maximum.accumulate(ends) if len(ends) else ends
+            out[mine[inside]] = reach[pos[inside]] >= when[mine[inside]]
         return out
+
+
+def _open_before(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each event (sorted by start), the latest earlier one still open when it starts
+    (-1: none): walking these from the latest event started before ``t`` reaches every event
+    that covers ``t``, the innermost first."""
+    parent = np.full(len(starts), -1, np.int64)
+    stack: list[int] = []
+    end = ends.tolist()
+    for i, start in enumerate(starts.tolist()):
+        while stack and end[stack[-1]] < start:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent
 
 
 def _name_mask(events: pd.DataFrame, test: Callable[[str], bool]) -> np.ndarray:
@@ -194,8 +232,9 @@ def _comm_markers(
     on_cpu: np.ndarray,
     launches: dict[int, int],
 ) -> None:
-    """Set ``role`` from the optimizer's markers (for a GPU kernel: the marker around its
-    launch), and link every gloo collective to its enqueue (:func:`_link_gloo`)."""
+    """Set ``role`` from the ranges around each collective's issue (for a GPU kernel: around
+    its launch; :func:`_role_at`), and link every gloo collective to its enqueue
+    (:func:`_link_gloo`)."""
     parsed = [parse_comm_marker(str(n)) for n in events["name"].cat.categories]
     ts = events["ts_ns"].to_numpy()
     tid = events["tid"].cat.codes.to_numpy()
@@ -207,19 +246,53 @@ def _comm_markers(
         found = markers.find(int(tid[row]), int(ts[row]))
         return parsed[int(codes[found])] if found >= 0 else None
 
-    pec_at = _pec_roles(events, on_cpu)
+    role_at = _role_at(events, on_cpu, marker_at)
     for record in records:
         if record["source"] != "gloo":
             launch = launches.get(int(cast(np.int64, events.at[record["row"], "correlation"])))
-            if launch is None:
-                continue
-            found = marker_at(launch)
-            role = pec_at(launch) or (found[0] if found else None)
+            role = role_at(launch) if launch is not None else None
             if role:
                 record["role"] = role
     gloo = [r for r in records if r["source"] == "gloo"]
     if gloo:
-        _link_gloo(events, gloo, on_cpu, marker_at, pec_at)
+        _link_gloo(events, gloo, on_cpu, marker_at, role_at)
+
+
+def _role_at(
+    events: pd.DataFrame,
+    on_cpu: np.ndarray,
+    marker_at: Callable[[int], tuple[str, str] | None],
+) -> Callable[[int], str | None]:
+    """The role of a collective issued at a CPU row: PEC's range around it, else FreeScale's
+    marker, else torchrec's or DDP's own range (:func:`_framework_roles`); None when none of
+    them is there."""
+    pec_at = _pec_roles(events, on_cpu)
+    framework_at = _framework_roles(events, on_cpu)
+
+    def role_at(row: int) -> str | None:
+        marker = marker_at(row)
+        return pec_at(row) or (marker[0] if marker else None) or framework_at(row)
+
+    return role_at
+
+
+def _framework_roles(events: pd.DataFrame, on_cpu: np.ndarray) -> Callable[[int], str | None]:
+    """The role of the innermost torchrec or DDP range around a CPU row (a function of the
+    row, None outside them)."""
+    roles = [framework_role(str(n)) for n in events["name"].cat.categories]
+    codes = events["name"].cat.codes.to_numpy()
+    mask = np.array([r is not None for r in roles], dtype=bool)[codes] & on_cpu
+    if not mask.any():
+        return lambda row: None
+    ts = events["ts_ns"].to_numpy()
+    tid = events["tid"].cat.codes.to_numpy()
+    ranges = _Enclosing(ts, ts + events["dur_ns"].to_numpy(), tid, mask)
+
+    def role_at(row: int) -> str | None:
+        found = ranges.find(int(tid[row]), int(ts[row]))
+        return roles[int(codes[found])] if found >= 0 else None
+
+    return role_at
 
 
 def _pec_roles(events: pd.DataFrame, on_cpu: np.ndarray) -> Callable[[int], str | None]:
@@ -255,7 +328,7 @@ def _link_gloo(
     gloo: list[dict[str, Any]],
     on_cpu: np.ndarray,
     marker_at: Callable[[int], tuple[str, str] | None],
-    pec_at: Callable[[int], str | None],
+    role_at: Callable[[int], str | None],
 ) -> None:
     """Group, enqueue time and role of every gloo collective (see the module docstring).
 
@@ -266,8 +339,8 @@ def _link_gloo(
        enqueue is the k-th collective to start: paired in that order (an enqueue at or before
        the collective's start; collectives whose enqueue predates the trace stay unpaired).
        ``enqueue_ns`` is the enqueue's start, when the rank asked for the collective (the
-       analyzer's arrival); ``role`` is the PEC role of the range around that enqueue, else
-       the role of the marker around it.
+       analyzer's arrival); ``role`` is the role of the ranges around that enqueue
+       (:func:`_role_at`).
     """
     ts = events["ts_ns"].to_numpy()
     tid = events["tid"].cat.codes.to_numpy()
@@ -276,7 +349,7 @@ def _link_gloo(
     enqueue = np.flatnonzero(on_cpu & (colls[codes] != ""))
     enqueue = enqueue[np.argsort(ts[enqueue], kind="stable")]
     marks = {int(row): marker_at(int(row)) for row in enqueue}
-    pec = {int(row): pec_at(int(row)) for row in enqueue}
+    roles = {int(row): role_at(int(row)) for row in enqueue}
     by_coll = {c: enqueue[colls[codes[enqueue]] == c] for c in {r["coll"] for r in gloo}}
     votes: dict[int, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
     for record in gloo:
@@ -296,15 +369,14 @@ def _link_gloo(
             for row in by_coll[coll]
             if (mark[1] if (mark := marks[int(row)]) else None) == group
         ]
-        _pair_in_order(queue, asked, ts, marks, pec)
+        _pair_in_order(queue, asked, ts, roles)
 
 
 def _pair_in_order(
     queue: list[dict[str, Any]],
     asked: list[int],
     ts: np.ndarray,
-    marks: dict[int, tuple[str, str] | None],
-    pec: dict[int, str | None],
+    roles: dict[int, str | None],
 ) -> None:
     """Pair a group's collectives (in start order) with its enqueues (in time order), FIFO.
 
@@ -323,8 +395,7 @@ def _pair_in_order(
     for i, j in pairs:
         record = queue[i]
         record["enqueue_ns"] = times[j]
-        found = marks[asked[j]]
-        role = pec[asked[j]] or (found[0] if found else None)
+        role = roles[asked[j]]
         if role:
             record["role"] = role
 

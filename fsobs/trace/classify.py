@@ -6,8 +6,10 @@
 kind           events
 =============  ===========================================================================
 step           ``ProfilerStep#N`` ranges (user_annotation, or cpu_op in very old traces)
-comm           GPU: NCCL/RCCL kernels (``ncclKernel_*``, ``ncclDevKernel_*``, ``rccl*``) and
-               peer-to-peer copy-engine memcpys (``Memcpy PtoP``).
+comm           GPU: kernels whose name matches :data:`COMM_KERNEL_PATTERNS` (NCCL, RCCL,
+               DeepEP, NVSHMEM, ...: see there) or one of the user's own patterns
+               (``LoadConfig.comm_kernels``, ``--comm-kernel``), and peer-to-peer
+               copy-engine memcpys (``Memcpy PtoP``).
                CPU: ``gloo:*`` annotations, which the gloo worker threads record around the
                whole collective, wait for the peers included
 memcpy         ``gpu_memcpy`` events and ``Memcpy*`` kernels
@@ -27,7 +29,40 @@ from __future__ import annotations
 import re
 
 STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
-COMM_KERNEL_RE = re.compile(r"^(void )?(nccl|rccl|hccl)|ncclKernel|ncclDevKernel", re.IGNORECASE)
+COMM_KERNEL_PATTERNS = (
+    r"^(void )?(nccl|rccl|hccl)|ncclKernel|ncclDevKernel",
+    r"\bdeep_ep::\w+::(\w*notify\w*|dispatch|combine|barrier)\b",
+    r"\bEp(Dispatch|Combine)\w*Kernel",
+    r"nvshmem",
+    r"\bmscclpp",
+    r"\bc10d::(symmetric_memory|nvshmem_extension)::",
+    r"cross_device_reduce",
+    r"all_?to_?all|all2all",
+)
+"""GPU kernels that move data between ranks, whatever launched them (regular expressions,
+searched in the kernel name, case-insensitive):
+
+1. NCCL, RCCL and HCCL: ``ncclKernel_*``, ``ncclDevKernel_*`` (also inside a namespace),
+   ``rccl*``, ``hccl*``;
+2. DeepEP's expert-parallel kernels: ``deep_ep::intranode::dispatch``, ``...::combine``,
+   ``...::notify_dispatch``, ``...::cached_notify_combine``, ``...::barrier`` (``intranode``,
+   ``internode``, ``internode_ll``); not ``get_dispatch_layout``, which only counts locally;
+3. AMD MORI's expert-parallel ``EpDispatch*Kernel`` / ``EpCombine*Kernel``;
+4. NVSHMEM's device kernels (``nvshmemi_*``, ``nvshmemx_*``: one-sided puts, barriers,
+   collectives);
+5. MSCCL++ (``mscclpp::*``);
+6. PyTorch's symmetric-memory collectives (``c10d::symmetric_memory::*``,
+   ``c10d::nvshmem_extension::*``: one-/two-shot all-reduce, all_to_all_vdev, ...);
+7. vLLM's custom all-reduce (``cross_device_reduce_*``);
+8. any kernel named as an all-to-all (``all_to_all``, ``alltoall``, ``all2all``): custom
+   all-to-alls.
+
+A job with communication kernels of other names adds patterns of its own
+(``LoadConfig.comm_kernels``, ``fsobs analyze --comm-kernel REGEX``): without them such kernels
+count as compute, and their time is busy instead of communication. Kernels outside NCCL carry
+no collective metadata, so they are communication that synchronises nothing known (their
+collective is ``unknown``): never a straggler wait, exposed when nothing computes beside them.
+"""
 MEMCPY_KERNEL_RE = re.compile(r"^(hip)?Memcpy")
 MEMSET_KERNEL_RE = re.compile(r"^(hip)?Memset")
 
@@ -38,14 +73,30 @@ RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_dri
 ANNOTATION_CATS = frozenset({"user_annotation", "gpu_user_annotation", "python_function"})
 
 
-def classify(cat: str | None, name: str) -> str:
-    """Return the ``kind`` of an event with category ``cat`` and name ``name``."""
+def comm_kernel_re(extra: tuple[str, ...] = ()) -> re.Pattern[str]:
+    """One pattern for :data:`COMM_KERNEL_PATTERNS` and the user's ``extra`` patterns
+    (ValueError naming ``comm_kernels`` for one that is no regular expression)."""
+    for pattern in extra:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            why = f"comm_kernels: {pattern!r} is no regular expression ({exc})"
+            raise ValueError(why) from None
+    return re.compile("|".join(f"(?:{p})" for p in (*COMM_KERNEL_PATTERNS, *extra)), re.IGNORECASE)
+
+
+COMM_KERNEL_RE = comm_kernel_re()
+
+
+def classify(cat: str | None, name: str, comm_kernel: re.Pattern[str] = COMM_KERNEL_RE) -> str:
+    """Return the ``kind`` of an event with category ``cat`` and name ``name``; GPU kernels
+    that ``comm_kernel`` finds in their name are communication (:func:`comm_kernel_re`)."""
     if cat is None:
         return "other"
     if cat in ("user_annotation", "cpu_op") and STEP_RE.match(name):
         return "step"
     if cat in ("kernel", "Kernel"):
-        if COMM_KERNEL_RE.search(name):
+        if comm_kernel.search(name):
             return "comm"
         if MEMCPY_KERNEL_RE.match(name):
             return "memcpy"
@@ -69,6 +120,74 @@ def classify(cat: str | None, name: str) -> str:
             return "runtime"
         return "compute"
     return "other"
+
+
+_EMBEDDING_RANGES = (
+    "All2All_Pooled_",
+    "Variable_Batch_All2All_Pooled_",
+    "All2All_Seq_",
+    "All2Allv_",
+    "ReduceScatter_",
+    "ReduceScatterBase_",
+    "ReduceScatterV_",
+    "AllGatherBase_",
+    "## All2All_",
+    "## Variable_Batch_All2All_",
+    "## ReduceScatter",
+    "## AllGatherBase_",
+    "## all2all_",
+    "## alltoall_",
+    "## variable_batch_all2all",
+    "## reduce_scatter",
+    "## all_gather_base ##",
+    "## KJTAllToAll",
+    "## KJTList",
+    "## SplitsAllToAllAwaitable",
+    "## PooledEmbeddingsAwaitable",
+    "## SequenceEmbeddingsAwaitable",
+    "## sparse_data_dist",
+    "## start_sparse_data_dist",
+    "## wait_sparse_data_dist",
+    "## forward:all2all",
+)
+_DENSE_RANGES = (
+    "torch::autograd::AccumulateGrad",
+    "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+)
+FRAMEWORK_ROLE_RANGES = tuple((p, "embedding") for p in _EMBEDDING_RANGES) + tuple(
+    (p, "dense") for p in _DENSE_RANGES
+)
+"""(name prefix, role) of the CPU ranges that torchrec and DDP record themselves around the
+issue of their collectives: what gives a plain torchrec job (no FreeScale markers) its roles.
+
+- ``embedding``: torchrec's embedding communication (``torchrec.distributed.comm_ops`` and
+  ``dist_data``). The autograd functions, recorded as CPU ops for the forward and the backward
+  (``All2All_Pooled_Req``, ``All2All_Pooled_WaitBackward``, ``All2All_Seq_Req``,
+  ``ReduceScatterBase_Req``, ``ReduceScatterBase_WaitBackward``, ...); their ranges, of
+  torchrec 1.x (``## All2All_Pooled_fwd ##``, ``## All2All_Seq_bwd ##``,
+  ``## ReduceScatterV_fwd ##``, ...) and of older releases (``## alltoall_fwd_single ##``,
+  ``## alltoall_bwd_single ##``, ``## reduce_scatter_base ##``,
+  ``## reduce_scatter_base_bw (all_gather) ##``); the input dist, i.e. the KJT all-to-alls
+  (``## all2all_data:kjt splits ##``, ``... lengths ##``, ``... values ##``, ``## KJTAllToAll*
+  wait() ##``, ``## KJTList* wait() ##``, ``## SplitsAllToAllAwaitable wait() ##``) and the
+  pipeline's ``## sparse_data_dist ##`` stage around them; the awaitables of the output
+  (``## PooledEmbeddingsAwaitable wait() ##``, ``## SequenceEmbeddingsAwaitable wait() ##``);
+  DLRM-style ``## forward:all2all_global_emb ##``.
+- ``dense``: DDP's gradient all-reduce, which its reducer issues from the hook it places on each
+  parameter's gradient accumulation (``torch::autograd::AccumulateGrad``).
+
+The innermost such range around a collective's launch (a GPU kernel's ``cudaLaunchKernel``, a
+gloo collective's enqueue) gives its role; FreeScale's own markers and PEC's ranges, finer,
+come first (:mod:`fsobs.trace._collectives`).
+"""
+
+
+def framework_role(name: str) -> str | None:
+    """The role a range of :data:`FRAMEWORK_ROLE_RANGES` gives, None for any other name."""
+    for prefix, role in FRAMEWORK_ROLE_RANGES:
+        if name.startswith(prefix):
+            return role
+    return None
 
 
 def is_device_cat(cat: str | None) -> bool:

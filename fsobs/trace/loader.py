@@ -37,6 +37,7 @@ from fsobs.storage import (
 )
 from fsobs.trace._build import build_rank_trace
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
+from fsobs.trace.classify import comm_kernel_re
 from fsobs.trace.cluster import DaskCluster, Progress, raise_first, scheduler_address
 from fsobs.trace.schema import RankLike, RankTrace, Run
 
@@ -69,6 +70,10 @@ class LoadConfig:
     step_marker: str | None = None
     """Iterations are the CPU ranges whose name starts with this, numbered 0, 1, ... in time
     order, instead of ``ProfilerStep#N``. Without either, the whole trace is one window."""
+    comm_kernels: tuple[str, ...] = ()
+    """Regular expressions (searched in the name, case-insensitive) of GPU kernels that are
+    communication, beside the built-in list :data:`fsobs.trace.classify.COMM_KERNEL_PATTERNS`
+    (NCCL, RCCL, DeepEP, NVSHMEM, ...): a job's own all-to-all or expert dispatch kernels."""
     scheduler: str | None = None
     """Address of a Dask scheduler (``tcp://host:8786``) whose workers parse and reduce the
     ranks, one task per file; only the reduced ranks come back. None: the
@@ -80,6 +85,7 @@ class LoadConfig:
             raise ValueError("max_trace_bytes must be positive")
         if self.workers is not None and self.workers < 1:
             raise ValueError("workers must be >= 1")
+        comm_kernel_re(self.comm_kernels)  # ValueError naming the field for a bad pattern
         if self.scheduler is not None and not self.scheduler.strip():
             raise ValueError("scheduler must be an address such as tcp://host:8786, or None")
 
@@ -89,7 +95,9 @@ def load_rank(path: str | Path | RemotePath, config: LoadConfig | None = None) -
     none). ``path`` may be a URL."""
     config = config or LoadConfig()
     location = as_location(path)
-    return build_rank_trace(location, config.max_trace_bytes, config.step_marker)
+    return build_rank_trace(
+        location, config.max_trace_bytes, config.step_marker, config.comm_kernels
+    )
 
 
 def load_run(source: Source, config: LoadConfig | None = None) -> Run[RankTrace]:
