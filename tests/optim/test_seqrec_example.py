@@ -1,0 +1,119 @@
+"""examples/seqrec_dataloader.py on 2 gloo ranks (torchrun), each toggle on and off.
+
+The example is the loop most users have (a per-rank DataLoader with a sampler, torchrec's
+pipeline, a per-token mean loss); FreeScale's lines are marked ``# FreeScale``. Every run writes
+the run format (``fsobs.collect.RunRecorder``) and rank 0 the global token-mean loss per step.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from fsobs.analysis import analyze_path
+from fsobs.runformat import read_run_json, read_sidecars
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "seqrec_dataloader.py"
+STEPS = 5
+
+
+def _run(root: Path, name: str, *flags: str) -> Path:
+    out = root / name
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(EXAMPLE),
+        f"--out={out}",
+        f"--losses-out={root / f'{name}.losses.json'}",
+        f"--steps={STEPS}",
+        "--batch-size=8",
+        *flags,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+def _losses(run: Path) -> list[float]:
+    return json.loads(run.with_name(f"{run.name}.losses.json").read_text())["losses"]
+
+
+def _global_batches(run: Path) -> list[Counter[int]]:
+    """Per step, the multiset of the lengths both ranks trained (the global batch)."""
+    sidecar = read_sidecars(run)
+    return [
+        Counter(n for lengths in group["seq_lengths"] for n in lengths)
+        for _, group in sidecar.sort_values("step").groupby("step")
+    ]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("seqrec")
+    return {
+        "plain": _run(root, "plain", "--plain"),
+        "off": _run(root, "off"),
+        "balance": _run(root, "balance", "--balance"),
+        "pec": _run(root, "pec", "--priority-overlap"),
+    }
+
+
+def test_freescale_adds_at_most_15_lines() -> None:
+    marked = [line for line in EXAMPLE.read_text().splitlines() if "# FreeScale" in line]
+    assert 0 < len(marked) <= 15
+
+
+def test_every_run_is_a_whole_run_with_the_toggles_said(runs: dict[str, Path]) -> None:
+    for name, run in runs.items():
+        meta = read_run_json(run)
+        assert meta.status == "complete" and meta.world_size == 2, name
+        analysis = analyze_path(run)
+        # the profiler waits one step and warms up one: steps 2.. are traced, each whole
+        assert sorted(analysis.steps["step"].unique()) == list(range(2, STEPS)), name
+    toggles = read_run_json(runs["pec"]).toggles
+    assert toggles["priority_overlap"].applied and not toggles["balance"].requested
+    # the item table is an EmbeddingCollection at the model's input: PEC takes it, and the dense
+    # order falls back to torchrec's own (nothing to gain from holding the dense buckets)
+    reason = toggles["priority_overlap"].reason or ""
+    assert "PEC (TrainPipelinePEC, gradients exact) on tables t_items" in reason
+    assert "dense order: auto: concurrent" in reason
+    assert read_run_json(runs["balance"]).toggles["balance"].applied
+
+
+def test_the_toggles_train_the_same_global_batches_to_the_same_model(
+    runs: dict[str, Path],
+) -> None:
+    batches = {name: _global_batches(run) for name, run in runs.items()}
+    assert batches["plain"] == batches["off"] == batches["balance"] == batches["pec"]
+    # FreeScale's loss weights make each step's gradient the global batch's token mean whatever
+    # the split: balance moves samples between ranks and trains the same model (float
+    # reordering aside); PEC with exact gradients trains it bit for bit
+    off, balance, pec = _losses(runs["off"]), _losses(runs["balance"]), _losses(runs["pec"])
+    assert len(set(off)) > 1
+    assert balance == pytest.approx(off, rel=1e-5)
+    assert pec == off
+    # the plain loop averages each rank's own token mean: another loss, another model
+    plain = _losses(runs["plain"])
+    assert plain[0] == pytest.approx(off[0], rel=1e-5)  # step 0: the same initial model
+    assert plain[1:] != pytest.approx(off[1:], rel=1e-6)
+
+
+def test_balance_splits_by_cost(runs: dict[str, Path]) -> None:
+    """With the toggle the two ranks' estimated costs are closer in every step than with the
+    random split (the same global batches)."""
+    spread = {}
+    for name in ("off", "balance"):
+        sidecar = read_sidecars(runs[name])
+        per_step = sidecar.groupby("step")["est_cost"].agg(["max", "min"])
+        spread[name] = (per_step["max"] - per_step["min"]).tolist()
+    assert all(b <= o for b, o in zip(spread["balance"], spread["off"], strict=True))
+    assert sum(spread["balance"]) < sum(spread["off"])
