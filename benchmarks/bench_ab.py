@@ -19,6 +19,13 @@ the pairs of each cause's share).
         --arm after_embedding="--priority-overlap --dense-order after_embedding"
     .venv/bin/python benchmarks/bench_ab.py --control="--balance" \\
         --arm sync_gc="--balance --sync-gc"
+
+``--job seqrec`` runs ``examples/seqrec_dataloader.py`` (torchrun) instead of the reference job;
+``--whatif`` adds, for every arm named after a toggle, ``fsobs whatif``'s prediction of its
+bubble reduction from each pair's control run (the median over pairs) beside the measured one:
+
+    .venv/bin/python benchmarks/bench_ab.py --job seqrec --world-sizes 2 --pairs 3 --steps 12 \\
+        --whatif --arm balance="--balance" --arm priority_overlap="--priority-overlap"
 """
 
 from __future__ import annotations
@@ -37,10 +44,13 @@ import pandas as pd
 from fsobs.analysis import Analysis, analyze_path
 from fsobs.analysis.ab import bootstrap_reduction
 from fsobs.analysis.stragglers.causes import CAUSES
+from fsobs.analysis.whatif.predict import TOGGLES, whatif
 from optim.markers import EMBEDDING_ROLES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _runs import fsobs_run  # noqa: E402
+from _runs import ROOT, fsobs_run, run_checked  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "seqrec_dataloader.py"
 
 METRICS = {
     "embedding wait + exposed": lambda a: embedding_blocked(a),
@@ -74,12 +84,35 @@ class Arm:
 
 
 def run(out: Path, world: int, args: argparse.Namespace, flags: list[str]) -> Analysis:
-    fsobs_run(out, [
-        f"--world-size={world}", f"--steps={args.steps}", f"--model-size={args.model_size}",
-        f"--seed={args.seed}", f"--batch-size={args.batch_size}", *shlex.split(args.common),
-        *flags,
-    ])  # fmt: skip
+    if args.job == "seqrec":
+        run_checked([
+            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={world}", str(EXAMPLE), f"--out={out}", f"--steps={args.steps}",
+            f"--seed={args.seed}", f"--batch-size={args.batch_size}", *shlex.split(args.common),
+            *flags,
+        ], run_dir=out)  # fmt: skip
+    else:
+        fsobs_run(out, [
+            f"--world-size={world}", f"--steps={args.steps}", f"--model-size={args.model_size}",
+            f"--seed={args.seed}", f"--batch-size={args.batch_size}", *shlex.split(args.common),
+            *flags,
+        ])  # fmt: skip
     return analyze_path(out)
+
+
+def predicted(pairs: list[dict], arm: str) -> str:
+    """``fsobs whatif``'s predicted bubble reduction of the toggle ``arm`` from each pair's
+    control run: the median over pairs and each pair's (or why there is none)."""
+    if arm not in TOGGLES:
+        return "n/a"
+    values = []
+    for pair in pairs:
+        result = whatif(pair["control"], (arm,), draws=20)
+        values += [p.bubble_reduction for p in result.predictions if p.toggles == (arm,)]
+    if not values:
+        return "none"
+    each = ", ".join(f"{v:.0%}" for v in values)
+    return f"{statistics.median(values):.1%} ({each})"
 
 
 def measure(tmp: Path, world: int, args: argparse.Namespace, arms: list[Arm]) -> list[dict]:
@@ -137,6 +170,8 @@ def causes_rows(world: int, pairs: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job", choices=["reference", "seqrec"], default="reference")
+    parser.add_argument("--whatif", action="store_true", help="what-if's prediction per toggle")
     parser.add_argument("--world-sizes", default="2,4")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
@@ -154,15 +189,19 @@ def main(argv: list[str] | None = None) -> int:
     arms = [Arm("control", shlex.split(args.control))] + [
         Arm(name, shlex.split(flags)) for name, _, flags in (a.partition("=") for a in args.arm)
     ]
-    rows, causes = [], []
+    rows, causes, predictions = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for world in (int(w) for w in args.world_sizes.split(",")):
             pairs = measure(Path(tmp), world, args, arms)
             for arm in arms[1:]:
                 rows += summarize(world, pairs, "control", arm.name)
+                if args.whatif:
+                    predictions.append(f"| {world} | {arm.name} | {predicted(pairs, arm.name)} |")
             causes += causes_rows(world, pairs)
     print(
-        f"model {args.model_size}, {args.batch_size} samples/rank/step, {args.steps} steps "
+        f"job {args.job}, model {args.model_size}, {args.batch_size} samples/rank/step, "
+        f"{args.steps} steps "
+        f"{args.steps} steps "
         f"(traced: all but 2), seed {args.seed}, common flags '{args.common}'; "
         f"{args.pairs} pairs; arms: " + "; ".join(f"{a.name}: '{' '.join(a.flags)}'" for a in arms)
     )
@@ -176,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|")
     print("\n".join(causes))
+    if predictions:
+        print()
+        print("| ranks | arm | what-if: bubble reduction predicted from the control (median) |")
+        print("|---|---|---|")
+        print("\n".join(predictions))
     return 0
 
 

@@ -40,14 +40,15 @@ class PriorityConfig:
 
     enabled: bool = False
     dense_order: str = "auto"
-    """``auto`` (default): the gate below where the model's shape lets it help, decided at the
-    first backward (:class:`optim.ddp.DenseGate`): with the embedding at the model's input
-    (its backward all-to-all comes after most dense buckets) ``concurrent``, else
-    ``after_embedding``. ``after_embedding``: each step's dense buckets are held back until the
-    step's backward embedding all-to-all has been issued (released at the end of the backward
-    when a step has none, so no step can hang); ``concurrent``: the two groups run side by side
-    (torchrec's own order). Measured: BENCHMARKS.md "Priority overlap", "Priority overlap as
-    torchrec's PEC", "FreeScale in a DataLoader loop"."""
+    """``auto`` (default): decided at the first backward (:class:`optim.ddp.DenseGate`):
+    ``after_embedding`` where the backward issues an embedding all-to-all (torchrec's own
+    embedding modules), ``concurrent`` where it issues none (PEC took every table: it sends its
+    gradients after the backward, so holding the dense buckets would only delay them).
+    ``after_embedding``: each step's dense buckets are held back until the step's backward
+    embedding all-to-all has been issued (released at the end of the backward when a step has
+    none, so no step can hang); ``concurrent``: the two groups run side by side (torchrec's own
+    order). Measured: BENCHMARKS.md "Priority overlap", "Priority overlap as torchrec's PEC",
+    "FreeScale in a DataLoader loop"."""
 
     def __post_init__(self) -> None:
         if self.dense_order not in DENSE_ORDERS:

@@ -45,15 +45,16 @@ _COMPRESS = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf1
 class DenseGate:
     """Holds dense buckets until the backward embedding all-to-all is issued (module doc).
 
-    ``auto``: decide from the model's shape, at the first backward with dense buckets. Where
-    most of them were ready before the all-to-all (the embedding at the model's input: its
-    gradient comes last; or no all-to-all in the backward at all, as with PEC, which sends its
-    gradients after it), holding them would only move every dense all-reduce behind the
-    backward, where nothing overlaps it: the gate opens for good (torchrec's own order). Where
-    the all-to-all comes first (the embedding near the output), the gate stays::
+    ``auto``: decide at the first backward with dense buckets. Where the backward issues an
+    embedding all-to-all (torchrec's own embedding modules), the gate stays: that all-to-all is
+    what the next step waits for, and putting it first is what the measurements favour
+    (BENCHMARKS.md "Priority overlap as torchrec's PEC"). Where it issues none (PEC took every
+    table and sends its gradients after the backward; embeddings frozen), there is nothing to
+    put first and holding the buckets would only move every dense all-reduce behind the
+    backward, where nothing overlaps it: the gate opens for good (torchrec's own order)::
 
-        embedding at the input   |b1 b2 b3 b4|a2a|      4 of 4 held: concurrent
-        embedding at the output  |a2a|b1 b2 b3 b4|      0 of 4 held: after_embedding
+        an all-to-all in the backward   |b1 b2|a2a|b3 b4|   gated: after_embedding
+        none (PEC's gradients after it) |b1 b2 b3 b4|       held to the end: concurrent
     """
 
     def __init__(self, auto: bool = False) -> None:
@@ -99,20 +100,22 @@ class DenseGate:
         if self.decision is None or self.held is None:
             return "auto: not decided yet (no backward with dense buckets seen)"
         ready, total = self.held
-        where = "input" if self.decision == "concurrent" else "output"
+        if self.decision == "concurrent":
+            return (
+                f"auto: concurrent (no embedding all-to-all in the backward: nothing to put "
+                f"before its {total} dense buckets)"
+            )
         return (
-            f"auto: {self.decision} ({ready} of {total} dense buckets ready before the "
-            f"backward embedding all-to-all: the embedding near the model's {where})"
+            f"auto: after_embedding (the backward's embedding all-to-all came after {ready} of "
+            f"its {total} dense buckets: they wait for it)"
         )
 
     def _end_of_backward(self) -> None:
         self._flush()
         if self.auto and self.decision is None and self._seen:
-            # no all-to-all in the backward (PEC sends its gradients after it): all held
             held = self._seen if self._held_now is None else self._held_now
             self.held = (held, self._seen)
-            concurrent = 2 * held > self._seen
-            self.decision = "concurrent" if concurrent else "after_embedding"
+            self.decision = "concurrent" if self._held_now is None else "after_embedding"
         self._open = False
         self._callback_queued = False
         self._seen, self._held_now = 0, None

@@ -81,8 +81,8 @@ def test_every_run_is_a_whole_run_with_the_toggles_said(runs: dict[str, Path]) -
         assert sorted(analysis.steps["step"].unique()) == list(range(2, STEPS)), name
     toggles = read_run_json(runs["pec"]).toggles
     assert toggles["priority_overlap"].applied and not toggles["balance"].requested
-    # the item table is an EmbeddingCollection at the model's input: PEC takes it, and the dense
-    # order falls back to torchrec's own (nothing to gain from holding the dense buckets)
+    # PEC takes the only table, so the backward issues no embedding all-to-all: the dense order
+    # falls back to torchrec's own (holding the dense buckets would only delay them)
     reason = toggles["priority_overlap"].reason or ""
     assert "PEC (TrainPipelinePEC, gradients exact) on tables t_items" in reason
     assert "dense order: auto: concurrent" in reason

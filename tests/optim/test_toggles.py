@@ -253,34 +253,41 @@ def _embedding_last(gate: DenseGate, log: list[str]) -> None:
     y.sum().backward()
 
 
-def test_auto_order_opens_the_gate_for_an_embedding_at_the_input():
+def test_auto_order_keeps_the_gate_where_the_backward_issues_the_all_to_all():
+    for shape, held in ((_embedding_first, 2), (_embedding_last, 0)):
+        gate, log = DenseGate(auto=True), []
+        _Bucket.futures = []
+        assert gate.describe().startswith("auto: not decided yet")
+        shape(gate, log)
+        assert gate.decision == "after_embedding" and gate.held == (held, 2)
+        log.clear()
+        shape(gate, log)  # still gated: a bucket ready before the all-to-all waits for it
+        if held:
+            assert log == ["ready b1", "ready b2", "a2a", "issue b1", "issue b2"]
+            assert gate.describe() == (
+                "auto: after_embedding (the backward's embedding all-to-all came after 2 of "
+                "its 2 dense buckets: they wait for it)"
+            )
+        else:
+            assert log == ["a2a", "ready b1", "issue b1", "ready b2", "issue b2"]
+        assert all(f.done() for f in _Bucket.futures)
+
+
+def test_auto_order_opens_the_gate_where_the_backward_has_no_all_to_all():
+    """PEC sends its gradients after the backward: holding the buckets would only delay them."""
     gate, log = DenseGate(auto=True), []
     _Bucket.futures = []
-    assert gate.describe().startswith("auto: not decided yet")
-    _embedding_first(gate, log)
-    # the first backward is gated; both buckets were ready before the all-to-all
-    assert log == ["ready b1", "ready b2", "a2a", "issue b1", "issue b2"]
+    x = torch.ones(1, requires_grad=True)
+    _Bucket.apply(_Bucket.apply(x, gate, log, "b2"), gate, log, "b1").sum().backward()
+    assert log == ["ready b1", "ready b2", "issue b1", "issue b2"]  # flushed at the end
     assert gate.decision == "concurrent" and gate.held == (2, 2)
-    assert gate.describe().startswith("auto: concurrent (2 of 2 dense buckets ready before")
+    assert gate.describe() == (
+        "auto: concurrent (no embedding all-to-all in the backward: nothing to put before its "
+        "2 dense buckets)"
+    )
     log.clear()
-    _embedding_first(gate, log)
-    # from then on torchrec's own order: each bucket issued when ready
-    assert log == ["ready b1", "issue b1", "ready b2", "issue b2", "a2a"]
-    assert all(f.done() for f in _Bucket.futures)
-
-
-def test_auto_order_keeps_the_gate_for_an_embedding_at_the_output():
-    gate, log = DenseGate(auto=True), []
-    _Bucket.futures = []
-    _embedding_last(gate, log)
-    assert log == ["a2a", "ready b1", "issue b1", "ready b2", "issue b2"]
-    assert gate.decision == "after_embedding" and gate.held == (0, 2)
-    # a backward without the all-to-all (PEC sends its gradients after the backward) held
-    # every bucket to its end: the gate opens for good
-    pec, log2 = DenseGate(auto=True), []
-    _Bucket.apply(torch.ones(1, requires_grad=True), pec, log2, "b1").sum().backward()
-    assert log2 == ["ready b1", "issue b1"]
-    assert pec.decision == "concurrent" and pec.held == (1, 1)
+    _Bucket.apply(_Bucket.apply(x, gate, log, "b2"), gate, log, "b1").sum().backward()
+    assert log == ["ready b1", "issue b1", "ready b2", "issue b2"]  # torchrec's own order
 
 
 def test_a_bucket_submitted_after_the_backward_goes_at_once():
