@@ -82,21 +82,26 @@ class Batch(Pipelineable):  # type: ignore[misc]  # torchrec: untyped
 
     features: KeyedJaggedTensor
     lengths: torch.Tensor
+    ids: torch.Tensor
+    """The histories' item ids (the ``history`` feature's values)."""
     weight: float
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         return Batch(
             self.features.to(device, non_blocking=non_blocking),
             self.lengths.to(device, non_blocking=non_blocking),
+            self.ids.to(device, non_blocking=non_blocking),
             self.weight,
         )
 
     def record_stream(self, stream: torch.Stream) -> None:
         self.features.record_stream(stream)
         self.lengths.record_stream(stream)
+        self.ids.record_stream(stream)
 
     def pin_memory(self) -> Batch:
-        return Batch(self.features.pin_memory(), self.lengths.pin_memory(), self.weight)
+        pinned = (self.features.pin_memory(), self.lengths.pin_memory(), self.ids.pin_memory())
+        return Batch(*pinned, self.weight)
 
 
 def collate(samples: list[tuple[np.ndarray, np.ndarray]], share: Any = None) -> Batch:
@@ -113,7 +118,8 @@ def collate(samples: list[tuple[np.ndarray, np.ndarray]], share: Any = None) -> 
     )
     own = 1.0 / max(1, int(lengths.sum()))
     weight = own if share is None else share.loss_weight("token_mean")
-    return Batch(features, torch.from_numpy(lengths), weight)
+    history = torch.from_numpy(np.concatenate(values[: len(samples)]).astype(np.int64))
+    return Batch(features, torch.from_numpy(lengths), history, weight)
 
 
 class Tower(nn.Module):
@@ -128,8 +134,10 @@ class Tower(nn.Module):
         )
 
     def forward(
-        self, emb: dict[str, JaggedTensor], weight: float
+        self, emb: dict[str, JaggedTensor], weight: float, ids: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(the weighted sum of the per-event losses, the step's numbers for the loop: the
+        unweighted sum, the histories' lengths and item ids)."""
         lengths = emb["history"].lengths()
         sizes = lengths.tolist()
         h = torch.cat(
@@ -142,7 +150,7 @@ class Tower(nn.Module):
         neg = (h * emb["negative"].values()).sum(-1)
         losses = F.softplus(neg - pos)  # per event
         loss = losses.sum() * weight
-        return loss, {"loss_sum": losses.sum().detach(), "lengths": lengths}
+        return loss, {"loss_sum": losses.sum().detach(), "lengths": lengths, "ids": ids}
 
     def _attend(self, x: torch.Tensor, n: int) -> torch.Tensor:
         mask = nn.Transformer.generate_square_subsequent_mask(n)
@@ -167,7 +175,7 @@ class SeqRec(nn.Module):
         self.tower = Tower()
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        return self.tower(self.ec(batch.features), batch.weight)
+        return self.tower(self.ec(batch.features), batch.weight, batch.ids)
 
 
 def build(
@@ -235,6 +243,7 @@ def main() -> None:
         with recorder.step(step) as record:  # fsobs
             out = pipeline.progress(batches)
             record.lengths = out["lengths"].numpy()  # fsobs
+            record.ids = {"t_items": _global_ids(out["ids"])}  # fsobs: for PEC's what-if
             record.loss = float(out["loss_sum"]) / max(1, int(out["lengths"].sum()))  # fsobs
         if fs is not None:
             fs.after_step(step)  # FreeScale
@@ -252,6 +261,14 @@ def main() -> None:
     dist.destroy_process_group()
 
 
+def _global_ids(mine: torch.Tensor) -> np.ndarray:
+    """The item ids of the step's global batch (every rank's histories), for the recorder's
+    ``id_overlap``: the share of them the previous global batch had."""
+    everyone: list[torch.Tensor | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return torch.cat([t for t in everyone if t is not None]).numpy()
+
+
 def _global_mean(out: dict[str, torch.Tensor]) -> float:
     """The step's global token mean loss (every rank's losses over every rank's events)."""
     total = torch.stack([out["loss_sum"].double(), out["lengths"].sum().double()])
@@ -263,7 +280,9 @@ def toggles(args: argparse.Namespace) -> optim.FreeScaleConfig:
     """FreeScale's toggles from the command line (the rest at their defaults)."""
     return optim.FreeScaleConfig(
         balance=optim.BalanceConfig(enabled=args.balance),
-        priority_overlap=optim.PriorityConfig(enabled=args.priority_overlap),
+        priority_overlap=optim.PriorityConfig(
+            enabled=args.priority_overlap, dense_order=args.dense_order
+        ),
     )
 
 
@@ -275,6 +294,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
     p.add_argument("--balance", action="store_true")
     p.add_argument("--priority-overlap", action="store_true")
+    p.add_argument("--dense-order", default="auto", choices=optim.config.DENSE_ORDERS)
     p.add_argument("--plain", action="store_true", help="plain torchrec: no FreeScale")
     p.add_argument("--losses-out", help="rank 0 writes the global token-mean loss per step here")
     return p.parse_args()

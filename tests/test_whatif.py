@@ -446,6 +446,9 @@ def test_pec_overlap_from_the_sidecars() -> None:
     assert pec_overlap(sidecar) == {0: 0.0, 1: pytest.approx(0.8)}
     assert pec_overlap(sidecar.assign(id_overlap=None)) is None
     assert pec_overlap(None) is None
+    # another job's tables (none of the reference job's): every recorded table counts
+    other = sidecar.assign(id_overlap=[None, None, *[{"t_items": 0.3, "t_tags": 0.5}] * 2])
+    assert pec_overlap(other) == {0: 0.0, 1: pytest.approx(0.4)}
 
 
 def test_whatif_models_pec_from_recorded_overlap(sims: dict, tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ all-to-all ``B`` (issued after ``D``, transfer ``X_B``) become::
                           the step's smallest embedding transfer (a small all-to-all's latency)
     L = 2 (1 - o') · K_F  the extra lookups: a re-lookup and its backward for the previous
                           step's deferred gradient (o': that step's share; none in the first
-                          step), with K_F the time before F since the embedding collective
-                          before it (the lookup), or where F is the step's first, the busy
-                          time before F in the step
+                          step), with K_F the busy time before F since the embedding
+                          collective before it (the lookup; the step's start where F is the
+                          step's first)
     wait                  the straggler wait stays: in the forward the first mask waits for the
                           late rank, in the backward the dense all-reduce does (FreeScale's dense
                           order holds the gradient all-to-all behind it)
@@ -241,22 +241,26 @@ def _split(piece: Piece, cut: int, at_ns: int) -> tuple[Piece, Piece]:
 
 
 PEC_TABLES = ("t_item", "t_cat")
-"""The tables PEC takes: the reference job's ``EmbeddingCollection`` ones (its
-``EmbeddingBagCollection`` stays plain torchrec)."""
+"""The tables PEC takes in the reference job: its ``EmbeddingCollection`` ones (its
+``EmbeddingBagCollection`` stays plain torchrec). A run that records none of them (another
+job) is read over every table it records."""
 
 
 def pec_overlap(
     sidecar: pd.DataFrame | None, tables: tuple[str, ...] = PEC_TABLES
 ) -> dict[int, float] | None:
-    """Per step, the mean over ``tables`` of the sidecar's ``id_overlap`` (a step without one,
-    the first: 0, PEC looks it all up ahead); None when no step has one."""
+    """Per step, the mean over ``tables`` of the sidecar's ``id_overlap`` (over every recorded
+    table when none of ``tables`` is recorded; a step without one, the first: 0, PEC looks it
+    all up ahead); None when no step has one."""
     if sidecar is None or sidecar.empty or "id_overlap" not in sidecar.columns:
         return None
+    recorded = {t for d in sidecar["id_overlap"] if isinstance(d, dict) for t in d}
+    wanted = [t for t in tables if t in recorded] or sorted(recorded)
     out: dict[int, float] = {}
     seen = False
     for step, group in sidecar.groupby("step"):
         shares = [d for d in group["id_overlap"] if isinstance(d, dict)]
-        values = [float(shares[0][t]) for t in tables if shares and t in shares[0]]
+        values = [float(shares[0][t]) for t in wanted if shares and t in shares[0]]
         seen |= bool(values)
         out[int(cast(int, step))] = float(np.mean(values)) if values else 0.0
     return out if seen else None
@@ -267,7 +271,6 @@ def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[
     docstring); the instances it touched (each step's F, D, B and masks) and the steps."""
     order = graph.spans.groupby("instance")["start_ns"].median()
     table = graph.instances.assign(t=graph.instances["instance"].map(order))
-    starts = graph.spans.set_index(["instance", "rank"])["start_ns"]
     next_id = max(graph.transfer_ns, default=-1) + 1
     held: set[int] = set()
     done: list[int] = []
@@ -287,13 +290,8 @@ def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[
         next_id += 2
         inserted = 0
         for rank in graph.ranks:
-            extra = 0
-            if prev is not None and (f, rank) in starts.index and (prev, rank) in starts.index:
-                extra = int(round(2 * deferred * max(0, starts[f, rank] - starts[prev, rank])))
-            elif prev is None:
-                extra = int(
-                    round(2 * deferred * _busy_before(graph.pieces[rank], int(cast(int, step)), f))
-                )
+            lookup = _busy_between(graph.pieces[rank], int(cast(int, step)), prev, f)
+            extra = int(round(2 * deferred * lookup))
             if _insert_masks(graph.pieces[rank], int(cast(int, step)), f, masks, extra):
                 inserted += 1
                 for m in masks:
@@ -351,15 +349,28 @@ def _pec_targets(rows: pd.DataFrame) -> tuple[int, int | None, int, int] | None:
     return ids[i], prev, int(dense["instance"].iloc[0]), int(after["instance"].iloc[0])
 
 
-def _busy_before(chain: list[Piece], step: int, inst: int) -> int:
-    """The rank's busy time in ``step`` before it arrives at ``inst`` (0 without an arrival)."""
-    held = _arrival_of(chain, inst)
-    if held is None:
+def _busy_between(chain: list[Piece], step: int, first: int | None, then: int) -> int:
+    """The rank's busy time in ``step`` from its arrival at ``first`` (None: the step's start)
+    to its arrival at ``then``: the lookup, when ``first`` is the embedding collective before
+    the lookup's output all-to-all ``then``; 0 without those arrivals."""
+    end = _arrival_of(chain, then)
+    start = (0, None) if first is None else _arrival_of(chain, first)
+    if end is None or start is None:
         return 0
-    i, position = held
-    local = [p.lengths for p in chain[:i] if p.step == step and p.kind == LOCAL]
-    busy = sum(int(lengths[BUSY]) for lengths in local if lengths is not None)
-    return busy + (int(position[BUSY]) if isinstance(position, np.ndarray) else 0)
+    busy = 0
+    for i in range(start[0], end[0] + 1):
+        piece = chain[i]
+        if piece.step != step or piece.kind != LOCAL or piece.lengths is None:
+            continue
+        hi = _busy_at(end[1]) if i == end[0] else int(piece.lengths[BUSY])
+        lo = _busy_at(start[1]) if i == start[0] else 0
+        busy += max(0, hi - lo)
+    return busy
+
+
+def _busy_at(position: np.ndarray | int | None) -> int:
+    """The busy time of a local piece before an arrival at ``position`` in it."""
+    return int(position[BUSY]) if isinstance(position, np.ndarray) else 0
 
 
 def _zero_local(step: int, arrivals: list[int], busy: int = 0) -> Piece:
