@@ -214,6 +214,7 @@ def ec_sharder() -> EmbeddingCollectionSharder:
 def main() -> None:
     args = parse_args()
     dist.init_process_group("gloo")
+    books = dist.new_group()  # the loop's own bookkeeping, apart from the training's groups
     torch.manual_seed(0)
     data = Histories(50_000, args.seed)
     model = SeqRec(torch.device("meta"))
@@ -243,11 +244,11 @@ def main() -> None:
         with recorder.step(step) as record:  # fsobs
             out = pipeline.progress(batches)
             record.lengths = out["lengths"].numpy()  # fsobs
-            record.ids = {"t_items": _global_ids(out["ids"])}  # fsobs: for PEC's what-if
+            record.ids = {"t_items": _global_ids(out["ids"], books)}  # fsobs: for PEC's what-if
             record.loss = float(out["loss_sum"]) / max(1, int(out["lengths"].sum()))  # fsobs
         if fs is not None:
             fs.after_step(step)  # FreeScale
-        losses.append(_global_mean(out))
+        losses.append(_global_mean(out, books))
     recorder.close()  # fsobs
     if fs is not None:
         fs.close()  # FreeScale
@@ -261,18 +262,18 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-def _global_ids(mine: torch.Tensor) -> np.ndarray:
+def _global_ids(mine: torch.Tensor, group: dist.ProcessGroup) -> np.ndarray:
     """The item ids of the step's global batch (every rank's histories), for the recorder's
     ``id_overlap``: the share of them the previous global batch had."""
     everyone: list[torch.Tensor | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
+    dist.all_gather_object(everyone, mine, group=group)
     return torch.cat([t for t in everyone if t is not None]).numpy()
 
 
-def _global_mean(out: dict[str, torch.Tensor]) -> float:
+def _global_mean(out: dict[str, torch.Tensor], group: dist.ProcessGroup) -> float:
     """The step's global token mean loss (every rank's losses over every rank's events)."""
     total = torch.stack([out["loss_sum"].double(), out["lengths"].sum().double()])
-    dist.all_reduce(total)
+    dist.all_reduce(total, group=group)
     return float(total[0] / total[1])
 
 
