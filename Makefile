@@ -50,14 +50,17 @@ test: install browser
 DEMO := out/demo
 demo: install
 	rm -rf $(DEMO) $(DEMO)-export
-	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/baseline
-	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/balanced --balance
-	$(BIN)/fsobs run --world-size 2 --steps 20 --out $(DEMO)/freescale --balance \
-	    --priority-overlap --sm-free --sync-gc
+	$(BIN)/fsobs run --world-size 2 --steps 20 --item-popularity 1.1 --out $(DEMO)/baseline
+	$(BIN)/fsobs run --world-size 2 --steps 20 --item-popularity 1.1 --out $(DEMO)/balanced \
+	    --balance
+	$(BIN)/fsobs run --world-size 2 --steps 20 --item-popularity 1.1 --out $(DEMO)/pec \
+	    --priority-overlap
+	$(BIN)/fsobs run --world-size 2 --steps 20 --item-popularity 1.1 --out $(DEMO)/freescale \
+	    --balance --priority-overlap --sm-free --sync-gc
 	$(BIN)/fsobs analyze $(DEMO)/baseline
 	$(BIN)/fsobs fit-cost $(DEMO)/baseline
 	$(BIN)/fsobs export $(DEMO)/baseline $(DEMO)-export
-	$(BIN)/fsobs compare $(DEMO)/baseline $(DEMO)/balanced $(DEMO)/freescale
+	$(BIN)/fsobs compare $(DEMO)/baseline $(DEMO)/balanced $(DEMO)/pec $(DEMO)/freescale
 	@echo
 	@echo "Explore both runs in the dashboard: $(BIN)/fsobs dashboard --store $(DEMO)"
 
