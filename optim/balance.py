@@ -31,6 +31,9 @@
   ascending order; parts are ordered by their smallest index, empty parts last. Every index
   appears exactly once.
 - :func:`imbalance`: max part cost / mean part cost (1.0 is perfect).
+- :func:`imbalance_bound`: the imbalance that no partition of the samples can go below (with
+  any counts, or with equal counts per part): when a step's costliest sample alone costs more
+  than the mean part, no split inside the step can balance it.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["METHODS", "CostModel", "imbalance", "partition"]
+__all__ = ["METHODS", "CostModel", "imbalance", "imbalance_bound", "partition"]
 
 METHODS: tuple[str, ...] = ("kk", "lpt", "random")
 
@@ -421,3 +424,62 @@ def imbalance(costs: Sequence[float] | np.ndarray, parts: Sequence[Sequence[int]
     loads = np.array([arr[np.asarray(p, dtype=np.int64)].sum() for p in parts])
     mean = loads.mean()
     return float(loads.max() / mean) if mean > 0 else 1.0
+
+
+def imbalance_bound(
+    costs: Sequence[float] | np.ndarray, num_parts: int, *, equal_size: bool = False
+) -> float:
+    """A lower bound on :func:`imbalance` of every split of ``costs`` into ``num_parts`` parts
+    (with ``equal_size=True``: every split with ``len(costs) / num_parts`` items per part);
+    1.0 when the total is 0.
+
+    With ``c_1 >= c_2 >= ... >= c_n``, total ``T`` and mean part ``T / N`` (``N = num_parts``):
+
+    - any counts: some part holds ``c_1`` and the heaviest part is at least the mean, so
+      ``max part >= max(c_1, T / N)``: the bound is ``max(c_1, T/N) / (T/N)``, above 1 exactly
+      when the costliest sample alone costs more than the mean part (a *whale*);
+    - equal counts, ``k = n / N`` items per part: for each ``j <= N``, the ``j`` costliest items
+      lie on some ``p`` parts, ``ceil(j / k) <= p <= j``. Those ``p`` parts hold ``p·k`` items:
+      the ``j`` costliest and ``p·k - j`` others, which cost at least the ``p·k - j`` cheapest
+      ``F(p·k - j)`` (``p·k - j <= n - j``, so these are not among the ``j``). The heaviest of
+      the ``p`` parts is at least their mean, so ``max part >= min_p (S_j + F(p·k - j)) / p``
+      with ``S_j = c_1 + ... + c_j``, whatever ``p`` is. The bound is the largest of these over
+      ``j`` and ``T / N``, over ``T / N``. ``j = p = 1`` says: the part that takes the costliest
+      sample takes ``k - 1`` more, at best the ``k - 1`` cheapest. It is never below the bound
+      with any counts.
+
+    Neither bound need be reached by a split; both are reached when every part can get the same
+    cost. ``equal_size=True`` requires ``len(costs) % num_parts == 0`` (as :func:`partition`).
+    """
+    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)):
+        raise ValueError(f"num_parts: must be an int, got {num_parts!r}")
+    if num_parts < 1:
+        raise ValueError(f"num_parts: must be >= 1, got {num_parts}")
+    arr = _check_costs(costs)
+    n, parts = arr.size, int(num_parts)
+    if equal_size and n % parts:
+        raise ValueError(
+            f"equal_size: {n} samples do not split into {parts} equal parts (n % num_parts != 0)"
+        )
+    total = float(arr.sum())
+    if total <= 0:
+        return 1.0
+    mean = total / parts
+    desc = np.sort(arr)[::-1]
+    best = max(mean, float(desc[0]))
+    if equal_size:
+        best = max(best, _equal_count_bound(desc, parts))
+    return best / mean
+
+
+def _equal_count_bound(desc: np.ndarray, num_parts: int) -> float:
+    """``max_j min_p (S_j + F(p·k - j)) / p`` of :func:`imbalance_bound` (``desc``: the costs in
+    descending order, ``len(desc) = k · num_parts``)."""
+    k = desc.size // num_parts
+    top = np.cumsum(desc)  # top[j - 1] = S_j
+    cheapest = np.concatenate([[0.0], np.cumsum(desc[::-1])])  # cheapest[m] = F(m)
+    best = 0.0
+    for j in range(1, num_parts + 1):
+        p = np.arange(-(-j // k), j + 1)
+        best = max(best, float(((top[j - 1] + cheapest[p * k - j]) / p).min()))
+    return best

@@ -268,6 +268,7 @@ def test_whatif_json_shape(sims: dict) -> None:
         "calibration",
         "predictions",
         "oracle",
+        "split_bound",
         "notes",
         "draws",
         "confidence",

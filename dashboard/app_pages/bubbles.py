@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import streamlit as st
@@ -25,6 +26,7 @@ from dashboard.widgets import (
 from fsobs import Analysis
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
+from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.report import findings
 from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
 
@@ -143,8 +145,27 @@ def _stragglers(analysis: Analysis) -> None:
     st.markdown(f"Verdict: **{strag.verdict}** — {who}.")
     chart(figures.straggler_steps(named), "straggler_steps")
     st.dataframe(strag.per_rank, hide_index=True)
+    _split_bound(analysis)
     _causes(analysis)
     _roles(analysis)
+
+
+def _split_bound(analysis: Analysis) -> None:
+    """The imbalance no split inside a step can beat, beside the split's (stragglers.whales)."""
+    bounds = run_bounds(analysis)
+    if bounds is None or bounds.per_step.empty:
+        return
+    s = bounds.summary()
+    left, middle, right = st.columns(3)
+    left.metric("Imbalance of the split (max / mean)", f"{s.imbalance:.2f}")
+    best = s.whale_bound if math.isnan(s.equal_bound) else s.equal_bound
+    middle.metric("No split can go below", f"{best:.2f}")
+    right.metric("Steps with a whale", f"{s.num_whale_steps} of {s.num_steps}")
+    st.caption(
+        "A whale: one sample costlier than the mean rank load (the run's cost model, "
+        f"{s.cost_source}); whichever rank trains it is late, however the step is split. "
+        f"{s.num_whale_stragglers} step(s) have a straggler that trained its whale."
+    )
 
 
 def _causes(analysis: Analysis) -> None:

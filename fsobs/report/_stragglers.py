@@ -8,7 +8,8 @@ The findings say who was late and why, each from its own evidence and each once:
 2. why, from the trace: what the late rank's GPU and CPU did while the others waited
    (:mod:`fsobs.analysis.stragglers.lateness`), host-bound ranks named with their share;
 3. why, from the step sidecars: the input data (:mod:`fsobs.analysis.stragglers.attribution`),
-   then GC and preemption (:mod:`fsobs.analysis.stragglers.causes`). Without sidecars one line
+   whether a whale made the step unbalanceable (:mod:`fsobs.analysis.stragglers.whales`), then
+   GC and preemption (:mod:`fsobs.analysis.stragglers.causes`). Without sidecars one line
    says what cannot be checked.
 """
 
@@ -21,8 +22,10 @@ from rich.table import Table
 
 from fsobs.analysis import Analysis
 from fsobs.analysis.stragglers.causes import CAUSES
+from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.report._format import short_list, table
 from fsobs.report._json import plain, records
+from fsobs.report._whales import whale_findings
 
 _COLUMNS = {
     "rank": "rank",
@@ -191,7 +194,11 @@ def _sidecar_findings(analysis: Analysis) -> list[str]:
             "no step sidecar (steps.rank<R>.jsonl): the late ranks' input data, GC pauses and "
             "CPU time cannot be checked"
         ]
-    return [*_data_findings(analysis), _causes_finding(analysis)]
+    return [
+        *_data_findings(analysis),
+        *whale_findings(run_bounds(analysis)),
+        _causes_finding(analysis),
+    ]
 
 
 def _causes_finding(analysis: Analysis) -> str:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from fsobs.analysis import Analysis
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
+from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.report._alltoall import all_to_all_findings, all_to_all_json, all_to_all_tables
 from fsobs.report._format import duration, print_table, short_list, table, time_unit
 from fsobs.report._json import plain, records
@@ -22,6 +23,7 @@ from fsobs.report._stragglers import (
     straggler_table,
     stragglers_json,
 )
+from fsobs.report._whales import bounds_json
 from fsobs.report._windows import (
     all_sparse,
     hta_flag_lines,
@@ -77,6 +79,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "steps": records(analysis.steps),
         "stragglers": stragglers_json(analysis),
         "data_attribution": attribution_json(analysis),
+        "split_bound": bounds_json(run_bounds(analysis)),
         "collectives": {
             "matched_instances": int(analysis.collectives.instances["instance"].nunique()),
             "unmatched": records(analysis.collectives.problems),

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import WhatIf
+from fsobs.analysis.stragglers.whales import BoundSummary
 from fsobs.analysis.whatif.results import (
     Oracle,
     Prediction,
@@ -20,6 +21,7 @@ from fsobs.analysis.whatif.results import (
 )
 from fsobs.report._format import fixed, percent
 from fsobs.report._json import clean
+from fsobs.report._whales import bound_line
 
 _JSON_NAMES = {"num_steps": "steps", "num_ranks": "ranks"}
 """Fields whose JSON key is shorter than their name."""
@@ -35,6 +37,7 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
             "calibration": _calibration_json(w.calibration),
             "predictions": [_prediction_json(p) for p in w.predictions],
             "oracle": _oracle_json(w.oracle),
+            "split_bound": None if w.split_bound is None else asdict(w.split_bound),
             "notes": w.notes,
             "draws": w.draws,
             "confidence": w.confidence,
@@ -153,4 +156,21 @@ def _tail_lines(w: WhatIf) -> list[str]:
             f"would cause {o.wait_from_data_ms_per_step:.2f}, the noise alone "
             f"{o.wait_from_noise_ms_per_step:.2f} (data share {percent(o.data_share)})"
         )
+    if w.split_bound is not None:
+        lines += _bound_lines(w, w.split_bound)
     return lines + [f"note: {note}" for note in w.notes]
+
+
+def _bound_lines(w: WhatIf, bound: BoundSummary) -> list[str]:
+    """Beside the oracle: how far a split can go, and where the oracle is out of reach."""
+    line = bound_line(bound)
+    resplit = w.calibration.resplit if w.calibration is not None else None
+    if resplit is not None:
+        line += f"; the planner's split (balance) {resplit.imbalance_after:.2f}"
+    reach = (
+        f"the oracle's equal compute is out of reach in {bound.num_whale_steps} of "
+        f"{bound.num_steps} step(s): their costliest sample alone outweighs the mean rank load"
+        if bound.num_whale_steps
+        else "no step has a whale: no single sample keeps a split from the oracle's equal compute"
+    )
+    return [line, reach]

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.pipeline import Analysis
+from fsobs.analysis.stragglers.whales import BoundSummary, run_bounds
 from fsobs.analysis.whatif.calibration import (
     Calibration,
     Resplit,
@@ -171,6 +172,7 @@ def whatif(
         calibration=_calibration(setup, split),
         predictions=predictions,
         oracle=_oracle(setup, confidence, rng),
+        split_bound=_split_bound(analysis),
         notes=notes,
         draws=num,
         confidence=confidence,
@@ -359,6 +361,13 @@ def _oracle(setup: _Setup, confidence: float, rng: np.random.Generator) -> Oracl
         wait_from_noise_ms_per_step=noise,
         data_share=share,
     )
+
+
+def _split_bound(analysis: Analysis) -> BoundSummary | None:
+    """The imbalance no split inside a step can beat (:mod:`fsobs.analysis.stragglers.whales`),
+    over the run's steps; None without the per-sample lengths or a cost model."""
+    bounds = run_bounds(analysis)
+    return None if bounds is None or bounds.per_step.empty else bounds.summary()
 
 
 def _wait_split(setup: _Setup, mean: np.ndarray) -> tuple[float, float, float] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fsobs.analysis.stragglers.whales import BoundSummary
 from optim.balance import CostModel
 
 
@@ -149,6 +150,9 @@ class WhatIf:
     predictions: list[Prediction]
     """Every non-empty combination of the toggles, in order."""
     oracle: Oracle
+    split_bound: BoundSummary | None = None
+    """The imbalance no split inside a step can beat, beside the oracle's equal compute (which
+    no split reaches in a step with a whale); None without per-sample lengths."""
     notes: list[str] = field(default_factory=list)
     draws: int = 0
     """Noise draws each prediction took."""
