@@ -32,7 +32,8 @@ BALANCE_MODES: dict[str, tuple[str, int]] = {
 
 def kpis(sched: Schedule) -> dict[str, float]:
     """The run's KPIs from its truth: bubble ratio, ms per rank and step of the bubble and
-    each class, step time p50."""
+    each class, step time p50 and mean (the mean is the run's time per step: with a window the
+    steps that hold the costliest samples are longer than the others)."""
     t = sched.truth
     window, busy = t["window"].astype(float), t["busy"].astype(float)
     out = {
@@ -47,6 +48,7 @@ def kpis(sched: Schedule) -> dict[str, float]:
         out["bubble_ms_per_step"] + out["contention_ms_per_step"]
     )
     out["step_time_ms_p50"] = float(np.median(window.max(axis=1)) / 1e6)
+    out["step_time_ms_mean"] = float(window.max(axis=1).mean() / 1e6)
     out["imbalance_after"] = float(np.mean(sched.imbalance_after))
     return out
 
