@@ -45,7 +45,7 @@ from optim.config import FreeScaleConfig, ToggleStatus
 from optim.ddp import DenseGate
 from optim.groups import Groups, make_groups
 from optim.markers import BALANCE_MARKER
-from optim.plan import StepPlan, loss_scale
+from optim.plan import StepPlan, loss_scale, plan_window
 from optim.sampler import BalancedBatchSampler, Lengths
 from optim.shuffle import ShuffleBalancer, check_plan
 from optim.sm_free import SMFreePath, setup_sm_free
@@ -233,6 +233,10 @@ class FreeScale:
     def split(self, step: int, lengths: np.ndarray) -> StepShare:
         """Plan mode: this rank's part of a global batch whose samples have ``lengths`` (the
         same array on every rank). Toggle off: the contiguous random-split share."""
+        if self._window > 1:
+            raise ValueError(
+                f"balance.window: {self._window} plans steps together; use split_window"
+            )
         groups = self.groups
         world, rank = self.world_size, self.rank
         with record_function(BALANCE_MARKER):
@@ -242,6 +246,40 @@ class FreeScale:
                 check_plan(plan.digest, step, groups.balance)
         mine = plan.parts[rank]
         return StepShare(step, mine, loss_scale(len(mine), len(lengths), world), plan)
+
+    def split_window(self, first_step: int, lengths: Sequence[np.ndarray]) -> list[StepShare]:
+        """Plan mode with a window (``BalanceConfig(window=K)``): this rank's part of each step
+        ``first_step, first_step + 1, ...`` of a window whose global batches have ``lengths``
+        (one array each, the same on every rank; ``K`` of them, fewer at an epoch's end).
+        Positions are into the window (the batches concatenated); each share's loss scale is
+        for its own step's sample count."""
+        if not self._window > 1:
+            raise ValueError(
+                "balance.window: split_window needs the balance toggle with window > 1"
+            )
+        if not 1 <= len(lengths) <= self._window:
+            raise ValueError(
+                f"lengths: a window of {self._window} takes 1..{self._window} global batches, "
+                f"got {len(lengths)}"
+            )
+        world, rank = self.world_size, self.rank
+        with record_function(BALANCE_MARKER):
+            plans = plan_window([self.costs(np.asarray(b)) for b in lengths], world)
+            for k, plan in enumerate(plans):
+                if self.config.balance.checks_at(first_step + k):
+                    check_plan(plan.digest, first_step + k, self.groups.balance)
+        shares = []
+        for k, plan in enumerate(plans):
+            mine = plan.parts[rank]
+            total = sum(len(p) for p in plan.parts)
+            scale = loss_scale(len(mine), total, world) if total else 0.0
+            shares.append(StepShare(first_step + k, mine, scale, plan))
+        return shares
+
+    @property
+    def _window(self) -> int:
+        balance = self.config.balance
+        return balance.window if balance.enabled else 1
 
     def exchange(
         self, step: int, rows: Sequence[np.ndarray], lengths: np.ndarray

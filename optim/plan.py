@@ -16,6 +16,9 @@ Every rank of a step then checks the plan's :func:`plan_digest` against the othe
 (:mod:`optim.shuffle`), so a plan that diverged (different costs, lengths or versions) fails
 loudly instead of training on duplicated or dropped samples.
 
+A window (``BalanceConfig(window=K)``, plan mode) plans ``K`` global batches at once with
+:func:`plan_window` (:mod:`optim.window`): one plan per step, positions into the window.
+
 With unequal counts (``method="lpt"``) each rank scales its mean loss by :func:`loss_scale`, so
 that the all-reduced (averaged) gradient is the gradient of the global mean loss. ``lpt`` also
 plans a global batch that is not a multiple of the world size (so does the toggle off: the random
@@ -31,8 +34,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from optim.balance import METHODS, imbalance, partition
+from optim.window import deal_window
 
-__all__ = ["MODES", "BalanceConfig", "StepPlan", "batch_digest", "loss_scale", "plan_digest"]
+__all__ = [
+    "MODES",
+    "BalanceConfig",
+    "StepPlan",
+    "batch_digest",
+    "loss_scale",
+    "plan_digest",
+    "plan_window",
+]
 
 MODES: tuple[str, ...] = ("plan", "shuffle")
 
@@ -48,6 +60,10 @@ class BalanceConfig:
     """``plan`` (lengths known up front) or ``shuffle`` (exchange after loading)."""
     check_every: int = 10
     """All-gather and compare the plan digest every this many steps (and at step 0); 0: never."""
+    window: int = 1
+    """Steps planned together (:mod:`optim.window`): 1 plans each global batch alone; ``K > 1``
+    deals the samples of ``K`` consecutive global batches into ``K`` steps (``method="lpt"``:
+    counts differ per rank and per step; ``mode="plan"``)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -56,6 +72,13 @@ class BalanceConfig:
             raise ValueError(f"mode: unknown {self.mode!r}, expected one of {list(MODES)}")
         if self.check_every < 0:
             raise ValueError(f"check_every: must be >= 0, got {self.check_every}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window: must be an int >= 1, got {self.window!r}")
+        if self.window > 1 and (self.method != "lpt" or self.mode != "plan"):
+            raise ValueError(
+                f"window: {self.window} needs method 'lpt' (counts differ per step) and mode "
+                f"'plan', got method {self.method!r}, mode {self.mode!r}"
+            )
 
     @property
     def equal_size(self) -> bool:
@@ -72,7 +95,8 @@ class StepPlan:
     """Which positions of one global batch each rank trains on."""
 
     parts: list[np.ndarray]
-    """Per rank, ascending int64 positions into the global batch; together each position once."""
+    """Per rank, ascending int64 positions into the global batch (into the window, for
+    :func:`plan_window`); together each position once (a window's: over its steps)."""
     imbalance_before: float
     """Max / mean estimated rank cost of the random split."""
     imbalance_after: float
@@ -97,6 +121,27 @@ class StepPlan:
             imbalance_after=imbalance(costs, after),
             digest=plan_digest(parts),
         )
+
+
+def plan_window(costs: Sequence[np.ndarray], world_size: int) -> list[StepPlan]:
+    """Plan a window (:mod:`optim.window`): ``costs`` of its global batches, one array each in
+    global-batch order; one plan per step of the window, whose ``parts`` are positions into the
+    window (the batches concatenated in order). ``imbalance_before`` is the random split of the
+    step's own global batch."""
+    steps = deal_window(costs, world_size)
+    pooled = np.concatenate([np.asarray(c, dtype=np.float64) for c in costs])
+    plans = []
+    for batch, parts in zip(costs, steps, strict=True):
+        before = partition(batch, world_size, method="random", equal_size=False)
+        plans.append(
+            StepPlan(
+                parts=parts,
+                imbalance_before=imbalance(batch, before),
+                imbalance_after=imbalance(pooled, [p.tolist() for p in parts]),
+                digest=plan_digest(parts),
+            )
+        )
+    return plans
 
 
 def plan_digest(parts: Sequence[np.ndarray]) -> str:

@@ -24,6 +24,13 @@ dataset indices of part ``r`` (in global-batch order). With the toggle off that 
 contiguous random split: rank ``r`` the ``r``-th chunk of the shuffled global batch, so A/B runs
 see the same global batches.
 
+With a window (``BalanceConfig(window=K)``, :mod:`optim.window`) the epoch's global batches
+are taken ``K`` at a time (the last window may hold fewer) and their samples dealt into the
+window's steps: a step's samples come from the window's batches, the number of samples and
+tokens per step varies, and each share's :class:`BatchShare` carries its step's own counts,
+so that ``loss_weight`` makes each step's gradient the mean over its own samples. Every sample
+is still served exactly once per epoch, at most ``K - 1`` steps from its global batch.
+
 It is a *batch* sampler (``DataLoader(batch_sampler=...)``): with ``lpt`` the shares of a step
 differ in size, so no per-sample sampler with a fixed ``batch_size`` can yield them. Every rank
 yields one batch per global batch, so the ranks never disagree on the number of steps.
@@ -63,7 +70,7 @@ from typing import Generic, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 
-from optim.plan import BalanceConfig, StepPlan
+from optim.plan import BalanceConfig, StepPlan, plan_window
 from optim.weights import loss_weight
 
 __all__ = ["BalancedBatchSampler", "BatchShare", "ShareCollate", "ShareDataset", "ShareList"]
@@ -86,9 +93,10 @@ class BatchShare:
     rank: int
     world_size: int
     num_samples: int
-    """Samples in the global batch."""
+    """Samples the step trains on over all ranks: the global batch's, or with a window
+    (``BalanceConfig.window``) the step's own."""
     num_tokens: int
-    """Tokens in the global batch: the sum of its samples' lengths."""
+    """Tokens the step trains on over all ranks: the sum of those samples' lengths."""
     digest: str
     """The step plan's :func:`optim.plan.plan_digest`, the same on every rank (to compare across
     ranks with ``optim.shuffle.check_plan``)."""
@@ -231,8 +239,14 @@ class BalancedBatchSampler:
         return [order[k * size : (k + 1) * size] for k in range(len(self))]
 
     def __iter__(self) -> Iterator[ShareList[int]]:
-        for step, batch in enumerate(self.global_batches()):
-            yield self._share(step, batch)
+        batches = self.global_batches()
+        window = self.config.window if self.config.enabled else 1
+        if window == 1:
+            for step, batch in enumerate(batches):
+                yield self._share(step, batch)
+            return
+        for first in range(0, len(batches), window):
+            yield from self._window_shares(first, batches[first : first + window])
 
     def _order(self) -> np.ndarray:
         if not self.shuffle:
@@ -243,11 +257,34 @@ class BalancedBatchSampler:
         generator.manual_seed(self.seed + self.epoch)
         return torch.randperm(self.num_samples, generator=generator).numpy()
 
-    def _share(self, step: int, batch: np.ndarray) -> ShareList[int]:
+    def _costs(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The lengths and the estimated costs of a batch's samples."""
         lengths = self._lengths_of(batch)
         costs = np.asarray(self.costs(lengths))
         if costs.shape != lengths.shape:
             raise ValueError(f"costs: shape {costs.shape} for lengths of shape {lengths.shape}")
+        return lengths, costs
+
+    def _window_shares(self, first: int, batches: list[np.ndarray]) -> Iterator[ShareList[int]]:
+        """This rank's share of each step of the window of ``batches`` (step ``first`` on)."""
+        found = [self._costs(batch) for batch in batches]
+        plans = plan_window([costs for _, costs in found], self.world_size)
+        indices = np.concatenate(batches)
+        lengths = np.concatenate([lens for lens, _ in found])
+        for k, plan in enumerate(plans):
+            share = BatchShare(
+                epoch=self.epoch,
+                step=first + k,
+                rank=self.rank,
+                world_size=self.world_size,
+                num_samples=sum(int(p.size) for p in plan.parts),
+                num_tokens=int(sum(int(lengths[p].sum()) for p in plan.parts)),
+                digest=plan.digest,
+            )
+            yield ShareList(indices[plan.parts[self.rank]].tolist(), share)
+
+    def _share(self, step: int, batch: np.ndarray) -> ShareList[int]:
+        lengths, costs = self._costs(batch)
         plan = StepPlan.make(costs, self.world_size, self._config_for(batch.size))
         share = BatchShare(
             epoch=self.epoch,

@@ -635,3 +635,26 @@ def test_dashboard_without_the_app(tmp_path, monkeypatch, capsys):
     assert main(["dashboard"]) == 2
     err = capsys.readouterr().err
     assert "none.py: no dashboard app here" in err and err.count("\n") == 1
+
+
+# a window of 2 steps (optim.window): samples moved between the ranks *and* the two steps
+WINDOWED = {(0, 0): [100, 300, 7], (1, 0): [50], (0, 1): [10, 8], (1, 1): [60, 9]}
+
+
+def test_a_window_run_has_the_same_samples_within_each_window():
+    """LENGTHS and WINDOWED: per step the totals differ (step 0: 220 vs 457 tokens), over the
+    window of steps 0-1 both hold 8 samples of 544 tokens (sum of squares 106_394)."""
+    base = _sidecar(LENGTHS, {0: "aa", 1: "bb"})
+    moved = _sidecar(WINDOWED, {0: "xx", 1: "yy"})  # its steps' digests are other sets
+    plain = (_meta(), _meta())
+    assert compare(*_runs_with(base, moved, metas=plain)).same_batches is False
+    windowed = (_meta(), _meta(balance_window=2))
+    c = compare(*_runs_with(base, moved, metas=windowed))
+    assert c.same_batches is True and c.warnings == []
+    changed = dict(WINDOWED) | {(1, 1): [60, 10]}
+    c = compare(*_runs_with(base, _sidecar(changed, {0: "xx", 1: "yy"}), metas=windowed))
+    assert c.same_batches is False
+    assert (
+        "the runs did not see the same global batches: batch totals over each window of 2 "
+        "steps differ in 1 of 1 common windows (first: window 0)"
+    ) in c.warnings

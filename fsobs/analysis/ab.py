@@ -38,7 +38,9 @@ states disagree between the runs (:func:`toggle_warnings`).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -336,11 +338,26 @@ def same_batches(control: Run[Any], test: Run[Any]) -> tuple[bool | None, list[s
        shared steps that every rank of each run logged;
     3. both ``run.json`` have a workload: its ``WORKLOAD_KEYS`` present in both;
     4. otherwise None (cannot be told).
+
+    A run that balanced with a window (``run.json`` workload ``balance_window`` = ``K`` > 1,
+    :mod:`optim.window`) moves samples between the ``K`` steps of each window, so its steps'
+    batches differ from the baseline's while each window's samples are the same: checks 1 and 2
+    then become one check, the totals of check 2 summed over each window of
+    ``lcm(K_control, K_test)`` steps from step 0, over the windows whose every step both runs
+    logged on every rank.
     """
-    checks = (
+    window = math.lcm(_window(control), _window(test))
+    checks: tuple[tuple[Callable[[Run[Any]], pd.Series | None], str], ...] = (
         (_digests, "batch digests"),
         (_totals, "batch totals (samples, sum of lengths, sum of squared lengths)"),
     )
+    if window > 1:
+        checks = (
+            (
+                functools.partial(_window_totals, window=window),
+                f"batch totals over each window of {window} steps",
+            ),
+        )
     for per_step, what in checks:
         a, b = per_step(control), per_step(test)
         if a is None or b is None:
@@ -350,11 +367,36 @@ def same_batches(control: Run[Any], test: Run[Any]) -> tuple[bool | None, list[s
             differ = [int(s) for s in common if a[s] != b[s]]
             if not differ:
                 return True, []
+            unit = "windows" if window > 1 else "steps"
+            first = f"window {differ[0]}" if window > 1 else f"step {differ[0]}"
             return False, [
                 f"the runs did not see the same global batches: {what} differ in "
-                f"{len(differ)} of {len(common)} common steps (first: step {differ[0]})"
+                f"{len(differ)} of {len(common)} common {unit} (first: {first})"
             ]
     return _same_workload(control, test)
+
+
+def _window(run: Run[Any]) -> int:
+    """The balance window the run trained with: ``run.json`` workload ``balance_window``
+    (1 without one)."""
+    value = _workload(run).get("balance_window", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+
+def _window_totals(run: Run[Any], *, window: int) -> pd.Series | None:
+    """Window number -> the sum of :func:`_totals` over its ``window`` steps, for the windows
+    whose every step every rank logged; None without sidecars."""
+    per_step = _totals(run)
+    if per_step is None:
+        return None
+    steps = pd.Series(per_step.index, index=per_step.index)
+    full = steps.groupby(steps // window).count() == window
+    sums = {
+        int(w): tuple(int(sum(v)) for v in zip(*group, strict=True))
+        for w, group in per_step.groupby(steps // window)
+        if full[w]
+    }
+    return pd.Series(sums, dtype=object)
 
 
 def _digests(run: Run[Any]) -> pd.Series | None:

@@ -20,6 +20,7 @@ from fsobs.errors import RunError
 from fsobs.workload.lengths import PRESETS
 from optim.balance import CostModel
 from optim.markers import EMBEDDING_ROLES
+from optim.plan import BalanceConfig
 
 SIM_TOGGLES = TOGGLES
 
@@ -43,6 +44,10 @@ class SimConfig:
     """Busy ns per sample of the data-dependent compute (embedding lookup + dense fwd/bwd)."""
     partition: CostModel | None = None
     """The balancer's model (default: ``cost``)."""
+    balance_method: str = "kk"
+    """The ``balance`` toggle's partitioner (:attr:`optim.plan.BalanceConfig.method`)."""
+    balance_window: int = 1
+    """Steps it plans together (:attr:`optim.plan.BalanceConfig.window`; > 1 needs ``lpt``)."""
     embedding_share: float = 0.15
     """Share of that compute before the embedding output all-to-all (the lookup)."""
     speed_sigma: float = 0.01
@@ -93,6 +98,13 @@ class SimConfig:
             raise ValueError(f"id_overlap: must be in [0, 1], got {self.id_overlap}")
         if self.gamma < 1:
             raise ValueError(f"gamma: must be >= 1, got {self.gamma}")
+        self.balance(enabled=True)  # a ValueError naming method or window
+
+    def balance(self, *, enabled: bool) -> BalanceConfig:
+        """The ``balance`` toggle's config, on or off."""
+        return BalanceConfig(
+            enabled=enabled, method=self.balance_method, window=self.balance_window
+        )
 
     def draw_lengths(self, rng: np.random.Generator, size: int) -> np.ndarray:
         if self.lengths:

@@ -15,7 +15,8 @@ Each step of each rank runs on one GPU (compute stream: ``|==|``; communication:
 - ``C1``/``C3``: the embedding all-to-all forward / backward; ``C2``: the dense all-reduce. A
   collective starts on a rank when it is issued there (``a``) and ends for every rank at
   ``E = max_r a_r + X``. C3 waits in the queue behind C2.
-- ``balance`` splits each global batch with optim's planner instead of the random split.
+- ``balance`` splits each global batch with optim's planner instead of the random split (with
+  a window, :attr:`SimConfig.balance_window`, it deals ``K`` steps' batches at once).
 
 ``priority_overlap`` is torchrec's Prioritized Embedding Communication (PEC) with FreeScale's
 dense ordering, step by step as ``TrainPipelinePEC`` runs it (``../shared/notes/pec.md``). With
@@ -60,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fsobs.simulate.config import SimConfig
-from optim.plan import BalanceConfig, StepPlan
+from optim.plan import StepPlan, plan_window
 
 START_NS = 1_767_225_600_000_000_000
 TRUTH_CLASSES = ("busy", "straggler_wait", "exposed_comm", "host_idle", "other")
@@ -114,18 +115,27 @@ def plan(cfg: SimConfig, toggles: frozenset[str] = frozenset()) -> Schedule:
 def _split(
     cfg: SimConfig, rng: np.random.Generator, balance: bool
 ) -> tuple[list[list[np.ndarray]], np.ndarray, np.ndarray, np.ndarray]:
+    """Draw every step's global batch (in step order, whatever the plan) and split it: one
+    step at a time, or with a window ``K`` steps at once (:func:`optim.plan.plan_window`)."""
     n, b = cfg.world_size, cfg.batch_per_rank
-    config = BalanceConfig(enabled=balance)
+    config = cfg.balance(enabled=balance)
     model = cfg.partition_model
+    batches = [cfg.draw_lengths(rng, n * b) for _ in range(cfg.steps)]
+    window = config.window if balance else 1
     out, est, before, after = [], [], [], []
-    for _ in range(cfg.steps):
-        batch = cfg.draw_lengths(rng, n * b)
-        costs = model(batch)
-        step_plan = StepPlan.make(costs, n, config)
-        out.append([batch[p] for p in step_plan.parts])
-        est.append([float(costs[p].sum()) for p in step_plan.parts])
-        before.append(step_plan.imbalance_before)
-        after.append(step_plan.imbalance_after)
+    for first in range(0, cfg.steps, window):
+        lengths = batches[first : first + window]
+        costs = [model(batch) for batch in lengths]
+        if window == 1:
+            plans = [StepPlan.make(costs[0], n, config)]
+        else:
+            plans = plan_window(costs, n)
+        pooled, pooled_costs = np.concatenate(lengths), np.concatenate(costs)
+        for step_plan in plans:
+            out.append([pooled[p] for p in step_plan.parts])
+            est.append([float(pooled_costs[p].sum()) for p in step_plan.parts])
+            before.append(step_plan.imbalance_before)
+            after.append(step_plan.imbalance_after)
     return out, np.array(est), np.array(before), np.array(after)
 
 

@@ -294,7 +294,11 @@ def run_meta(sched: Schedule, name: str) -> RunMeta:
         backend="nccl",
         device="gpu",
         hosts=tuple(hosts),
-        workload={"simulator": sched.cfg.describe(), "steps": sched.cfg.steps},
+        workload={
+            "simulator": sched.cfg.describe(),
+            "steps": sched.cfg.steps,
+            "balance_window": sched.cfg.balance_window if "balance" in sched.toggles else 1,
+        },
         toggles=toggles,
         simulated=True,
         versions={"python": python_version(), "torch": None, "torchrec": None},

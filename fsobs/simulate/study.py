@@ -1,5 +1,6 @@
-"""Scale study on the simulator: the bubble against the world size under the random split, and
-what each toggle (alone and all together) removes at one world size (no torch).
+"""Scale study on the simulator: the bubble against the world size under the random split,
+what each toggle (alone and all together) removes at one world size, and what each balance
+mode removes alone and with every toggle (no torch).
 
 Every figure comes from the simulator's truth (which ``fsobs analyze`` recovers from the
 written traces, see :func:`fsobs.simulate.simulator.truth_error`); nothing is written to disk.
@@ -19,11 +20,20 @@ from fsobs.simulate.config import SIM_TOGGLES, SimConfig
 from fsobs.simulate.schedule import TRUTH_CLASSES, Schedule, plan
 
 WORLD_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
+BALANCE_MODES: dict[str, tuple[str, int]] = {
+    "kk": ("kk", 1),
+    "lpt": ("lpt", 1),
+    "window2": ("lpt", 2),
+    "window4": ("lpt", 4),
+    "window8": ("lpt", 8),
+}
+"""Name -> (``balance_method``, ``balance_window``): equal counts, unequal counts, windows."""
 
 
 def kpis(sched: Schedule) -> dict[str, float]:
     """The run's KPIs from its truth: bubble ratio, ms per rank and step of the bubble and
-    each class, step time p50."""
+    each class, step time p50 and mean (the mean is the run's time per step: with a window the
+    steps that hold the costliest samples are longer than the others)."""
     t = sched.truth
     window, busy = t["window"].astype(float), t["busy"].astype(float)
     out = {
@@ -38,6 +48,7 @@ def kpis(sched: Schedule) -> dict[str, float]:
         out["bubble_ms_per_step"] + out["contention_ms_per_step"]
     )
     out["step_time_ms_p50"] = float(np.median(window.max(axis=1)) / 1e6)
+    out["step_time_ms_mean"] = float(window.max(axis=1).mean() / 1e6)
     out["imbalance_after"] = float(np.mean(sched.imbalance_after))
     return out
 
@@ -88,3 +99,36 @@ def toggle_study(
     spread = frame.groupby("toggles", sort=False)["bubble_reduction"].agg(["min", "max"])
     means["reduction_min"], means["reduction_max"] = spread["min"], spread["max"]
     return means.reset_index()
+
+
+def balance_study(
+    cfg: SimConfig,
+    world_size: int = 256,
+    seeds: Iterable[int] = (0, 1, 2),
+    modes: Sequence[str] = tuple(BALANCE_MODES),
+) -> pd.DataFrame:
+    """One row per (balance mode, ``balance`` alone or with every toggle, seed): the mode's
+    :func:`kpis` and its bubble reduction against the random split of the same seed (the
+    same global batches and noise)."""
+    for mode in modes:
+        if mode not in BALANCE_MODES:
+            raise ValueError(f"modes: unknown {mode!r}, expected some of {list(BALANCE_MODES)}")
+    rows = []
+    for seed in seeds:
+        base_cfg = replace(cfg, world_size=world_size, seed=seed)
+        base = kpis(plan(base_cfg))["bubble_ms_per_step"]
+        for mode in modes:
+            method, window = BALANCE_MODES[mode]
+            mode_cfg = replace(base_cfg, balance_method=method, balance_window=window)
+            for toggles in (("balance",), SIM_TOGGLES):
+                k = kpis(plan(mode_cfg, frozenset(toggles)))
+                rows.append(
+                    {
+                        "mode": mode,
+                        "toggles": "balance" if len(toggles) == 1 else "all",
+                        "seed": seed,
+                        **k,
+                        "bubble_reduction": 1 - k["bubble_ms_per_step"] / base,
+                    }
+                )
+    return pd.DataFrame(rows)
