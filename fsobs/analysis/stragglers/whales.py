@@ -117,7 +117,8 @@ def split_bounds(
             missing.append(step)
             continue
         shares = [model(lengths[(r, step)]) for r in ranks]
-        late = float(straggler.get(step, math.nan))
+        found = straggler.get(step, math.nan)
+        late = math.nan if pd.isna(found) else float(found)  # one rank: no straggler (NA)
         rows.append(_step_row(step, shares, ranks, late))
     return SplitBounds(pd.DataFrame(rows, columns=COLUMNS), missing, cost_source)
 
