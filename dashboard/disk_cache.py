@@ -6,12 +6,17 @@ every analysis is kept in the store::
 
     <store>/.fsobs-cache/
       .gitignore                       "*": a store inside a git checkout stays clean
-      <sha256 of the run id>.pkl       one JSON header line, then the pickled Analysis
+      <sha256 of the run id>.pkl       one JSON header line, the pickled Analysis, an end line
 
 The header holds :data:`FORMAT`, a digest of fsobs's source code and of the Python / pandas /
 numpy versions (:func:`code_digest`), the run id and the run's (name, mtime, size) signature
 (:func:`dashboard.store.signature_of`). An entry is used only when all of them match the run as
 it is now; a stale, corrupt or unreadable entry is ignored, and the next analysis replaces it.
+
+The end line (``fsobs-cache-end <size> <sha256>\\n`` right after the pickle, fixed length)
+gives the pickle's length and digest: an entry is fresh only if the file is exactly header +
+pickle + end line long (a file cut short, by a crash or a full disk, is not), and is unpickled
+only if the pickle's digest matches.
 
 - **Safety.** Unpickling runs code, so an entry is read only if the cache folder and the file are
   not symbolic links, belong to this process's user and nobody else may write them (the folder
@@ -45,7 +50,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
@@ -55,9 +60,10 @@ from dashboard.store import Signature
 from fsobs import Analysis
 
 CACHE_DIR = ".fsobs-cache"
-FORMAT = 1
+FORMAT = 2
 """Bump when the file layout changes."""
 _MAX_HEADER = 1 << 20
+_END = "fsobs-cache-end"
 DEFAULT_MAX_MB = 2048
 """Default size cap of the cache folder (MiB)."""
 MAX_MB_ENV = "FSOBS_CACHE_MAX_MB"
@@ -116,10 +122,76 @@ def _private(info: os.stat_result, kind: int) -> bool:
     )
 
 
+def _end_line(size: int, digest: str) -> bytes:
+    """The last line of an entry: the pickle's length and sha256 (fixed length)."""
+    return f"{_END} {size:016x} {digest}\n".encode()
+
+
+_END_LEN = len(_end_line(0, hashlib.sha256().hexdigest()))
+
+
+class _Entry:
+    """An open entry, positioned at its pickle: ``size`` bytes whose sha256 is ``digest``."""
+
+    def __init__(self, handle: IO[bytes], size: int, digest: str, path: Path) -> None:
+        self.handle, self.size, self.digest, self.path = handle, size, digest, path
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> _Entry:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def load(self) -> Any:
+        """Unpickle the analysis, checking the digest of what is read (ValueError if it differs,
+        or if the pickle ends before its declared length)."""
+        reader = _HashingReader(self.handle, self.size)
+        analysis = pickle.load(reader)
+        if reader.left or reader.digest.hexdigest() != self.digest:
+            raise ValueError("the pickle does not match its digest")
+        return analysis
+
+
+class _HashingReader:
+    """The file object ``pickle.load`` reads from: at most ``size`` bytes, hashed on the way."""
+
+    def __init__(self, handle: IO[bytes], size: int) -> None:
+        self.handle, self.left, self.digest = handle, size, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.handle.read(self.left if n < 0 else min(n, self.left))
+        self.left -= len(data)
+        self.digest.update(data)
+        return data
+
+    def readline(self) -> bytes:
+        data = self.handle.readline(self.left)
+        self.left -= len(data)
+        self.digest.update(data)
+        return data
+
+
+class _HashingWriter:
+    """The file object ``pickle.dump`` writes to: counts and hashes what goes through."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out, self.size, self.digest = out, 0, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.out.write(data)
+        self.digest.update(data)
+        size = memoryview(data).nbytes
+        self.size += size
+        return size
+
+
 def _open_entry(
     store: Path, run_id: str, signature: Signature, *, touch: bool = False
-) -> IO[bytes] | None:
-    """The entry opened after its header, if it is safe to read and matches; else None.
+) -> _Entry | None:
+    """The entry opened at its pickle, if it is safe to read, matches and is whole; else None.
     ``touch``: mark it as used now (its modification time, which eviction goes by)."""
     path = entry_path(store, run_id)
     try:
@@ -131,16 +203,36 @@ def _open_entry(
         return None  # no entry (the usual case)
     handle = os.fdopen(fd, "rb")
     try:
-        if not _private(os.fstat(fd), stat.S_IFREG):
+        info = os.fstat(fd)
+        if not _private(info, stat.S_IFREG):
             _warn_once(f"ignoring {path}: not a private file of this user")
         elif json.loads(handle.readline(_MAX_HEADER)) == _header(run_id, signature):
-            if touch:
-                _touch(fd)
-            return handle
+            entry = _whole(handle, info.st_size, path)
+            if entry is None:
+                _warn_once(f"ignoring {path}: cut short (no end line, or not at its end)")
+            else:
+                if touch:
+                    _touch(fd)
+                return entry
     except (OSError, ValueError) as exc:
         logger.warning("ignoring %s: unreadable header (%s)", path, exc)
     handle.close()
     return None
+
+
+def _whole(handle: IO[bytes], file_size: int, path: Path) -> _Entry | None:
+    """The entry if the file ends with an end line whose length is the pickle's; ``handle`` is
+    just past the header, and is left there."""
+    start = handle.tell()
+    size = file_size - start - _END_LEN
+    if size <= 0:
+        return None
+    handle.seek(start + size)
+    end = handle.read(_END_LEN).decode("ascii", errors="replace").split()
+    handle.seek(start)
+    if len(end) != 3 or end[0] != _END or end[1] != f"{size:016x}":
+        return None
+    return _Entry(handle, size, end[2], path)
 
 
 def _touch(fd: int) -> None:
@@ -152,29 +244,29 @@ def _touch(fd: int) -> None:
 
 
 def is_fresh(store: Path, run_id: str, signature: Signature) -> bool:
-    """Whether an entry for this version of the run is there (its header is read, not the
-    analysis)."""
-    handle = _open_entry(store, run_id, signature)
-    if handle is None:
+    """Whether a whole entry for this version of the run is there (its header and length are
+    checked, not the analysis)."""
+    entry = _open_entry(store, run_id, signature)
+    if entry is None:
         return False
-    handle.close()
+    entry.close()
     return True
 
 
 def read(store: Path, run_id: str, signature: Signature) -> Analysis | None:
     """The cached analysis of this version of the run, its paths pointing into the store as it
     is now (:func:`relocate`); None if there is no usable entry."""
-    handle = _open_entry(store, run_id, signature, touch=True)
-    if handle is None:
+    entry = _open_entry(store, run_id, signature, touch=True)
+    if entry is None:
         return None
-    with handle:
+    with entry:
         try:
-            analysis = pickle.load(handle)
-        except Exception as exc:  # a truncated or foreign pickle: analyze again
-            logger.warning("ignoring %s: %s: %s", handle.name, type(exc).__name__, exc)
+            analysis = entry.load()
+        except Exception as exc:  # a damaged or foreign pickle: analyze again
+            logger.warning("ignoring %s: %s: %s", entry.path, type(exc).__name__, exc)
             return None
     if not isinstance(analysis, Analysis):
-        logger.warning("ignoring %s: holds a %s", handle.name, type(analysis).__name__)
+        logger.warning("ignoring %s: holds a %s", entry.path, type(analysis).__name__)
         return None
     return relocate(analysis, store / run_id)
 
@@ -193,7 +285,9 @@ def write(store: Path, run_id: str, signature: Signature, analysis: Analysis) ->
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pkl")
         with os.fdopen(fd, "wb") as out:
             out.write(json.dumps(_header(run_id, signature)).encode() + b"\n")
-            pickle.dump(analysis, out, protocol=pickle.HIGHEST_PROTOCOL)
+            payload = _HashingWriter(out)
+            pickle.dump(analysis, payload, protocol=pickle.HIGHEST_PROTOCOL)
+            out.write(_end_line(payload.size, payload.digest.hexdigest()))
         os.replace(tmp, path)
     except Exception as exc:  # read-only store, full disk, an unpicklable object, ...
         _warn_once(f"cannot cache analyses in {path.parent}: {exc}")

@@ -10,19 +10,31 @@ sidecars ``steps.rank<R>.jsonl``) or one ``.zip`` / ``.tar.gz`` / ``.tgz`` archi
    encrypted; two files with the same name are refused;
 3. count bytes against :data:`MAX_UPLOAD_BYTES` (uncompressed, all files together): the sizes the
    archive declares before extracting, and the bytes actually written while streaming, so a
-   decompression bomb stops at the limit;
+   decompression bomb stops at the limit. What the archive readers would hold in memory is
+   refused by its declared size before it is read: a zip's central directory beyond
+   :data:`MAX_ZIP_DIRECTORY_BYTES`, tar extension headers (GNU long names, pax) beyond
+   :data:`MAX_TAR_METADATA_BYTES` in all (global pax headers, applied to every member, beyond
+   :data:`MAX_TAR_GLOBAL_BYTES`) or more than :data:`MAX_TAR_HEADERS_IN_A_ROW` before one
+   member, and GNU sparse members (their maps are read whole);
 4. validate: load and analyze the staged run with fsobs; any
    :class:`~fsobs.errors.FsobsError` becomes an :class:`UploadError` with its one-line message;
 5. ``os.rename`` the staging directory to ``uploads/<name>``, ``<name>-2``, ``<name>-3``, ... (the
    first that does not exist: a stored run is never overwritten).
 
 On any failure the staging directory is removed (and ``uploads/`` too if this upload created
-it), so the store is left exactly as it was.
+it and it is empty), so the store is left as it was; a failure of the store itself (a full disk,
+no permission) is an :class:`UploadError` too, naming the file. Uploads may run concurrently:
+each stages in its own folder, and one that finds ``uploads/`` removed by a failed upload
+between creating it and staging in it creates it again (a concurrent failure may leave an empty
+``uploads/`` behind; it holds no run).
+
+Every message is one line: archive readers' multi-line messages are joined.
 """
 
 from __future__ import annotations
 
 import errno
+import lzma
 import os
 import re
 import shutil
@@ -30,6 +42,7 @@ import stat
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +60,32 @@ everywhere. The server's own cap is ``server.maxUploadSize`` (MiB) in
 ``dashboard/.streamlit/config.toml``; this module applies the rule itself."""
 MAX_MEMBERS = 4096
 """Most entries an archive may have (directories and skipped members included)."""
+MAX_ZIP_DIRECTORY_BYTES = 8 * 2**20
+"""Largest central directory of a .zip (zipfile reads it whole, then makes an object per entry)."""
+MAX_TAR_METADATA_BYTES = 2**20
+"""Most bytes of tar extension headers (GNU long names and links, pax headers), all together
+(4096 members with 256 bytes each): tarfile reads each one whole into memory, keeps every pax
+record as a Python string, and parses pax headers slowly."""
+MAX_TAR_GLOBAL_BYTES = 2**10
+"""Most bytes of global pax headers, all together (tarfile copies them into every member)."""
+MAX_TAR_HEADERS_IN_A_ROW = 8
+"""Most extension headers before one member (tarfile reads each chain recursively)."""
 UPLOADS = "uploads"
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz")
 _CHUNK = 1 << 20
 _MAX_NAME = 64
+_STAGING_TRIES = 100
+_ARCHIVE_ERRORS = (
+    zipfile.BadZipFile,
+    tarfile.TarError,
+    OSError,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    NotImplementedError,  # a zip compression method zipfile lacks
+    ValueError,  # a name that is not UTF-8, a pax number too long for int(), ...
+)
+"""What zipfile, tarfile and their decompressors raise on a damaged archive."""
 
 Validator = Callable[[Path], object]
 
@@ -81,12 +116,12 @@ class _Budget:
     def declare(self, size: int, what: str) -> None:
         self.declared += max(size, 0)
         if self.declared > self.limit:
-            raise UploadError(f"{what}: the upload is larger than {_mib(self.limit)} uncompressed")
+            raise UploadError(f"{what}: the upload is larger than {_size(self.limit)} uncompressed")
 
     def take(self, size: int, what: str) -> None:
         self.written += size
         if self.written > self.limit:
-            raise UploadError(f"{what}: the upload is larger than {_mib(self.limit)} uncompressed")
+            raise UploadError(f"{what}: the upload is larger than {_size(self.limit)} uncompressed")
 
 
 @dataclass
@@ -127,7 +162,8 @@ def store_upload(
 ) -> StoredUpload:
     """Validate the uploaded files (name, binary stream) and store them as a new run.
 
-    Raises :class:`UploadError` (and leaves the store unchanged) when anything is wrong.
+    Raises :class:`UploadError` (and leaves the store unchanged) when anything is wrong,
+    the store itself included (a full disk, no permission).
     """
     if not files:
         raise UploadError("no file was uploaded")
@@ -136,9 +172,11 @@ def store_upload(
         raise UploadError("upload either trace files or one archive, not both")
     base = sanitize_name(name or (files[0][0] if archives else "upload"))
     uploads = store / UPLOADS
-    created = not uploads.exists()
-    uploads.mkdir(parents=True, exist_ok=True)
-    staged = _Staged(Path(tempfile.mkdtemp(prefix=".upload-", dir=uploads)), _Budget(limit))
+    try:
+        folder, created = _make_staging(uploads)
+    except OSError as exc:
+        raise _store_error(UPLOADS, exc) from None
+    staged = _Staged(folder, _Budget(limit))
     try:
         if archives:
             _extract_archive(files[0], staged)
@@ -147,10 +185,11 @@ def store_upload(
                 _copy_file(file_name, stream, staged)
         _validate(staged, validate)
         final = _commit(staged.folder, uploads, base)
+    except OSError as exc:  # the store's own failures: renaming, validating what was written
+        _discard(staged.folder, uploads if created else None)
+        raise _store_error(UPLOADS, exc) from None
     except BaseException:
-        shutil.rmtree(staged.folder, ignore_errors=True)
-        if created and not any(uploads.iterdir()):
-            uploads.rmdir()
+        _discard(staged.folder, uploads if created else None)
         raise
     return StoredUpload(
         run_id=f"{UPLOADS}/{final.name}",
@@ -158,6 +197,48 @@ def store_upload(
         files=tuple(sorted(staged.files)),
         skipped=tuple(staged.skipped),
     )
+
+
+def _make_staging(uploads: Path) -> tuple[Path, bool]:
+    """A new hidden staging folder in ``uploads``, and whether this call created ``uploads``.
+
+    A failed upload removes the ``uploads`` it created once it is empty; when that happens
+    between this call's creating (or finding) ``uploads`` and staging in it, both are tried again.
+    """
+    uploads.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(_STAGING_TRIES):
+        try:
+            uploads.mkdir()
+            created = True
+        except FileExistsError:
+            created = False
+        try:
+            return Path(tempfile.mkdtemp(prefix=".upload-", dir=uploads)), created
+        except FileNotFoundError:
+            continue
+    raise UploadError(f"{UPLOADS}: keeps vanishing while the upload is staged; try again")
+
+
+def _discard(staging: Path, created_uploads: Path | None) -> None:
+    """Remove a failed upload's staging folder, and ``uploads`` if it created it and it is empty
+    (``rmdir`` refuses a folder that another upload has staged in meanwhile)."""
+    shutil.rmtree(staging, ignore_errors=True)
+    if created_uploads is not None:
+        try:
+            created_uploads.rmdir()
+        except OSError:
+            pass
+
+
+def _store_error(what: str, exc: OSError) -> UploadError:
+    """The store could not take the upload (``exc.strerror``, not the path: the staging folder
+    is not the user's business)."""
+    reason = exc.strerror or _one_line(exc)
+    return UploadError(f"{what}: the run store refused it ({reason}); nothing was stored")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _copy_file(raw_name: str, stream: IO[bytes], staged: _Staged) -> None:
@@ -171,15 +252,31 @@ def _copy_file(raw_name: str, stream: IO[bytes], staged: _Staged) -> None:
 
 
 def _write(name: str, stream: IO[bytes], staged: _Staged) -> None:
-    """Stream into ``folder/name``, counting every byte against the budget."""
+    """Stream into ``folder/name``, counting every byte against the budget. A failure to write
+    (a full disk) is an :class:`UploadError` naming the file; one to read is the caller's."""
     target = staged.folder / name
     if target.exists():
         raise UploadError(f"{name}: two files of the upload have this name")
-    with open(target, "xb") as out:
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as exc:
+        raise _store_error(name, exc) from None
+    try:
         while chunk := stream.read(_CHUNK):
             staged.budget.take(len(chunk), name)
-            out.write(chunk)
+            _write_all(fd, chunk, name)
+    finally:
+        os.close(fd)
     staged.files.append(name)
+
+
+def _write_all(fd: int, data: bytes, name: str) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except OSError as exc:
+            raise _store_error(name, exc) from None
 
 
 def _member_name(raw: str) -> str | None:
@@ -203,9 +300,12 @@ def _extract_archive(upload: tuple[str, IO[bytes]], staged: _Staged) -> None:
 
 def _extract_zip(file_name: str, stream: IO[bytes], staged: _Staged) -> None:
     try:
+        _check_zip_directory(file_name, stream)
         archive = zipfile.ZipFile(stream)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise UploadError(f"{file_name}: not a valid .zip archive ({exc})") from None
+    except UploadError:
+        raise
+    except _ARCHIVE_ERRORS as exc:
+        raise UploadError(f"{file_name}: not a valid .zip archive ({_one_line(exc)})") from None
     with archive:
         members = archive.infolist()
         if len(members) > MAX_MEMBERS:
@@ -221,8 +321,27 @@ def _extract_zip(file_name: str, stream: IO[bytes], staged: _Staged) -> None:
             try:
                 with archive.open(info) as member:
                     _write(name, member, staged)
-            except (zipfile.BadZipFile, OSError, EOFError) as exc:
-                raise UploadError(f"{info.filename}: cannot extract ({exc})") from None
+            except UploadError:
+                raise
+            except _ARCHIVE_ERRORS as exc:
+                raise UploadError(f"{info.filename}: cannot extract ({_one_line(exc)})") from None
+
+
+def _check_zip_directory(file_name: str, stream: IO[bytes]) -> None:
+    """Refuse a zip whose end record declares more than :data:`MAX_MEMBERS` entries or a central
+    directory over :data:`MAX_ZIP_DIRECTORY_BYTES`, before zipfile reads it. The end record is
+    found by zipfile's own function, so these are the numbers zipfile would go by."""
+    end = zipfile._EndRecData(stream)
+    if end is None:
+        return  # zipfile.ZipFile says why
+    if end[zipfile._ECD_ENTRIES_TOTAL] > MAX_MEMBERS:
+        raise UploadError(f"{file_name}: more than {MAX_MEMBERS} entries")
+    size = end[zipfile._ECD_SIZE]
+    if size > MAX_ZIP_DIRECTORY_BYTES:
+        raise UploadError(
+            f"{file_name}: its central directory declares {_size(size)} "
+            f"(at most {_size(MAX_ZIP_DIRECTORY_BYTES)})"
+        )
 
 
 def _check_zip_member(info: zipfile.ZipInfo) -> None:
@@ -236,19 +355,95 @@ def _check_zip_member(info: zipfile.ZipInfo) -> None:
         raise UploadError(f"archive member {info.filename!r}: encrypted members are not allowed")
 
 
+_TAR_EXTENSIONS = {
+    tarfile.GNUTYPE_LONGNAME: "GNU long name",
+    tarfile.GNUTYPE_LONGLINK: "GNU long link",
+    tarfile.XHDTYPE: "pax",
+    tarfile.SOLARIS_XHDTYPE: "pax",
+    tarfile.XGLTYPE: "global pax",
+}
+
+
+class _TarFile(tarfile.TarFile):
+    """A reader that refuses, by their declared sizes and before reading them, the headers that
+    tarfile would hold in memory or parse slowly (see :class:`_TarInfo`)."""
+
+    metadata: int = 0
+    """Bytes of extension headers declared so far."""
+    global_metadata: int = 0
+    in_a_row: int = 0
+    """Extension headers being read before the current member."""
+
+
+class _TarInfo(tarfile.TarInfo):
+    """tarfile's member header, with limits: :data:`MAX_TAR_METADATA_BYTES`,
+    :data:`MAX_TAR_GLOBAL_BYTES`, :data:`MAX_TAR_HEADERS_IN_A_ROW`; no negative size, no GNU
+    sparse member. ``_proc_member`` is the hook tarfile documents for subclasses."""
+
+    def _proc_member(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+        assert isinstance(archive, _TarFile)
+        if self.size < 0:  # base-256 sizes can be negative: tarfile would then read to the end
+            raise UploadError(f"archive member {self.name!r}: its header declares a negative size")
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise _sparse(self.name)
+        kind = _TAR_EXTENSIONS.get(self.type)
+        if kind is None:
+            return super()._proc_member(archive)
+        archive.metadata += self.size
+        if self.type == tarfile.XGLTYPE:
+            archive.global_metadata += self.size
+        if archive.metadata > MAX_TAR_METADATA_BYTES or (
+            archive.global_metadata > MAX_TAR_GLOBAL_BYTES
+        ):
+            over_global = archive.global_metadata > MAX_TAR_GLOBAL_BYTES
+            limit = MAX_TAR_GLOBAL_BYTES if over_global else MAX_TAR_METADATA_BYTES
+            raise UploadError(
+                f"archive member {self.name!r}: its {kind} header declares {_size(self.size)} "
+                f"(at most {_size(limit)} of such headers in all)"
+            )
+        archive.in_a_row += 1
+        try:
+            if archive.in_a_row > MAX_TAR_HEADERS_IN_A_ROW:
+                raise UploadError(
+                    f"archive member {self.name!r}: more than {MAX_TAR_HEADERS_IN_A_ROW} "
+                    "long-name or pax headers in a row"
+                )
+            return super()._proc_member(archive)
+        finally:
+            archive.in_a_row -= 1
+
+    # pax headers of GNU sparse members: the 1.0 map is read from the data, unbounded
+    def _proc_gnusparse_00(self, member: tarfile.TarInfo, *_: object) -> None:
+        raise _sparse(member.name)
+
+    def _proc_gnusparse_01(self, member: tarfile.TarInfo, *_: object) -> None:
+        raise _sparse(member.name)
+
+    def _proc_gnusparse_10(self, member: tarfile.TarInfo, *_: object) -> None:
+        raise _sparse(member.name)
+
+
+def _sparse(name: str) -> UploadError:
+    return UploadError(f"archive member {name!r}: sparse files are not allowed")
+
+
 def _extract_tar(file_name: str, stream: IO[bytes], staged: _Staged) -> None:
-    try:
-        archive = tarfile.open(fileobj=stream, mode="r:*")
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise UploadError(f"{file_name}: not a valid .tar.gz archive ({exc})") from None
+    try:  # gzip only: "r:*" would try four methods and join their four messages
+        archive = _TarFile.open(fileobj=stream, mode="r:gz", tarinfo=_TarInfo)
+    except UploadError:
+        raise
+    except _ARCHIVE_ERRORS as exc:
+        raise UploadError(f"{file_name}: not a valid .tar.gz archive ({_one_line(exc)})") from None
     with archive:
         try:
             for count, member in enumerate(archive, start=1):
                 if count > MAX_MEMBERS:
                     raise UploadError(f"{file_name}: more than {MAX_MEMBERS} entries")
                 _extract_tar_member(archive, member, staged)
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise UploadError(f"{file_name}: cannot extract ({exc})") from None
+        except UploadError:
+            raise
+        except _ARCHIVE_ERRORS as exc:
+            raise UploadError(f"{file_name}: cannot extract ({_one_line(exc)})") from None
 
 
 def _extract_tar_member(archive: tarfile.TarFile, member: tarfile.TarInfo, staged: _Staged) -> None:
@@ -302,5 +497,10 @@ def _commit(staging: Path, uploads: Path, base: str) -> Path:
         return final
 
 
-def _mib(size: int) -> str:
-    return f"{size / 2**20:g} MiB"
+def _size(size: int) -> str:
+    """Bytes as people read them: ``1000 MiB``, ``64 KiB``, ``300 bytes``."""
+    if size >= 2**20:
+        return f"{size / 2**20:.4g} MiB"
+    if size >= 2**10:
+        return f"{size / 2**10:.4g} KiB"
+    return f"{size} bytes"

@@ -596,14 +596,9 @@ def test_dashboard_runs_streamlit_on_the_store(tmp_path, monkeypatch, capsys):
     app.parent.mkdir()
     app.write_text("")
     calls = []
-
-    class Done:
-        returncode = 0
-
     monkeypatch.setattr("fsobs.cli.dashboard.dashboard_app", lambda: app)
-    monkeypatch.setattr(
-        "fsobs.cli.dashboard.subprocess.run", lambda cmd, env: calls.append((cmd, env)) or Done
-    )
+    # the server itself (and its stopping on SIGTERM) runs in tests/dashboard/test_cli_serve.py
+    monkeypatch.setattr("fsobs.cli.dashboard.serve", lambda cmd, env: calls.append((cmd, env)) or 0)
     monkeypatch.chdir(tmp_path)
     assert main(["dashboard", "--port", "8600"]) == 0
     ((cmd, env),) = calls

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pandas as pd
@@ -28,6 +29,8 @@ HIDE_WIDGET_LIMIT = (
 "1GB per file"): the caption above the uploader states the limit instead."""
 LAST_KEY = "upload_last"
 
+logger = logging.getLogger(__name__)
+
 
 def _store_upload(store: Path) -> None:
     """Button callback: store the uploaded files (runs before the page, so the table shows it)."""
@@ -50,6 +53,14 @@ def _store_upload(store: Path) -> None:
         )
     except UploadError as exc:
         st.session_state[RESULT_KEY] = ("error", f"Upload refused: {exc}")
+        return
+    except Exception as exc:  # a bug must not take the page down (the store is unchanged)
+        logger.exception("upload failed")
+        reason = " ".join(str(exc).split())
+        st.session_state[RESULT_KEY] = (
+            "error",
+            f"Upload failed: unexpected error ({type(exc).__name__}): {reason}; nothing was stored",
+        )
         return
     remember_upload(store, stored.run_id, analyses[-1])
     st.session_state[LAST_KEY] = (fingerprint, stored.run_id)

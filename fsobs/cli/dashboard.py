@@ -1,13 +1,21 @@
-"""``fsobs dashboard``: the Streamlit app on a run store."""
+"""``fsobs dashboard``: the Streamlit app on a run store.
+
+The app runs in a child process (``streamlit run``). SIGTERM, SIGHUP and SIGINT to
+``fsobs dashboard`` stop it too (:func:`serve`): a service manager or ``kill`` never leaves a
+server running without its launcher.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 
 import fsobs
 from fsobs.cli.common import Commands, example
@@ -15,6 +23,9 @@ from fsobs.errors import FsobsError
 from fsobs.storage import as_location
 
 DEFAULT_PORT = 8501
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+STOP_TIMEOUT_S = 10.0
+"""How long the server may take to stop after SIGTERM before it is killed."""
 
 
 def add_dashboard(commands: Commands) -> None:
@@ -66,8 +77,57 @@ def _dashboard(args: argparse.Namespace) -> int:
         if store.exists() and not store.is_dir():
             raise FsobsError("the run store is not a directory", path=store)
     print(f"dashboard on http://localhost:{args.port} (run store {store}); Ctrl+C stops it")
-    env = os.environ | {"FSOBS_STORE": str(store)}
+    return serve(dashboard_command(app, args.port), os.environ | {"FSOBS_STORE": str(store)})
+
+
+class _Stop(Exception):
+    """A stop signal reached the launcher while the server runs."""
+
+
+class _Launcher:
+    """The server's child process and the stop signal received, if any."""
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen[bytes] | None = None
+        self.signum: int | None = None
+
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        """Remember the signal; break out of the wait once the child exists (a signal that
+        comes while it is being started is acted on right after)."""
+        self.signum = signum
+        if self.child is not None:
+            raise _Stop
+
+
+def serve(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run the server ``command`` until it exits (returns its exit code) or until SIGTERM,
+    SIGHUP or SIGINT reaches this process: then stop the server (SIGTERM, SIGKILL after
+    :data:`STOP_TIMEOUT_S`), say so in one line and return 0."""
+    launcher = _Launcher()
+    previous = {number: signal.signal(number, launcher.on_signal) for number in STOP_SIGNALS}
     try:
-        return subprocess.run(dashboard_command(app, args.port), env=env).returncode
-    except KeyboardInterrupt:
+        child = subprocess.Popen(list(command), env=dict(env))
+        try:
+            launcher.child = child
+            if launcher.signum is None:
+                return child.wait()
+        except _Stop:
+            pass
+        for number in STOP_SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+        _stop(child)
+        assert launcher.signum is not None
+        print(f"fsobs dashboard: {signal.Signals(launcher.signum).name}, server stopped")
         return 0
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    child.terminate()
+    try:
+        child.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()

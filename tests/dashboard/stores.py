@@ -16,9 +16,9 @@ steps of 10 kernels (about 1 MB), for the rank filter and the aggregated per-ran
 not in the shared store (only the tests that need it pay for its analysis).
 
 Helpers: ``build_store(root)``, ``listing(root)`` (to compare a store before / after),
-``run_files``, ``zip_bytes``, ``zeros_zip``, ``tar_gz_bytes``, ``tar_gz_declaring`` (upload
-payloads, hostile ones included); ``APP``: the absolute path of ``dashboard/streamlit_app.py``
-for ``AppTest.from_file``.
+``run_files``, ``small_run``, ``zip_bytes``, ``zeros_zip``, ``tar_gz_bytes``,
+``tar_gz_declaring`` (upload payloads, hostile ones included); ``APP``: the absolute path of
+``dashboard/streamlit_app.py`` for ``AppTest.from_file``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 
 from fsobs.runformat import RunMeta, ToggleStatus, write_run_json
 from fsobs.simulate.synthetic_kineto import write_gpu_run
-from tests.kineto import REFERENCE
+from tests.kineto import REFERENCE, cpu_doc, cpu_op
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "dashboard" / "streamlit_app.py")
@@ -141,6 +141,17 @@ def listing(root: Path) -> list[tuple[str, int]]:
 def run_files(run_dir: Path) -> dict[str, bytes]:
     """Every regular file of a run directory: name -> bytes."""
     return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir()) if p.is_file()}
+
+
+def small_run() -> dict[str, bytes]:
+    """A 1-rank gloo run of one step (an ``aten::mm`` on the main thread) with its sidecar, a
+    few hundred bytes: the cheapest upload that validates."""
+    doc = cpu_doc(0, [cpu_op("aten::mm", 10, 50)], world_size=1)
+    record = {"step": 1, "num_samples": 2, "seq_lengths": [3, 4], "est_cost": 25.0}
+    return {
+        "rank0.json": json.dumps(doc).encode(),
+        "steps.rank0.jsonl": (json.dumps(record) + "\n").encode(),
+    }
 
 
 def zip_bytes(members: dict[str, bytes], *, symlinks: dict[str, str] | None = None) -> bytes:

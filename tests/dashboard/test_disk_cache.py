@@ -235,11 +235,11 @@ def test_leftover_temporary_files_are_removed_after_an_hour(store, analyses):
 def test_an_entry_deleted_by_another_server_is_a_miss(store, analyses, monkeypatch):
     analysis = analyses["sim/control"]
     disk_cache.write(store, "a", (), analysis)
-    handle = disk_cache._open_entry(store, "a", ())
-    assert handle is not None
+    entry = disk_cache._open_entry(store, "a", ())
+    assert entry is not None
     disk_cache.entry_path(store, "a").unlink()  # evicted meanwhile: the open file still reads
-    with handle:
-        assert_same(pickle.load(handle).steps, analysis.steps)
+    with entry:
+        assert_same(entry.load().steps, analysis.steps)
     assert disk_cache.read(store, "a", ()) is None
     real_lstat = Path.lstat
 
