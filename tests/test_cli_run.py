@@ -1,10 +1,13 @@
-"""``fsobs run``'s flags: a frozen set, and the JobConfig they build (no torchrun here: the real
-job runs in tests/workload/test_run.py)."""
+"""``fsobs run``'s flags: a frozen set, and the JobConfig they build; the folders it refuses and
+the signals it notes (no torchrun here: the real job runs in tests/workload/test_run.py and
+tests/workload/test_faults.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -12,7 +15,9 @@ import pytest
 
 from fsobs.cli import build_parser, main
 from fsobs.cli.run import job_config
+from fsobs.errors import LaunchError
 from fsobs.workload.config import JobConfig, ModelSpec
+from fsobs.workload.launch import LaunchConfig, _stop_signals, launch
 from optim.config import PriorityConfig
 from optim.plan import BalanceConfig
 
@@ -173,3 +178,72 @@ def test_the_job_config_imports_without_torch():
         "fsobs.workload.config.JobConfig()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+RUN_PARTS = [
+    "run.json",
+    "job.json",
+    "steps.rank0.jsonl",
+    "steps.rank1.jsonl.partial",
+    "rank0.trace.json.gz",
+    "logs/rank0.log",
+    ".rank0.trace.json.gz.raw-12.0123abcd.tmp",
+    "notes.txt",  # not ours, but a run never mixes with other files either
+]
+
+
+def _snapshot(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("part", RUN_PARTS)
+def test_run_refuses_a_folder_holding_anything_before_writing(tmp_path, capsys, part):
+    """Any part of a run (or anything else) in --out: one line naming the folder, exit code 2,
+    nothing written, nothing removed."""
+    out = tmp_path / "out"
+    (out / part).parent.mkdir(parents=True, exist_ok=True)
+    (out / part).write_bytes(b"kept as it was\n")
+    before = _snapshot(out)
+    argv = ["run", "--world-size", "2", "--steps", "4", "--model-size", "tiny", "--out", str(out)]
+    assert main([*argv, "--no-profile"]) == 2
+    err = capsys.readouterr().err
+    name = part.split("/")[0]
+    assert err == (
+        f"fsobs: error: {out}: already holds {name}; a run is written into a new or empty "
+        "folder only\n"
+    )
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in out.iterdir()) == [name]
+
+
+def test_run_refuses_a_file_and_lists_what_a_folder_holds(tmp_path):
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(LaunchError, match="file: is not a folder"):
+        launch(LaunchConfig(world_size=1, out=file), progress=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("a", "b", "c", "d", "e", "f"):
+        (out / name).write_text("x")
+    with pytest.raises(LaunchError, match=r"already holds a, b, c, d, e, \.\.\.; a run is"):
+        launch(LaunchConfig(world_size=1, out=out), progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b", "c", "d", "e", "f"]
+
+
+def test_the_launcher_notes_stop_signals_and_keeps_ignored_ones_ignored():
+    """Real signals to this process: noted (not raised) while the job runs, the handlers
+    restored afterwards; a signal ignored before (nohup, a background job) stays ignored."""
+    term, sigint = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with _stop_signals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+    assert stop == [signal.SIGTERM, signal.SIGINT]
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == (term, sigint)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with _stop_signals() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+        assert stop == []
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, sigint)

@@ -8,11 +8,13 @@ the ranks read; the defaults are the config's. A new knob goes into its componen
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from fsobs.cli.common import Commands, cost_model_path, example
 from fsobs.errors import FsobsError
+from fsobs.runformat.names import is_trace_name
 from fsobs.workload.config import MODEL_PRESETS, JobConfig, ModelSpec, data_config_for, job_profiler
 from optim.balance import METHODS
 from optim.config import DENSE_ORDERS, FreeScaleConfig, PriorityConfig, SMFreeConfig
@@ -171,7 +173,7 @@ def _freescale(args: argparse.Namespace) -> FreeScaleConfig:
 
 def _run(args: argparse.Namespace) -> int:
     job = job_config(args)  # before torch is imported: bad flags fail fast
-    from fsobs.workload.launch import LaunchConfig, failure_report, launch, log_dir
+    from fsobs.workload.launch import LaunchConfig, check_out, failure_report, launch, log_dir
 
     rdzv = tuple(a for a in args.rdzv if a != "--")
     config = LaunchConfig(
@@ -181,19 +183,59 @@ def _run(args: argparse.Namespace) -> int:
         rdzv=rdzv,
         job=job,
     )
+    check_out(config.out)  # before the first line: a refusal is the only one
     verbose = bool(getattr(args, "verbose", False))
     print(
         f"fsobs run: {args.world_size} rank(s) on this node; their output: {log_dir(config.out)}/",
         file=sys.stderr,
     )
     code = launch(config, verbose=verbose)
+    if code < 0:
+        print(
+            f"fsobs: error: {args.out}: stopped by {signal.Signals(-code).name}; torchrun and "
+            f"every rank stopped, the run is marked incomplete; {what_can_be_analyzed(config.out)}",
+            file=sys.stderr,
+        )
+        return 128 - code
     if code != 0:
         print(
-            f"fsobs: error: {args.out}: the job failed (torchrun exit code {code}); "
-            "the run is marked incomplete and what was written can be analyzed\n"
+            f"fsobs: error: {args.out}: the job failed (torchrun exit code {code}); the run is "
+            f"marked incomplete; {what_can_be_analyzed(config.out)}\n"
             f"{failure_report(config.out)}",
             file=sys.stderr,
         )
         return 1
     print(f"wrote {args.out}; analyze it with: fsobs analyze {args.out}")
     return 0
+
+
+def what_can_be_analyzed(out: Path) -> str:
+    """What the run in ``out`` holds for the analyzer, in a few words: the steps that every
+    rank with a trace recorded, and the ranks without one (it loads the traces)."""
+    from fsobs.trace.loader import load_run
+
+    if not any(p.is_file() and is_trace_name(p.name) for p in out.iterdir()):
+        return "nothing can be analyzed (no rank left a trace)"
+    try:
+        run = load_run(out)
+    except FsobsError as exc:
+        return f"nothing can be analyzed ({exc.detail})"
+    ranks = ", ".join(map(str, run.rank_ids))
+    if not run.steps:
+        return f"nothing can be analyzed (the traces of rank(s) {ranks} share no step)"
+    text = f"fsobs analyze {out} reads steps {_spans(run.steps)} of rank(s) {ranks}"
+    missing = sorted(set(range(run.world_size)) - set(run.rank_ids))
+    if missing:
+        text += f" (no trace from rank(s) {', '.join(map(str, missing))})"
+    return text
+
+
+def _spans(steps: list[int]) -> str:
+    """Sorted step numbers as ranges: ``2-3, 6-7``."""
+    spans: list[list[int]] = []
+    for step in steps:
+        if spans and step == spans[-1][1] + 1:
+            spans[-1][1] = step
+        else:
+            spans.append([step, step])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)

@@ -12,15 +12,18 @@ Schedule, per cycle (repeated ``repeat`` times)::
     step:    0 .. wait-1 | wait .. wait+warmup-1 | ... active steps ...
     action:  idle        | warm up (discarded)   | recorded -> trace exported at the cycle's end
 
-The trace is exported when a cycle's last active step ends, or when the ``with`` block is left
-(also on an exception) while steps are being recorded. Export is atomic: Chrome JSON to a
-temporary name in the run directory, gzip to a second temporary name, then ``os.replace`` to the
-final name; a failing export leaves no file under the final name. Its exception is not raised
-into ``step()`` (torch's profiler breaks if its callback raises) but kept and re-raised when the
-``with`` block is left, so training is never disturbed by profiling. With ``repeat > 1``
-each cycle's export replaces the previous one, so the file always holds the latest whole cycle
-(one trace per rank is the run format). ``distributedInfo`` is added by torch when
-``torch.distributed`` is initialized; without it the trace still loads (as rank 0 when alone).
+The trace is written when a cycle's last active step ends, or when the ``with`` block is left
+(also on an exception) while steps are being recorded. Each cycle (profiling window) is written
+when it closes, and the rank's one trace file (one trace per rank is the run format) holds every
+window closed so far: with ``repeat > 1`` the file is rewritten at each window's end with the
+earlier windows' events (kept in a temporary file meanwhile) and the new ones, so a job killed
+mid-run keeps the windows it finished. Writing is atomic: Chrome JSON to a temporary name in
+the run directory, gzip to a second temporary name, then ``os.replace`` to the final name; a
+failing write leaves no file under the final name and no temporary file, and the file keeps the
+windows written before. Its exception is not raised into ``step()`` (torch's profiler breaks if
+its callback raises) but kept and re-raised when the ``with`` block is left, so training is
+never disturbed by profiling. ``distributedInfo`` is added by torch when ``torch.distributed``
+is initialized; without it the trace still loads (as rank 0 when alone).
 
 Profiling only observes: it adds no synchronization, no randomness and no change to tensors, so
 the trained parameters are the same with the profiler on or off (tested bit for bit).
@@ -34,13 +37,16 @@ from __future__ import annotations
 import contextlib
 import gzip
 import logging
+import os
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from fsobs.runformat.atomic import publish, temp_path
 from fsobs.runformat.names import trace_file_name
@@ -51,7 +57,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProfilerConfig", "StepProfiler", "export_trace"]
+__all__ = ["ProfilerConfig", "StepProfiler"]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -67,7 +73,7 @@ class ProfilerConfig:
     active: int = 3
     """Steps recorded in each cycle."""
     repeat: int = 1
-    """Number of cycles; each exported cycle replaces the previous trace file."""
+    """Number of cycles (profiling windows); the trace file holds every window closed so far."""
     record_shapes: bool = True
     """Record input shapes (gloo collectives carry their sizes only in ``Input Dims``)."""
     with_stack: bool = False
@@ -127,11 +133,13 @@ class StepProfiler:
         self.trace_path = self.run_dir / trace_file_name(rank)
         """Where the trace is written."""
         self.num_exports = 0
-        """Traces exported so far (one per completed or interrupted recording cycle)."""
+        """Windows written so far (one per completed or interrupted recording cycle)."""
         self.export_error: Exception | None = None
         """The first failed export; re-raised when the ``with`` block is left without error."""
         self._prof: torch.profiler.profile | None = None
         self._keep_previous = False
+        self._num_windows = 0
+        self._windows = _Windows(self.trace_path)
 
     def __enter__(self) -> StepProfiler:
         if not self.enabled:
@@ -168,11 +176,14 @@ class StepProfiler:
         prof, self._prof = self._prof, None
         if prof is None:
             return
-        # Leaving on an error mid-cycle: keep a complete earlier cycle rather than replace it
-        # with a partial one, so that the ranks' traces still cover the same steps.
+        # Leaving on an error mid-cycle: keep the complete earlier cycles rather than add a
+        # partial one, so that the ranks' traces still cover the same steps.
         self._keep_previous = exc_type is not None and self.trace_path.exists()
-        with self._quiet():
-            prof.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]  # torch: unannotated
+        try:
+            with self._quiet():
+                prof.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]  # torch: unannotated
+        finally:
+            self._windows.close()
         if self.export_error is not None and exc_type is None:
             raise self.export_error
 
@@ -190,8 +201,10 @@ class StepProfiler:
         # its profiler half-stopped (a later step segfaults, torch 2.13), so keep it for __exit__.
         if self._keep_previous:
             return
+        self._num_windows += 1
+        more = self._prof is not None and self._num_windows < self.config.repeat
         try:
-            export_trace(prof, self.trace_path)
+            self._windows.write(prof, more=more)
         except Exception as error:
             logger.error(
                 "rank %d: trace export to %s failed: %s", self.rank, self.trace_path, error
@@ -213,26 +226,118 @@ class StepProfiler:
             yield
 
 
-def export_trace(prof: torch.profiler.profile, path: Path) -> None:
-    """Export ``prof``'s last cycle as gzipped Chrome JSON to ``path``, atomically.
+class _Windows:
+    """The rank's trace file, rewritten at the end of each window with every window so far.
 
-    Both intermediate files live next to ``path`` under dot-names ending in ``.tmp`` and are
-    removed whatever happens; ``path`` only ever appears complete.
-    """
+    The events of the windows before are kept in a temporary file next to the trace (a dot-name
+    ending in ``.tmp``, removed by :meth:`close`, or by ``finalize_incomplete`` after a kill)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._earlier: Path | None = None
+        """The earlier windows' events (JSON objects separated by commas), None before any."""
+        self._base: bytes | None = None
+        self._broken = False
+
+    def write(self, prof: torch.profiler.profile, *, more: bool) -> None:
+        """Export ``prof``'s window and publish the trace of every window so far; ``more``:
+        keep this window's events for the windows still to come."""
+        if self._broken:
+            raise OSError(f"{self.path}: an earlier window was not kept; not replacing the file")
+        header, events = _export_window(prof, self.path)
+        base = header.get("baseTimeNanoseconds")
+        if self._base is not None and (base is None or bytes(base) != self._base):
+            raise ValueError(f"{self.path}: a window has another baseTimeNanoseconds")
+        self._base = None if base is None else bytes(base)
+        pieces: list[bytes | memoryview | Path] = [_document_start(header)]
+        if self._earlier is not None:
+            pieces.append(self._earlier)
+        if events:
+            pieces += [b",\n" if self._earlier is not None else b"", events]
+        pieces.append(b"\n]}\n")
+        packed = temp_path(self.path, "gz")
+        try:
+            _gzip(pieces, packed)
+            publish(packed, self.path)
+        finally:
+            packed.unlink(missing_ok=True)
+        if more and events:
+            self._keep(events)
+
+    def _keep(self, events: memoryview) -> None:
+        earlier = self._earlier or temp_path(self.path, "events")
+        with open(earlier, "ab") as handle:
+            start = handle.tell()
+            try:
+                handle.write(b",\n" if start else b"")
+                handle.write(events)
+                handle.flush()
+            except OSError:
+                self._broken = True  # the next file would lack this window: write none
+                raise
+        self._earlier = earlier
+
+    def close(self) -> None:
+        """Remove the temporary file of the earlier windows' events."""
+        if self._earlier is not None:
+            self._earlier.unlink(missing_ok=True)
+            self._earlier = None
+
+
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_WS = b" \t\r\n"
+
+
+def _export_window(
+    prof: torch.profiler.profile, path: Path
+) -> tuple[dict[str, msgspec.Raw], memoryview]:
+    """The window's top-level fields but ``traceEvents``, and the text of its events (between
+    the array's brackets, surrounding blanks stripped); the export's temporary file removed."""
     raw = temp_path(path, "raw")
-    packed = temp_path(path, "gz")
+    kineto_temp = raw.with_name(raw.name + ".tmp")  # Kineto writes there, then renames
     try:
-        prof.export_chrome_trace(str(raw))
-        _gzip(raw, packed)
-        publish(packed, path)
+        try:
+            prof.export_chrome_trace(str(raw))
+            text = raw.read_bytes()
+        except OSError as exc:  # Kineto only logs its failure: torch then misses the file
+            free = shutil.disk_usage(path.parent).free / 2**20
+            raise OSError(
+                f"{path}: the profiler could not write the window ({free:.1f} MiB free on the "
+                f"disk): {exc.strerror or exc}"
+            ) from exc
+        header = _TOP_LEVEL.decode(text)
     finally:
         raw.unlink(missing_ok=True)
-        packed.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):  # Kineto keeps it open after a failed
+            os.truncate(kineto_temp, 0)  # write: emptied first, its space is freed at once
+        kineto_temp.unlink(missing_ok=True)
+    array = header.pop("traceEvents", None)
+    view = memoryview(array) if array is not None else memoryview(b"")  # no copy
+    if bytes(view[:1]) != b"[":
+        raise ValueError(f"{path}: the profiler's export has no traceEvents array")
+    first, last = 1, len(view) - 1
+    while first < last and view[first] in _WS:
+        first += 1
+    while last > first and view[last - 1] in _WS:
+        last -= 1
+    return header, view[first:last]
 
 
-def _gzip(source: Path, target: Path) -> None:
-    with open(source, "rb") as fin, gzip.open(target, "xb", compresslevel=6) as fout:
-        shutil.copyfileobj(fin, fout, length=4 * 2**20)
+def _document_start(header: dict[str, msgspec.Raw]) -> bytes:
+    """``{``, the top-level fields, then the opening of ``traceEvents``."""
+    fields = [msgspec.json.encode(key) + b": " + bytes(value) for key, value in header.items()]
+    return b"{\n" + b"".join(f + b",\n" for f in fields) + b'"traceEvents": [\n'
+
+
+def _gzip(pieces: Iterable[bytes | memoryview | Path], target: Path) -> None:
+    """Write the pieces one after the other (a path: that file's content) gzipped to target."""
+    with gzip.open(target, "xb", compresslevel=6) as fout:
+        for piece in pieces:
+            if isinstance(piece, Path):
+                with open(piece, "rb") as fin:
+                    shutil.copyfileobj(fin, fout, length=4 * 2**20)
+            else:
+                fout.write(piece)
 
 
 def _activities() -> list[ProfilerActivity]:

@@ -280,16 +280,18 @@ def finalize_incomplete(run_dir: str | Path, reason: str | None = None) -> RunMe
 
     Call once no rank process of the run is alive. Steps:
 
-    1. remove temporary files of interrupted atomic writes (``.<name>.<pid>.<hex>.tmp``);
+    1. remove temporary files of interrupted atomic writes (``.<name>.<pid>.<hex>.tmp``, and
+       the ``<that>.tmp`` that Kineto writes before renaming it to the name it was given);
     2. publish every ``steps.rank<R>.jsonl.partial`` as ``steps.rank<R>.jsonl``, dropping a
-       torn last line (:func:`fsobs.runformat.steps.recover_partial`);
+       torn last line (:func:`fsobs.runformat.steps.recover_partial`; one that cannot be
+       written, on a full disk, stays ``.partial``);
     3. set ``status: incomplete``, ``ranks_present`` (the ranks with a ``rank<R>.trace.json.gz``)
        and ``reason`` (the one given, else a description of what was found) in ``run.json``.
 
     Returns the metadata written.
     """
     root = Path(run_dir)
-    for temp in sorted(p for p in root.iterdir() if TEMP_RE.match(p.name)):
+    for temp in sorted(p for p in root.iterdir() if _is_temp(p.name)):
         logger.info("removing leftover temporary file %s", temp)
         temp.unlink(missing_ok=True)
     unclosed, dropped = [], 0
@@ -300,12 +302,19 @@ def finalize_incomplete(run_dir: str | Path, reason: str | None = None) -> RunMe
         if partial.with_name(partial.name[: -len(PARTIAL_SUFFIX)]).exists():
             logger.warning("%s: left alone, the closed sidecar is already there", partial)
             continue
-        dropped += recover_partial(partial)
         unclosed.append(int(match.group(1)))
+        try:
+            dropped += recover_partial(partial)
+        except OSError as exc:  # a full disk: run.json still says why; the file stays .partial
+            logger.warning("%s: not published: %s", partial, exc)
     present = sorted(int(m.group(1)) for p in root.iterdir() if (m := TRACE_RE.match(p.name)))
     if reason is None:
         reason = _describe(read_run_json(root), present, sorted(unclosed), dropped)
     return mark_incomplete(root, reason, present)
+
+
+def _is_temp(name: str) -> bool:
+    return TEMP_RE.match(name) is not None or TEMP_RE.match(name.removesuffix(".tmp")) is not None
 
 
 def _describe(meta: RunMeta | None, present: list[int], unclosed: list[int], dropped: int) -> str:

@@ -5,6 +5,14 @@ This module does not import torch: it writes the job's config into the run direc
 the rank-0 step sidecar as it grows, and when the job fails marks the run incomplete (with the
 reason) so that whatever was written stays analyzable.
 
+The run directory must be new or empty: a folder holding anything (another run's ``run.json``,
+``job.json``, sidecars, traces, logs, partial or temporary files) is refused before anything is
+written, and the ``logs`` folder is created exclusively, so two launchers racing for one folder
+cannot both start. SIGINT (Ctrl+C) and SIGTERM to the launcher stop the job: torchrun runs in a
+session of its own (a terminal's Ctrl+C reaches only the launcher), gets SIGTERM and stops every
+rank (SIGKILL after its own grace period; the launcher kills torchrun and its ranks if it still
+runs :data:`STOP_GRACE_S` later), and the run is marked incomplete with the signal as the reason.
+
 Files besides the run format, so that the console shows only our lines::
 
     <out>/job.json             the JobConfig every rank trains (fsobs.workload.config)
@@ -24,16 +32,20 @@ two runs started back to back cannot collide. The workers reach the store at ``1
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import runpy
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 from rich.console import Console
 from rich.progress import (
@@ -55,6 +67,11 @@ TAIL_LINES = 20
 POLL_S = 0.25
 STANDALONE = ("--standalone", "--local-addr=127.0.0.1")
 """torchrun flags of a run on this node alone (no ``rdzv`` flags given)."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals to the launcher that stop the job."""
+STOP_GRACE_S = 60.0
+"""How long a stopped torchrun gets to stop its ranks (its own grace period is 30 s) before the
+launcher kills it and them."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -124,21 +141,16 @@ def launch(
     console: Console | None = None,
 ) -> int:
     """Write ``<out>/job.json`` and run the job to its end; return torchrun's exit code (0 when
-    every rank finished).
+    every rank finished; ``128 + N`` when signal N killed it), or ``-N`` when signal N to the
+    launcher stopped the job.
 
     ``progress``: one progress bar on ``console`` (default: stderr; on a file or pipe only its
     final state is printed); ``verbose``: stream the logs to the console instead. On failure the
-    run directory is marked incomplete, with the exit code as the reason
-    (:func:`failure_report` says which rank failed and how).
+    run directory is marked incomplete, with the reason (:func:`failure_report` says which rank
+    failed and how). A folder that is not new or empty is refused (:class:`LaunchError`) before
+    anything is written; so is a failure to mark the run incomplete (a full disk).
     """
     out = config.out
-    if out.exists() and any(out.glob("*.trace.json*")):
-        raise LaunchError("already holds a run; choose another --out", path=out)
-    logs = log_dir(out)
-    logs.mkdir(parents=True, exist_ok=True)
-    for old in [*logs.glob("*.log"), *logs.glob("*.error.json")]:
-        old.unlink()
-    write_job_json(out, config.job)
     threads = str(_threads(config))
     env = os.environ | {
         "OMP_NUM_THREADS": threads,
@@ -147,33 +159,143 @@ def launch(
     }
     env |= config.env
     console = console or Console(stderr=True)
-    watch = _Follow(logs, console) if verbose else None
-    bar = None
-    if progress and not verbose:
-        bar = _Progress(out, config.job.steps, console)
-    with open(logs / AGENT_LOG, "wb") as agent_log:
-        child = subprocess.Popen(
-            torchrun_command(config), env=env, stdout=agent_log, stderr=subprocess.STDOUT
-        )
-    parts = [p for p in (bar, watch) if p is not None]
-    try:
-        while child.poll() is None:
+    with _stop_signals() as stop:
+        logs = _claim(out)
+        write_job_json(out, config.job)
+        watch = _Follow(logs, console) if verbose else None
+        bar = _Progress(out, config.job.steps, console) if progress and not verbose else None
+        parts = [p for p in (bar, watch) if p is not None]
+        with open(logs / AGENT_LOG, "wb") as agent_log:
+            child = subprocess.Popen(
+                torchrun_command(config),
+                env=env,
+                stdout=agent_log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a terminal's Ctrl+C reaches the launcher only
+            )
+        try:
+            while child.poll() is None and not stop:
+                for part in parts:
+                    part.update()
+                time.sleep(POLL_S)
+        finally:  # stopped by a signal, or an error here: the job must not outlive the launcher
+            stopped = child.poll() is None
+            if stopped:
+                _stop_job(child)
+            code = -stop[0] if stop and stopped else _exit_code(child.returncode)
             for part in parts:
-                part.update()
-            time.sleep(POLL_S)
-    except BaseException as exc:
-        if not isinstance(exc, KeyboardInterrupt):  # Ctrl+C reached torchrun and the ranks too
-            child.terminate()
-        child.wait()
-        raise
-    finally:
-        for part in parts:
-            part.close(child.returncode)
-        if child.returncode != 0:
-            from fsobs.runformat import finalize_incomplete
+                part.close(code)
+            if code != 0:
+                _mark_failed(out, code)
+    return code
 
-            finalize_incomplete(out, reason=f"torchrun exited with code {child.returncode}")
-    return child.returncode
+
+def _exit_code(returncode: int) -> int:
+    """torchrun's exit code; ``128 + N`` when signal N killed it (a shell's convention)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def check_out(out: Path) -> None:
+    """Refuse (:class:`LaunchError`) an ``out`` that is not a new or empty folder."""
+    if out.exists() and not out.is_dir():
+        raise LaunchError("is not a folder; choose another --out", path=out)
+    held = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    if held:
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        raise LaunchError(
+            f"already holds {shown}; a run is written into a new or empty folder only", path=out
+        )
+
+
+def _claim(out: Path) -> Path:
+    """Make ``out`` the run directory of this launch, before anything is written: refuse a
+    folder that holds anything, create its ``logs`` folder exclusively; returns that."""
+    check_out(out)
+    out.mkdir(parents=True, exist_ok=True)
+    logs = log_dir(out)
+    try:
+        logs.mkdir()
+    except FileExistsError:
+        raise LaunchError(
+            "another launch took this folder; choose another --out", path=out
+        ) from None
+    return logs
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[list[int]]:
+    """While open, SIGINT and SIGTERM (main thread only) append their number to the list given
+    instead of interrupting the launcher; the previous handlers are restored on leaving."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:  # nohup and background jobs keep ignoring it
+            signal.signal(sig, note)
+    try:
+        yield caught
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # None: not set from Python, left as it is
+                signal.signal(sig, handler)
+
+
+def _stop_job(child: subprocess.Popen[bytes]) -> None:
+    """Stop torchrun and its ranks: SIGTERM to torchrun (which stops its ranks), then, if it
+    still runs after :data:`STOP_GRACE_S`, SIGKILL to its ranks and to it."""
+    child.terminate()
+    try:
+        child.wait(STOP_GRACE_S)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in [*_children(child.pid), child.pid]:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)  # each rank leads a session of its own
+    child.wait()
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux ``/proc``; none found elsewhere)."""
+    found: list[int] = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError, ValueError):
+            found += [int(c) for c in children.read_text().split()]
+    return found
+
+
+def _mark_failed(out: Path, code: int) -> None:
+    """Close off the run of a job that did not finish (:func:`finalize_incomplete`): the reason
+    is the signal that stopped it, else torchrun's exit code and how the first rank failed."""
+    from fsobs.runformat import finalize_incomplete
+
+    if code < 0:
+        reason = f"stopped by {signal.Signals(-code).name} to fsobs run"
+    else:
+        reason = f"torchrun exited with code {code}"
+        who = failed_rank(out)
+        if who is not None:
+            rank, rank_code = who
+            error = _errors(out).get(rank)
+            reason += f"; rank {rank} failed first"
+            if error is not None:
+                reason += f": {error[1]}"
+            elif rank_code is not None:
+                reason += f" (exit code {rank_code})"
+    try:
+        finalize_incomplete(out, reason=reason)
+    except OSError as exc:
+        raise LaunchError(
+            f"the job did not finish ({reason}) and the run could not be marked incomplete: "
+            f"{exc.strerror or exc}",
+            path=out,
+        ) from None
 
 
 # ---- failure report ----
@@ -192,23 +314,29 @@ def failed_rank(out: Path) -> tuple[int, int | None] | None:
     """
     text = _read(log_dir(out) / AGENT_LOG)
     codes = {int(r): int(c) for r, c in _EXIT_CODE.findall(text)}
-    errors = {}
-    for path in log_dir(out).glob("rank*.error.json"):
-        try:
-            record = json.loads(_read(path))
-            errors[int(record["rank"])] = int(record["time_ns"])
-        except (ValueError, KeyError, TypeError):
-            continue
+    errors = _errors(out)
     root = _ROOT_CAUSE.search(text)
     if root is not None and int(root.group(1)) not in errors:
         return int(root.group(1)), int(root.group(2))
     if errors:
-        rank = min(errors, key=lambda r: (errors[r], r))
+        rank = min(errors, key=lambda r: (errors[r][0], r))
         return rank, codes.get(rank)
     for path in sorted(log_dir(out).glob("rank*.log"), key=_rank_of):
         if "Traceback (most recent call last)" in _read(path):
             return _rank_of(path), None
     return None
+
+
+def _errors(out: Path) -> dict[int, tuple[int, str]]:
+    """rank -> (time in ns, error) of every ``rank<R>.error.json`` that can be read."""
+    found: dict[int, tuple[int, str]] = {}
+    for path in log_dir(out).glob("rank*.error.json"):
+        try:
+            record = json.loads(_read(path))
+            found[int(record["rank"])] = (int(record["time_ns"]), str(record["error"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
 
 
 def failure_report(out: Path, lines: int = TAIL_LINES) -> str:
@@ -291,7 +419,8 @@ class _Progress:
     def close(self, code: int | None) -> None:
         self.update()
         if code is not None:
-            self._bar.update(self._task, description="done" if code == 0 else "failed")
+            phase = "done" if code == 0 else "stopped" if code < 0 else "failed"
+            self._bar.update(self._task, description=phase)
         self._bar.stop()
 
 

@@ -22,10 +22,12 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import socket
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -33,7 +35,14 @@ import torch.nn.functional as F
 
 from fsobs.collect.pauses import StepMonitor
 from fsobs.collect.profiler import StepProfiler
-from fsobs.runformat import RunMeta, SidecarWriter, StepRecord, ToggleStatus, write_run_json
+from fsobs.runformat import (
+    RUN_JSON,
+    RunMeta,
+    SidecarWriter,
+    StepRecord,
+    ToggleStatus,
+    write_run_json,
+)
 from fsobs.workload.batch import Batch
 from fsobs.workload.config import JobConfig, ModelConfig, read_job_json
 from fsobs.workload.cost import cost_coefficients
@@ -44,7 +53,9 @@ from fsobs.workload.sharding import build_optimizer, table_constraints, wrap_mod
 from optim.balance import CostModel
 from optim.freescale import FreeScale
 
-FAIL_ENV = "FSOBS_FAIL_AT_STEP"  # fault injection for tests: "RANK:STEP" exits that rank there
+FAIL_ENV = "FSOBS_FAIL_AT_STEP"
+"""Fault injection for tests: ``RANK:STEP`` makes that rank exit at the start of that step (code
+3, no clean-up), ``RANK:STEP:KILL`` makes it send itself SIGKILL there."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -76,6 +87,8 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
     data = SyntheticHistories(job.data)
     fs = FreeScale(job.freescale, cost_model=_cost_model(job, model_cfg))
     if rank == 0:
+        if (out / RUN_JSON).exists():  # another run's: never rewritten
+            raise FileExistsError(f"{out / RUN_JSON}: the folder holds a run already")
         write_run_json(out, _meta(job, out, world_size, device, [], "incomplete", "running", fs))
     fs.setup()
     inputs = StepInputs(
@@ -90,7 +103,7 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
     pipeline = fs.pipeline(dmp, optimizer, device)
     made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
     batches = _recorded(iter(inputs), made)
-    fail = _fail_step(rank)
+    fail, how = _fault(rank)
     with (
         fs,
         StepProfiler(out, rank, job.profiler) as profiler,
@@ -99,7 +112,7 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
     ):
         for step in range(job.steps):
             if step == fail:
-                os._exit(3)  # simulated crash: no clean-up, as after a kill
+                _die(how)
             monitor.begin()
             start = time.time_ns()
             logits = pipeline.progress(batches)  # trains batch ``step``, returns its logits
@@ -188,12 +201,20 @@ def _meta(
     )
 
 
-def _fail_step(rank: int) -> int:
+def _fault(rank: int) -> tuple[int, str]:
+    """The step at which this rank is to die (-1: none) and how (:data:`FAIL_ENV`)."""
     spec = os.environ.get(FAIL_ENV, "")
     if not spec:
-        return -1
-    fail_rank, _, step = spec.partition(":")
-    return int(step) if int(fail_rank) == rank else -1
+        return -1, ""
+    fail_rank, step, *how = spec.split(":")
+    return (int(step) if int(fail_rank) == rank else -1), "".join(how)
+
+
+def _die(how: str) -> NoReturn:
+    """A simulated crash, without clean-up: SIGKILL (``KILL``), else exit code 3."""
+    if how == "KILL":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(3)
 
 
 if __name__ == "__main__":

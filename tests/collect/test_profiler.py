@@ -56,13 +56,28 @@ def test_leaving_early_exports_the_recorded_steps(tmp_path):
     assert fsobs.load_rank(tmp_path / "rank3.trace.json.gz").steps == [2, 3]
 
 
-def test_repeat_keeps_the_latest_cycle(tmp_path):
-    config = ProfilerConfig(wait=0, warmup=1, active=1, repeat=2, record_shapes=False)
+def test_repeat_keeps_every_cycle(tmp_path):
+    """Each window is written when it closes, the file holding every window so far: a rank
+    killed after the first window keeps it."""
+    config = ProfilerConfig(wait=1, warmup=1, active=2, repeat=3, record_shapes=False)
+    seen = []
     with StepProfiler(tmp_path, 0, config) as prof:
-        _work(config.num_steps + 2, prof)
-    assert prof.num_exports == 2
-    assert [p.name for p in tmp_path.iterdir()] == ["rank0.trace.json.gz"]
-    assert _step_names(_trace_doc(prof.trace_path)) == ["ProfilerStep#3"]
+        for step in range(config.num_steps + 2):
+            _work(1, prof)
+            if step in (3, 7):  # the ends of the first two windows (steps 2-3 and 6-7)
+                seen.append(_step_names(_trace_doc(prof.trace_path)))
+                assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == [
+                    "rank0.trace.json.gz"
+                ]
+    assert seen == [
+        ["ProfilerStep#2", "ProfilerStep#3"],
+        ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#6", "ProfilerStep#7"],
+    ]
+    assert prof.num_exports == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["rank0.trace.json.gz"]  # no temporary left
+    doc = _trace_doc(prof.trace_path)
+    assert _step_names(doc) == [f"ProfilerStep#{n}" for n in (10, 11, 2, 3, 6, 7)]
+    assert fsobs.load_rank(prof.trace_path).steps == [2, 3, 6, 7, 10, 11]
 
 
 def test_disabled_is_a_no_op(tmp_path, monkeypatch):

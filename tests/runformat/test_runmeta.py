@@ -153,8 +153,12 @@ def test_finalize_cleans_up_and_describes(tmp_path):
     write_run_json(tmp_path, _meta())
     leftover = tmp_path / ".rank0.trace.json.gz.raw-123.0badf00d.tmp"
     leftover.write_text('{"traceEvents": [')
+    kineto = tmp_path / (leftover.name + ".tmp")  # Kineto writes there before renaming
+    kineto.write_text('{"traceEvents": [')
+    kept = tmp_path / ".notes.tmp"  # not a name of ours
+    kept.write_text("x")
     meta = finalize_incomplete(tmp_path)
-    assert not leftover.exists()
+    assert not leftover.exists() and not kineto.exists() and kept.exists()
     assert meta.ranks_present == (1,)
     assert meta.reason == "interrupted: no trace from ranks [0]"
     assert fsobs.load_run(tmp_path).rank_ids == [1]
