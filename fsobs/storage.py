@@ -4,8 +4,8 @@ A local path stays a :class:`~pathlib.Path` and keeps the plain file calls. A UR
 ``protocol://``; ``file://`` is turned back into a local path) becomes a :class:`RemotePath`,
 opened through fsspec, which is imported only then. Remote files are read as streams: nothing
 here reads a whole remote file unless :func:`read_bytes` or :func:`read_text` is asked to (the
-small ``run.json`` and sidecars, and the fallback read of a trace whose layout defeats the
-streaming reader, which happens in the worker that parses it).
+small ``run.json`` and sidecars; traces are read piece by piece, even when a layout that
+defeats the streaming reader makes the worker that parses one gather its whole text).
 
 Credentials and options come from each filesystem's own configuration: for ``s3://`` (s3fs)
 the usual ``AWS_*`` variables and ``~/.aws``, for ``gs://`` (gcsfs) Google's default

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import fsobs
@@ -27,11 +28,10 @@ def _events(path):
 
 
 def test_relative_timestamps_become_absolute_ns(tmp_path):
-    path = write(
-        tmp_path / "t.json",
-        trace([x("aten::mm", "cpu_op", 4458676524595.135, 92.865), x("a", "cpu_op", 10.0004, 1.0)]),
-    )
-    ev = _events(path)
+    # one trace each: 51 days apart, one trace would leave the first out (fsobs.trace._plausible)
+    events = [x("aten::mm", "cpu_op", 4458676524595.135, 92.865), x("a", "cpu_op", 10.0004, 1.0)]
+    paths = [write(tmp_path / f"{i}.json", trace([e])) for i, e in enumerate(events)]
+    ev = pd.concat([_events(p) for p in paths])
     assert ev["ts_ns"].tolist() == [BASE_NS + 4458676524595135, BASE_NS + 10000]
     assert ev["dur_ns"].tolist() == [92865, 1000]
     # HTA's view: ceil(ts), floor(ts + dur) in the trace's microseconds

@@ -102,8 +102,11 @@ def file(name: str, content: Callable[[], bytes | Doc]) -> Callable[[Path], Path
     return build
 
 
-def run(files: dict[str, Doc], meta: bytes | None = None) -> Callable[[Path], Path]:
-    """Builder of a run directory of gzipped traces, with ``run.json`` when ``meta`` is given."""
+def run(
+    files: dict[str, Doc], meta: bytes | None = None, steps: bytes | None = None
+) -> Callable[[Path], Path]:
+    """Builder of a run directory of gzipped traces, with ``run.json`` when ``meta`` is given
+    and rank 0's step sidecar when ``steps`` is."""
 
     def build(tmp: Path) -> Path:
         root = tmp / "run"
@@ -112,9 +115,30 @@ def run(files: dict[str, Doc], meta: bytes | None = None) -> Callable[[Path], Pa
             (root / name).write_bytes(gz(text(doc)))
         if meta is not None:
             (root / "run.json").write_bytes(meta)
+        if steps is not None:
+            (root / "steps.rank0.jsonl").write_bytes(steps)
         return root
 
     return build
+
+
+def sidecar(line: bytes) -> Callable[[Path], Path]:
+    """A one-rank run whose step sidecar is ``line``."""
+    return run({"r0.json.gz": trace(0, 1)}, steps=line + b"\n")
+
+
+DEEP = b"[" * 1200 + b"1" + b"]" * 1200
+"""Nested deeper than Python's recursion limit (1000)."""
+
+
+def deep_args() -> bytes:
+    return text(with_event(args={"stream": 7, "deep": "@"})).replace(b'"@"', DEEP)
+
+
+def step_named(name: str) -> Doc:
+    doc = trace()
+    doc["traceEvents"][1]["name"] = name
+    return doc
 
 
 # -- the corpus -----------------------------------------------------------------------------
@@ -422,6 +446,167 @@ CASES = [
         run({"r0.json.gz": trace(0, 1)}, b"[1]"),
         E.TraceFormatError,
         ("run.json", "run metadata must be a JSON object"),
+    ),
+    # hostile values (issue 25): each was a traceback
+    Case(
+        "args-nested-1200-deep",
+        file("r.json", deep_args),
+        E.TraceFormatError,
+        ("not valid JSON for fsobs: arrays or objects nested deeper than Python's recursion",),
+        rank=0,
+    ),
+    Case(
+        "gz-args-nested-1200-deep",
+        file("r.json.gz", lambda: gz(deep_args())),
+        E.TraceFormatError,
+        ("nested deeper than Python's recursion limit",),
+        rank=0,
+    ),
+    Case(
+        "event-without-name",
+        file("r.json", lambda: with_event(name=...)),
+        E.TraceFormatError,
+        ("complete event without a name",),
+        rank=0,
+        field="traceEvents[3].name",
+    ),
+    Case(
+        "event-without-tid",
+        file("r.json", lambda: with_event(tid=...)),
+        E.TraceFormatError,
+        ("complete event without a thread (tid)",),
+        rank=0,
+        field="traceEvents[3].tid",
+    ),
+    Case(
+        "step-number-of-20-digits",
+        file("r.json", lambda: step_named("ProfilerStep#12345678901234567890")),
+        E.TraceFormatError,
+        ("step number out of range (at most 2147483647)", "ProfilerStep#12345678901234567890"),
+        rank=0,
+        field="traceEvents[1].name",
+    ),
+    Case(
+        "step-number-of-5000-digits",
+        file("r.json", lambda: step_named("ProfilerStep#" + "9" * 5000)),
+        E.TraceFormatError,
+        ("step number out of range",),
+        rank=0,
+        field="traceEvents[1].name",
+    ),
+    Case(
+        "stream-1e23-as-text",
+        file("r.json", lambda: with_event(args={"stream": "1" + "0" * 23})),
+        E.TraceFormatError,
+        ("out of range: 1" + "0" * 23,),
+        rank=0,
+        field="traceEvents[3].args.stream",
+    ),
+    Case(
+        "stream-1e23-as-integer",
+        file("r.json", lambda: with_event(args={"stream": 10**23})),
+        E.TraceFormatError,
+        ("out of range: 1" + "0" * 23,),
+        rank=0,
+        field="traceEvents[3].args.stream",
+    ),
+    Case(
+        "stream-1e23-as-float",
+        file("r.json", lambda: with_event(args={"stream": 1e23})),
+        E.TraceFormatError,
+        ("expected an integer or a string, got a float",),
+        rank=0,
+        field="traceEvents[3].args.stream",
+    ),
+    Case(
+        "world-size-beyond-any-run",
+        file("r.json", lambda: with_info(world_size=2**40)),
+        E.TraceFormatError,
+        (f"{2**40} is beyond any run (at most 1048576 ranks)",),
+        field="distributedInfo.world_size",
+    ),
+    Case(
+        "sidecar-line-not-an-object",
+        sidecar(b"[1]"),
+        E.TraceFormatError,
+        ("steps.rank0.jsonl", "a step record must be a JSON object, got list"),
+        rank=0,
+        field="line 1",
+    ),
+    Case(
+        "sidecar-infinity",
+        sidecar(b'{"step": 1, "seq_lengths": [3], "est_cost": Infinity}'),
+        E.TraceFormatError,
+        ("est_cost must be finite, got inf",),
+        rank=0,
+        field="line 1",
+    ),
+    Case(
+        "sidecar-1e400",
+        sidecar(b'{"step": 1e400, "seq_lengths": [3]}'),
+        E.TraceFormatError,
+        ("step must be an integer, got inf",),
+        rank=0,
+        field="line 1",
+    ),
+    Case(
+        "sidecar-lengths-1e300",
+        sidecar(b'{"step": 1, "seq_lengths": [1e300]}'),
+        E.TraceFormatError,
+        ("seq_lengths must be an integer, got 1e+300",),
+        rank=0,
+        field="line 1",
+    ),
+    Case(
+        "sidecar-length-beyond-int64",
+        sidecar(b'{"step": 1, "seq_lengths": [100000000000000000000]}'),
+        E.TraceFormatError,
+        ("seq_lengths must be < 2**63, got 100000000000000000000",),
+        rank=0,
+        field="line 1",
+    ),
+    Case(
+        "sidecar-num-samples-not-the-lengths",
+        sidecar(b'{"step": 1, "num_samples": 3, "seq_lengths": [3]}'),
+        E.TraceFormatError,
+        ("num_samples 3 but seq_lengths lists 1 samples",),
+        rank=0,
+        field="line 1",
+    ),
+    Case(
+        "sidecar-nested-1200-deep",
+        sidecar(b'{"step": 1, "seq_lengths": [3], "id_overlap": ' + DEEP + b"}"),
+        E.TraceFormatError,
+        ("nested deeper than Python's recursion limit",),
+        rank=0,
+        field="line 1",
+    ),
+    Case(
+        "run-json-toggles-not-an-object",
+        run({"r0.json.gz": trace(0, 1)}, b'{"toggles": [1]}'),
+        E.TraceFormatError,
+        ("run.json", "expected an object, got [1]"),
+        field="toggles",
+    ),
+    Case(
+        "run-json-toggle-not-an-object",
+        run({"r0.json.gz": trace(0, 1)}, b'{"toggles": {"balance": 1}}'),
+        E.TraceFormatError,
+        ("run.json", "must have exactly requested, applied and reason"),
+        field="toggles.balance",
+    ),
+    Case(
+        "run-json-nested-1200-deep",
+        run({"r0.json.gz": trace(0, 1)}, b'{"workload": ' + DEEP + b"}"),
+        E.TraceFormatError,
+        ("run.json", "nested deeper than Python's recursion limit"),
+    ),
+    Case(
+        "run-json-world-size-beyond-any-run",
+        run({"r0.json.gz": trace(0, 1)}, b'{"world_size": 100000000000000000000}'),
+        E.TraceFormatError,
+        ("run.json", "expected at most 1048576 ranks, got 100000000000000000000"),
+        field="world_size",
     ),
 ]
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fsobs.trace import _build, _stream
+from fsobs.trace import _build, _decode
 from tests.kineto import REFERENCE, kernel, launch, step, trace, x
 
 BIG = 2**34
@@ -53,7 +53,7 @@ def _events(n):
     ids=["spaced", "compact", "indented"],
 )
 def test_layouts_and_many_pieces(tmp_path, monkeypatch, dump):
-    monkeypatch.setattr(_stream, "_PIECE", 4096)  # many pieces, cuts everywhere
+    monkeypatch.setattr(_decode, "PIECE", 4096)  # many pieces, cuts everywhere
     doc = trace(_events(3000), rank=1, world_size=2)
     path = tmp_path / "t.json.gz"
     path.write_bytes(gzip.compress(dump(doc).encode()))
@@ -62,7 +62,7 @@ def test_layouts_and_many_pieces(tmp_path, monkeypatch, dump):
 
 def test_keys_after_trace_events(tmp_path, monkeypatch):
     """Kineto's on-demand path writes distributedInfo after traceEvents."""
-    monkeypatch.setattr(_stream, "_PIECE", 1024)
+    monkeypatch.setattr(_decode, "PIECE", 1024)
     doc = trace(_events(200), rank=None)
     doc["distributedInfo"] = {
         "rank": 3,
@@ -78,7 +78,7 @@ def test_keys_after_trace_events(tmp_path, monkeypatch):
 
 def test_misleading_text_inside_strings_falls_back(tmp_path, monkeypatch):
     """A cut inside a string makes a piece that does not decode: the whole-file path takes over."""
-    monkeypatch.setattr(_stream, "_PIECE", 512)
+    monkeypatch.setattr(_decode, "PIECE", 512)
     events = _events(50) + [x("weird}, {name", "cpu_op", 1, 1), x('q\\"}, {\\"', "cpu_op", 2, 1)]
     doc = trace(events)
     doc["traceName"] = "x]}, {y"

@@ -40,6 +40,8 @@ from fsobs.storage import Location, read_text
 logger = logging.getLogger(__name__)
 
 STATUSES = ("complete", "incomplete")
+MAX_WORLD_SIZE = 2**20
+"""The most ranks a run can have (``run.json`` and the traces): more is a wrong value."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -110,6 +112,8 @@ class RunMeta:
             type(self.world_size) is not int or self.world_size < 1
         ):
             raise _bad("world_size", "a positive integer", self.world_size)
+        if self.world_size is not None and self.world_size > MAX_WORLD_SIZE:
+            raise _bad("world_size", f"at most {MAX_WORLD_SIZE} ranks", self.world_size)
         for key in ("name", "backend", "device", "reason", "created"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value):
@@ -243,7 +247,12 @@ def read_run_meta(path: Location) -> RunMeta:
         raise TraceFormatError(f"run metadata is not UTF-8 text ({exc.reason})", path=path) from exc
     except json.JSONDecodeError as exc:
         raise TraceFormatError(
-            f"run metadata is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+            f"run metadata is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            path=path,
+        ) from exc
+    except RecursionError as exc:
+        raise TraceFormatError(
+            "run metadata is not valid JSON for fsobs: nested deeper than Python's recursion limit",
             path=path,
         ) from exc
     try:

@@ -390,6 +390,13 @@ def read_sidecar(path: Location, rank: int) -> list[StepRecord]:
             raise TraceFormatError(
                 f"bad step record ({exc})", path=path, rank=rank, field=f"line {number}"
             ) from exc
+        except RecursionError as exc:
+            raise TraceFormatError(
+                "bad step record (nested deeper than Python's recursion limit)",
+                path=path,
+                rank=rank,
+                field=f"line {number}",
+            ) from exc
     return records
 
 
@@ -435,7 +442,7 @@ def sidecar_files(run_dir: Location) -> list[tuple[Location, int]]:
 def _is_record(line: bytes) -> bool:
     try:
         record = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False
     return isinstance(record, dict) and "step" in record
 
@@ -453,6 +460,8 @@ def _non_negative_int(value: object, name: str) -> int:
         raise ValueError(f"{name} must be an integer, got {value!r}") from None
     if number < 0:
         raise ValueError(f"{name} must be >= 0, got {number}")
+    if number >= 2**63:
+        raise ValueError(f"{name} must be < 2**63, got {number}")
     return number
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,7 +11,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from fsobs.errors import FsobsError, TraceFormatError
+from fsobs.errors import FsobsError, TraceFormatError, TraceReadError
+from fsobs.runformat.runmeta import MAX_WORLD_SIZE
 from fsobs.storage import Location
 from fsobs.trace._collectives import build_collectives, communication_launches
 from fsobs.trace._columns import _MAX_ABS_NS, ColumnBuilder
@@ -24,6 +24,7 @@ from fsobs.trace._decode import (
     raw_value,
     read_trace_bytes,
 )
+from fsobs.trace._plausible import describe_outside, far_outside
 from fsobs.trace._stream import EventStream, SplitError
 from fsobs.trace.classify import (
     COMM_KERNEL_RE,
@@ -35,6 +36,7 @@ from fsobs.trace.classify import (
 from fsobs.trace.schema import EVENT_COLUMNS, KINDS, ProcessGroup, RankTrace
 
 BATCH = 16_384  # events decoded to typed structs at a time
+_MAX_STEP = 2**31 - 1  # the step column is int32
 
 
 def build_rank_trace(
@@ -54,7 +56,9 @@ def build_rank_trace(
     comm = comm_kernel_re(comm_kernels)
     try:
         return _build_streaming(path, max_bytes, step_marker, comm)
-    except (SplitError, msgspec.MsgspecError, FsobsError, zlib.error, UnicodeDecodeError):
+    except TraceReadError:
+        raise  # the file itself cannot be read: the whole-file path could not either
+    except (SplitError, msgspec.MsgspecError, FsobsError, UnicodeDecodeError, RecursionError):
         return _build_whole(path, max_bytes, step_marker, comm)
 
 
@@ -86,7 +90,7 @@ def _build_whole(
     builder = ColumnBuilder(path, _rank_info(trace, path)[0])
     raws = trace.traceEvents
     for offset in range(0, len(raws), BATCH):
-        builder.add(decode_events(raws[offset : offset + BATCH], data, path), offset)
+        builder.add(decode_events(raws[offset : offset + BATCH], data, path, offset), offset)
     trace.traceEvents = []
     del raws, data  # nothing references the JSON text any more
     return _finish(trace, builder, path, step_marker, comm)
@@ -107,14 +111,18 @@ def _finish(
             f"out of range: {base_ns}", path=path, rank=_r(rank), field="baseTimeNanoseconds"
         )
     columns = builder.columns()
+    columns["ts_ns"] = _to_ns(columns["ts_raw"], base_ns)
+    columns["dur_ns"] = np.rint(columns["dur_raw"] * 1000.0).astype(np.int64)
+    warnings: list[str] = []
+    structs = builder.structs
+    outside = far_outside(columns["ts_ns"], columns["dur_ns"])
+    if outside.any():
+        warnings.append(_outside_warning(path, columns, outside))
+        columns = {key: values[~outside] for key, values in columns.items()}
+        row = np.cumsum(~outside) - 1  # old row -> new row
+        structs = {int(row[i]): e for i, e in structs.items() if not outside[i]}
     ts_raw, dur_raw = columns.pop("ts_raw"), columns.pop("dur_raw")
-    events = pd.DataFrame(
-        {
-            "ts_ns": _to_ns(ts_raw, base_ns),
-            "dur_ns": np.rint(dur_raw * 1000.0).astype(np.int64),
-            **columns,
-        }
-    )
+    events = pd.DataFrame(columns)
     _add_kind_and_device(events, comm)
     if step_marker:
         _use_step_marker(events, step_marker)
@@ -127,10 +135,9 @@ def _finish(
     else:
         events["hta_ts"] = ts_raw
         events["hta_end"] = ts_raw + dur_raw
-    events["step"] = _assign_steps(events)
+    events["step"] = _assign_steps(events, path, rank)
     events = events[list(EVENT_COLUMNS)]
 
-    warnings = []
     whole = not (events["kind"] == "step").any()
     if whole:
         what = f"no range named {step_marker!r}..." if step_marker else "no ProfilerStep events"
@@ -150,7 +157,7 @@ def _finish(
         device_properties=_device_properties(trace, path),
         thread_names=builder.thread_names,
         events=events,
-        collectives=build_collectives(events, builder.structs),
+        collectives=build_collectives(events, structs),
         warnings=warnings,
         step_source="whole trace" if whole else (step_marker or "ProfilerStep"),
     )
@@ -165,6 +172,13 @@ def _rank_info(trace: TraceFile, path: Location) -> tuple[int, int, str | None]:
         raise TraceFormatError(
             f"rank must be >= 0, got {info.rank}", path=path, field="distributedInfo.rank"
         )
+    for key, value in (("rank", info.rank), ("world_size", info.world_size)):
+        if value is not None and value > MAX_WORLD_SIZE:
+            raise TraceFormatError(
+                f"{value} is beyond any run (at most {MAX_WORLD_SIZE} ranks)",
+                path=path,
+                field=f"distributedInfo.{key}",
+            )
     world_size = info.world_size if info.world_size is not None else -1
     if info.world_size is not None and not 0 <= info.rank < info.world_size:
         raise TraceFormatError(
@@ -232,7 +246,7 @@ def _use_step_marker(events: pd.DataFrame, marker: str) -> None:
     events["kind"] = pd.Categorical(kind, categories=list(KINDS))
 
 
-def _assign_steps(events: pd.DataFrame) -> np.ndarray:
+def _assign_steps(events: pd.DataFrame, path: Location, rank: int) -> np.ndarray:
     """The step of every event: CPU events by window, GPU events through their launch.
 
     A CPU event belongs to step ``s`` when ``s.start <= ts < s.end`` (HTA's rule). A GPU event
@@ -244,10 +258,10 @@ def _assign_steps(events: pd.DataFrame) -> np.ndarray:
     if not is_step.any():
         return np.zeros(len(events), dtype=np.int32)
     steps = np.full(len(events), -1, dtype=np.int32)
-    marks = events.loc[is_step, ["ts_ns", "dur_ns", "name"]].sort_values("ts_ns")
+    marks = events.loc[is_step, ["ts_ns", "dur_ns", "name", "event_index"]].sort_values("ts_ns")
     starts = marks["ts_ns"].to_numpy()
     ends = starts + marks["dur_ns"].to_numpy()
-    numbers = np.array([step_number(str(n)) for n in marks["name"]], dtype=np.int32)
+    numbers = _step_numbers(marks, path, rank)
     if (numbers < 0).any():  # a step marker: number the ranges in time order
         numbers = np.arange(len(marks), dtype=np.int32)
     ts = events["ts_ns"].to_numpy()
@@ -265,6 +279,38 @@ def _assign_steps(events: pd.DataFrame) -> np.ndarray:
         mapped = pd.Series(corr[gpu]).map(by_corr).fillna(-1).to_numpy(np.int32)
         steps[gpu] = mapped
     return steps
+
+
+def _step_numbers(marks: pd.DataFrame, path: Location, rank: int) -> np.ndarray:
+    """The ``ProfilerStep#N`` numbers of the step ranges (-1 for other names); a number
+    beyond the int32 ``step`` column is an error naming the event."""
+    numbers = []
+    for name, index in zip(marks["name"].astype(str), marks["event_index"], strict=True):
+        try:
+            number = step_number(name)
+        except ValueError:  # more digits than Python converts to an int
+            number = _MAX_STEP + 1
+        if number > _MAX_STEP:
+            raise TraceFormatError(
+                f"step number out of range (at most {_MAX_STEP}) in {name[:48]!r}",
+                path=path,
+                rank=_r(rank),
+                field=f"traceEvents[{index}].name",
+            )
+        numbers.append(number)
+    return np.array(numbers, dtype=np.int32)
+
+
+def _outside_warning(path: Location, columns: dict[str, Any], outside: np.ndarray) -> str:
+    """The warning for the events left out as far outside the trace's span."""
+    first = int(np.flatnonzero(outside)[0])
+    index, name = columns["event_index"][first], columns["name"][first]
+    how = describe_outside(columns["ts_ns"], columns["dur_ns"], outside)
+    return (
+        f"{path.name}: {int(outside.sum())} event(s) far outside the trace's span left out, "
+        f"not counted (traceEvents[{index}] {str(name)!r} {how}; more than a day from the "
+        "rest of the trace is a wrong time, not a measurement)"
+    )
 
 
 def _process_groups(trace: TraceFile, path: Location, rank: int) -> tuple[ProcessGroup, ...]:

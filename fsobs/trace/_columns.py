@@ -147,16 +147,23 @@ class ColumnBuilder:
                 self.thread_names[key] = value
 
     def _check_complete(self, events: list[Event], offset: int) -> None:
-        """Complete events need ``ts`` and ``dur``.
+        """Complete events need ``ts``, ``dur``, ``name`` and ``tid``.
 
         An ``X`` event without ``dur`` is an error rather than an instant: Kineto always writes
-        ``dur`` on complete events, and dropping the event would silently change the answer.
+        ``dur`` on complete events (and a name and a thread or stream on every event), and
+        dropping the event would silently change the answer.
         """
         for i, event in enumerate(events):
             if event.dur is None and event.ph == "X":
                 missing, key = "duration", "dur"
-            elif event.ts is None and event.dur is not None and event.cat != "Trace":
+            elif event.dur is None or event.cat == "Trace":
+                continue
+            elif event.ts is None:
                 missing, key = "timestamp", "ts"
+            elif event.name is None:
+                missing, key = "name", "name"
+            elif event.tid is None:
+                missing, key = "thread (tid)", "tid"
             else:
                 continue
             raise self._error(f"complete event without a {missing}", offset + i, key)
@@ -169,11 +176,12 @@ class ColumnBuilder:
             raise self._error(f"out of range: {values[pos]}", int(where[pos]), key) from None
 
     def _streams(self, values: list[int | str], where: np.ndarray) -> np.ndarray:
-        """HTA's rule: ``int(stream)``, -1 when that fails."""
-        try:
-            return self._array(values, np.int64, "args.stream", where)
-        except (ValueError, TypeError):
-            return np.array([_int_or_minus_one(v) for v in values], dtype=np.int64)
+        """HTA's rule: ``int(stream)``, -1 when that fails; beyond int64 an error."""
+        if any(isinstance(v, str) for v in values):
+            return self._array(
+                [_int_or_minus_one(v) for v in values], np.int64, "args.stream", where
+            )
+        return self._array(values, np.int64, "args.stream", where)
 
     def _check_values(self, ts: np.ndarray, dur: np.ndarray, where: np.ndarray) -> None:
         for key, values in (("ts", ts), ("dur", dur)):

@@ -7,19 +7,21 @@ so a trace costs a fraction of ``json.load`` in time and memory.
 
 from __future__ import annotations
 
-import gzip
-import io
+import re
 import zlib
+from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 
 from fsobs.errors import TraceFormatError, TraceReadError
-from fsobs.storage import Location, read_bytes
+from fsobs.storage import Location, Readable, open_binary
 
 RAW_NONE = msgspec.Raw()
 GZIP_MAGIC = b"\x1f\x8b"
-_MAX_RATIO = 64  # trusted gzip expansion for the first buffer (Kineto JSON compresses ~10x)
 DEFAULT_MAX_TRACE_BYTES = 16 * 2**30  # decompressed size limit per file
+PIECE = 4 * 2**20
+"""Decompressed bytes per piece of :func:`text_pieces`."""
 
 
 class Args(msgspec.Struct, gc=False):
@@ -86,69 +88,102 @@ class TraceFile(msgspec.Struct, gc=False):
     deviceProperties: msgspec.Raw = RAW_NONE  # noqa: N815
 
 
-class _StrictTraceFile(TraceFile):
-    """Everything typed at once: used only to word the error of a file that failed to decode."""
-
-    # the same field, typed: a subclass that narrows it on purpose
-    traceEvents: list[Event]  # type: ignore[assignment]  # noqa: N815
-
-
 _DECODER = msgspec.json.Decoder(TraceFile)
-_STRICT_DECODER = msgspec.json.Decoder(_StrictTraceFile)
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 
 
-def read_trace_bytes(path: Location, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytes | bytearray:
+def read_trace_bytes(path: Location, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytearray:
     """The JSON text of ``path`` (plain or gzip, local or remote); refuses anything over
-    ``max_bytes``."""
+    ``max_bytes``.
+
+    The text is gathered piece by piece (:func:`text_pieces`) into one growing buffer, so
+    memory follows the text's size: nothing is reserved for the limit, nothing held twice.
+    """
+    buf = bytearray()
+    for piece in text_pieces(path, max_bytes):
+        buf += piece
+    return buf
+
+
+def text_pieces(path: Location, max_bytes: int) -> Iterator[bytes]:
+    """The file's text in pieces of at most :data:`PIECE` bytes, gzip decompressed (several
+    members too), front to back (no seek, so a remote file is one stream).
+
+    Raises :class:`TraceReadError` when the file cannot be read, is not whole gzip, or its text
+    passes ``max_bytes``; a local file too big by its size or its gzip trailer is refused
+    before anything is decompressed.
+    """
+    if isinstance(path, Path):
+        _check_local_size(path, max_bytes)
+    total = 0
     try:
-        raw = read_bytes(path)
+        with open_binary(path) as f:
+            raw = _first_bytes(f)
+            gz = raw.startswith(GZIP_MAGIC)
+            inflater = zlib.decompressobj(wbits=31) if gz else None
+            while raw:
+                while raw:
+                    if inflater is None:
+                        text, raw = raw, b""
+                    else:
+                        text = _inflate(inflater, raw, path)
+                        raw = inflater.unconsumed_tail
+                        if inflater.eof:
+                            raw = inflater.unused_data.lstrip(b"\x00")  # padding between members
+                            inflater = zlib.decompressobj(wbits=31) if raw else inflater
+                    total += len(text)
+                    if total > max_bytes:
+                        what = "decompressed data" if gz else "file"
+                        raise TraceReadError(f"{what} is {_over(max_bytes)}", path=path)
+                    if text:
+                        yield text
+                raw = f.read(PIECE // 8 if gz else PIECE)
     except OSError as exc:
         raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
-    if not raw.startswith(GZIP_MAGIC):
-        if len(raw) > max_bytes:
-            raise TraceReadError(f"file is {_size(len(raw))}, {_over(max_bytes)}", path=path)
-        return raw
-    if len(raw) < 18:
+    if inflater is not None and not inflater.eof:
+        raise TraceReadError("truncated gzip file (ends before the end of stream)", path=path)
+
+
+def _inflate(inflater: zlib._Decompress, raw: bytes, path: Location) -> bytes:
+    try:
+        return inflater.decompress(raw, PIECE)
+    except zlib.error as exc:  # "Error -3 while decompressing data: <reason>"
+        reason = str(exc).rpartition(": ")[2].lower()
+        raise TraceReadError(f"corrupt gzip data ({reason})", path=path) from exc
+
+
+def _first_bytes(f: Readable) -> bytes:
+    """The first read, at least two bytes long unless the file is shorter (streams may return
+    less than asked)."""
+    raw = f.read(PIECE // 8)
+    while 0 < len(raw) < len(GZIP_MAGIC) and (more := f.read(PIECE // 8)):
+        raw += more
+    return raw
+
+
+def _check_local_size(path: Path, max_bytes: int) -> None:
+    """Refuse a local file by its size (plain) or its gzip trailer (ISIZE: the last member's
+    uncompressed size mod 2**32), before reading it."""
+    claimed = 0
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            gz = f.read(2) == GZIP_MAGIC
+            if gz and size >= 18:
+                f.seek(-4, 2)
+                claimed = int.from_bytes(f.read(4), "little")
+    except OSError as exc:
+        raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
+    if not gz:
+        if size > max_bytes:
+            raise TraceReadError(f"file is {_size(size)}, {_over(max_bytes)}", path=path)
+        return
+    if size < 18:
         raise TraceReadError("truncated gzip file (shorter than a gzip header)", path=path)
-    claimed = int.from_bytes(raw[-4:], "little")  # ISIZE: uncompressed size mod 2**32
     if claimed > max_bytes:
         raise TraceReadError(
             f"gzip trailer claims {_size(claimed)} uncompressed, {_over(max_bytes)}", path=path
         )
-    return _gunzip(raw, path, max_bytes)
-
-
-def _gunzip(raw: bytes, path: Location, max_bytes: int) -> bytes | bytearray:
-    """Decompress into one buffer of the size the trailer announces (no second copy).
-
-    The trailer's size is the last member's, modulo 2**32: when the stream holds more, the rest
-    is read in chunks, still never past ``max_bytes``.
-    """
-    claimed = int.from_bytes(raw[-4:], "little")
-    buf = bytearray(min(claimed, _MAX_RATIO * len(raw)))  # a lying trailer gets no huge buffer
-    view = memoryview(buf)
-    size = 0
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
-            while size < len(buf) and (n := stream.readinto(view[size:])):
-                size += n
-            rest = stream.read(max_bytes + 1 - size)
-    except EOFError as exc:
-        raise TraceReadError(
-            "truncated gzip file (ends before the end of stream)", path=path
-        ) from exc
-    except (OSError, zlib.error) as exc:  # "Error -3 while decompressing data: <reason>"
-        reason = str(exc).rpartition(": ")[2].lower()
-        raise TraceReadError(f"corrupt gzip data ({reason})", path=path) from exc
-    finally:
-        view.release()
-    if size + len(rest) > max_bytes:
-        raise TraceReadError(f"decompressed data is {_over(max_bytes)}", path=path)
-    if size < len(buf) or rest:
-        del buf[size:]
-        buf += rest
-    return buf
 
 
 def _over(max_bytes: int) -> str:
@@ -170,41 +205,56 @@ def decode_trace(data: bytes | bytearray, path: Location) -> TraceFile:
 
     Errors name the JSON path of the bad field, and the rank when the file still tells it.
     """
-    return _decode(_DECODER, data, path)
+    try:
+        return _DECODER.decode(data)
+    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError) as exc:
+        raise _format_error(exc, data, path) from exc
 
 
 def decode_event_array(text: bytes) -> list[Event]:
-    """Typed events of a JSON array of events (msgspec's errors are left to the caller)."""
+    """Typed events of a JSON array of events (msgspec's errors, and ``RecursionError`` for
+    text nested too deep, are left to the caller)."""
     return _EVENTS_DECODER.decode(text)
 
 
-def decode_events(raws: list[msgspec.Raw], data: bytes | bytearray, path: Location) -> list[Event]:
-    """Typed events of a batch of raw events taken from ``data``."""
+def decode_events(
+    raws: list[msgspec.Raw], data: bytes | bytearray, path: Location, offset: int
+) -> list[Event]:
+    """Typed events of a batch of raw events taken from ``data``, the first of them
+    ``traceEvents[offset]`` (which an error names)."""
     try:
         return _EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
-    except (msgspec.MsgspecError, UnicodeDecodeError):
-        _decode(_STRICT_DECODER, data, path)  # raises the error, worded for the whole file
-        raise
+    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError) as exc:
+        raise _format_error(exc, data, path, offset) from exc
 
 
-def _decode(
-    decoder: msgspec.json.Decoder[TraceFile] | msgspec.json.Decoder[_StrictTraceFile],
-    data: bytes | bytearray,
-    path: Location,
-) -> TraceFile:
-    try:
-        return decoder.decode(data)
-    except msgspec.ValidationError as exc:
+_MAX_DEPTH_TEXT = (
+    "not valid JSON for fsobs: arrays or objects nested deeper than Python's recursion limit"
+)
+
+
+def _format_error(
+    exc: Exception, data: bytes | bytearray, path: Location, offset: int | None = None
+) -> TraceFormatError:
+    """The one-line error for a decoding failure of ``data``; ``offset``: the failure is in a
+    batch of events whose first is ``traceEvents[offset]``."""
+    if isinstance(exc, msgspec.ValidationError):
         detail, field = _validation_detail(str(exc))
-        raise TraceFormatError(detail, path=path, rank=_rank_hint(data), field=field) from exc
-    except msgspec.DecodeError as exc:
-        raise TraceFormatError(_syntax_detail(str(exc), data), path=path) from exc
-    except UnicodeDecodeError as exc:  # msgspec checks UTF-8 string by string
+        if offset is not None and field is not None:
+            field = _BATCH_INDEX.sub(lambda m: f"traceEvents[{offset + int(m[1])}]", field)
+        return TraceFormatError(detail, path=path, rank=_rank_hint(data), field=field)
+    if isinstance(exc, RecursionError):
+        return TraceFormatError(_MAX_DEPTH_TEXT, path=path, rank=_rank_hint(data))
+    if isinstance(exc, UnicodeDecodeError):  # msgspec checks UTF-8 string by string
         start = data.find(exc.object)
         detail = f"not UTF-8 text: invalid byte 0x{exc.object[exc.start]:02x}"
         if start >= 0:
             detail += _location(data, start + exc.start)
-        raise TraceFormatError(detail, path=path, rank=_rank_hint(data)) from exc
+        return TraceFormatError(detail, path=path, rank=_rank_hint(data))
+    return TraceFormatError(_syntax_detail(str(exc), data), path=path)
+
+
+_BATCH_INDEX = re.compile(r"^\[(\d+)\]")
 
 
 _TYPES = {
@@ -280,13 +330,20 @@ _RANK_DECODER = msgspec.json.Decoder(_RankOnly)
 
 
 def _rank_hint(data: bytes | bytearray) -> int | None:
-    """The ``distributedInfo.rank`` of a file that failed to decode, when it still tells it."""
+    """The ``distributedInfo.rank`` of a file that failed to decode, when it still tells it
+    (found by text search when the file is nested too deep to decode)."""
     try:
         info = _RANK_DECODER.decode(data).distributedInfo
+        rank = info.rank if info is not None else None
     except (msgspec.MsgspecError, UnicodeDecodeError):
         return None
-    rank = info.rank if info is not None else None
-    return rank if type(rank) is int and rank >= 0 else None
+    except RecursionError:
+        found = _RANK_TEXT.search(data)
+        rank = int(found[1]) if found else None
+    return rank if type(rank) is int and 0 <= rank < 2**31 else None
+
+
+_RANK_TEXT = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d{1,10})[\s,}]')
 
 
 def raw_value(raw: msgspec.Raw) -> object:

@@ -1,7 +1,8 @@
 """The trace model: one events table per rank, plus the run that holds them.
 
 ``RankTrace.events`` columns (one row per complete event, i.e. every event with a ``dur``, in
-file order; profiler spans of cat ``Trace`` are dropped):
+file order; profiler spans of cat ``Trace`` are dropped, and so are events far outside the
+trace's span, with a warning: :mod:`fsobs.trace._plausible`):
 
 =============  ============  ================================================================
 column         dtype         meaning
