@@ -510,7 +510,7 @@ def test_findings_report_large_other_and_steps_missing_on_some_ranks(tmp_path):
     expect_row(table, 1, 1, window=40, busy=30, other=10)
     lines = findings(analyze(run))
     assert any(line.startswith("'other' takes 14.3% of the window") for line in lines)
-    assert "step(s) 2 are missing on some ranks: left out of the analysis" in lines
+    assert "step(s) 2 are missing on some ranks (rank 1 lacks 2): left out of the analysis" in lines
 
 
 # ------------------------------------------------------------- 11. roles of the collectives

@@ -43,6 +43,7 @@ def test_json_gpu_run(capsys):
         "hosts": None,
         "simulated": False,
         "warnings": None,
+        "left_out_ranks": {},
     }
     assert out["run"]["warnings"] == ["loaded 2 of 128 ranks (missing: 2, 3, 4, 5, 6, 7, 8, 9 ...)"]
     temporal = out["hta"]["temporal_breakdown"]

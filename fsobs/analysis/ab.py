@@ -512,14 +512,15 @@ def _run_state(role: str, analysis: Analysis) -> list[str]:
     run, meta = analysis.run, analysis.run.meta
     out = []
     incomplete = meta is not None and meta.status == "incomplete"
-    if incomplete or len(run.ranks) < run.world_size:
+    loaded = len(run.ranks) + len(analysis.gaps.left_out)  # left out: said below
+    if incomplete or loaded < run.world_size:
         reason = (meta and meta.reason) or "some ranks are missing"
         out.append(
-            f"the {role} run is incomplete ({reason}; "
-            f"{len(run.ranks)} of {run.world_size} ranks loaded)"
+            f"the {role} run is incomplete ({reason}; {loaded} of {run.world_size} ranks loaded)"
         )
     if analysis.steps.empty:
         out.append(f"the {role} run has no step with a bubble breakdown")
+    out.extend(f"the {role} run: {line}" for line in analysis.gaps.lines)
     return out
 
 

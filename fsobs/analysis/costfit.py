@@ -56,6 +56,9 @@ class CostFit:
     n_points: int
     points: pd.DataFrame
     """``rank, step, num_samples, len_sum, len_sq_sum, measured_ms, predicted_ms``."""
+    coverage: str | None = None
+    """Which analyzed (rank, step) points the fit lacks (no usable sidecar line) and whose
+    they are; None when it has them all."""
 
     @property
     def warning(self) -> str | None:
@@ -72,14 +75,30 @@ class CostFit:
 
 
 def fit_cost(analysis: Analysis) -> CostFit:
-    """Fit the cost model on a run's busy time per (rank, step) and its step sidecars."""
+    """Fit the cost model on a run's busy time per (rank, step) and its step sidecars; the
+    fit says which analyzed points it lacks (:attr:`CostFit.coverage`)."""
     run = analysis.run
     if run.sidecar is None or run.sidecar.empty:
         raise RunError(
             "the run has no step sidecars (steps.rank<R>.jsonl): no cost model to fit",
             path=run.path,
         )
-    return fit_points(analysis.steps, run.sidecar, path=run.path)
+    fit = fit_points(analysis.steps, run.sidecar, path=run.path)
+    fit.coverage = _coverage(analysis.steps, fit.points)
+    return fit
+
+
+def _coverage(steps: pd.DataFrame, points: pd.DataFrame) -> str | None:
+    """The line saying how many analyzed (rank, step) points have no sidecar line, and whose."""
+    analyzed = pd.MultiIndex.from_frame(steps[["rank", "step"]])
+    lacking = analyzed[~analyzed.isin(pd.MultiIndex.from_frame(points[["rank", "step"]]))]
+    if lacking.empty:
+        return None
+    ranks = sorted({int(r) for r in lacking.get_level_values("rank")})
+    return (
+        f"fitted on {len(points)} of the {len(analyzed)} analyzed (rank, step) points: the other "
+        f"{len(lacking)} (rank(s) {', '.join(map(str, ranks))}) have no usable step sidecar line"
+    )
 
 
 def fit_points(

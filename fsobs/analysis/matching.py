@@ -33,8 +33,11 @@ more ranks than there are traces) gives no waits at all, since the missing rank 
 everybody waited for; its collectives are listed in ``partial`` and their time is
 ``unattributed_comm``.
 
-Clock alignment: ranks on one host share a clock. Across hosts a per-host offset is estimated
-from the end times of the matched collectives, which finish within microseconds of each other::
+Clock alignment (:mod:`fsobs.analysis.clocks`): ranks on one host start on one clock, split
+into several when the collectives' end times show that they are not (containers, VMs); each
+clock gets an offset from the end times of the matched collectives, which finish within
+microseconds of each other, or, when none holds, is said to be unaligned and its instances with
+other clocks are not paired::
 
     host A rank 0   |----all_reduce----|            end_A
     host B rank 1        |--all_reduce------|       end_B   offset_B = median(end_B - end_A)
@@ -52,6 +55,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.alltoall import VOLUME_INPUTS, AllToAll, all_to_all_table, volume_columns
+from fsobs.analysis.clocks import Clock, align_clocks, unaligned
 from fsobs.analysis.stragglers.lateness import (
     LATENESS_COLUMNS,
     LATENESS_INPUTS,
@@ -120,7 +124,8 @@ class Collectives:
     loaded (their collectives give no waits).
 
     ``offsets_ns``: per rank, what was subtracted from its clock; ``skew_ms`` the largest
-    absolute offset.
+    absolute offset. ``clocks``: the clocks found and their offsets, or why one could not be
+    aligned (:mod:`fsobs.analysis.clocks`).
 
     ``roles_known``: whether anything in the run says the role of at least one collective (a
     marker, a PEC, torchrec or DDP range, a group description, run.json's group layout);
@@ -140,6 +145,7 @@ class Collectives:
     roles_known: bool = False
     lateness: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LATENESS_COLUMNS))
     all_to_all: AllToAll = field(default_factory=AllToAll)
+    clocks: list[Clock] = field(default_factory=list)
 
     @property
     def skew_ms(self) -> float:
@@ -153,15 +159,18 @@ def match_collectives(run: Run[C]) -> Collectives:
         return Collectives(_empty_instances(), _empty_problems(), dict.fromkeys(run.rank_ids, 0))
     raw["role"], known = _roles(run, raw)
     complete, problems, partial = _complete_instances(run, raw)
-    offsets = _clock_offsets(run, complete)
+    hosts = {r: run[r].host_name or "" for r in run.rank_ids}
+    offsets, clocks = align_clocks(hosts, complete)
     shift = complete["rank"].map(offsets).to_numpy(np.int64)
     complete["start_ns"] -= shift
     complete["end_ns"] -= shift
+    complete, skewed = unaligned(complete, clocks)
     complete["arrival_last_ns"] = complete.groupby("instance")["start_ns"].transform("max")
     complete, inconsistent = _consistent(complete, cross_host=len(set(offsets.values())) > 1)
     last = complete.loc[complete.groupby("instance")["start_ns"].idxmax(), ["instance", "rank"]]
     complete["last_rank"] = complete["instance"].map(last.set_index("instance")["rank"])
-    problems = pd.concat([p for p in (problems, inconsistent) if len(p)] or [problems])
+    found = [p for p in (problems, skewed, inconsistent) if len(p)]
+    problems = pd.concat(found or [problems])
     lateness, all_to_all = lateness_table(complete), all_to_all_table(complete)
     complete = complete.drop(columns=[*LATENESS_INPUTS, *VOLUME_INPUTS])
     return Collectives(
@@ -172,6 +181,7 @@ def match_collectives(run: Run[C]) -> Collectives:
         roles_known=known,
         lateness=lateness,
         all_to_all=all_to_all,
+        clocks=clocks,
     )
 
 
@@ -421,29 +431,6 @@ def _problem(facts: pd.Series, inst: pd.DataFrame) -> dict[str, object]:
         "issue": issue,
         "ranks": sorted(present),
     }
-
-
-def _clock_offsets(run: Run[C], complete: pd.DataFrame) -> dict[int, int]:
-    """Per-rank clock offset (ns): 0 on the reference host, one value per other host."""
-    host = {r: run[r].host_name or "" for r in run.rank_ids}
-    offsets = dict.fromkeys(run.rank_ids, 0)
-    hosts = sorted(set(host.values()), key=lambda h: min(r for r in host if host[r] == h))
-    if len(hosts) < 2 or complete.empty:
-        return offsets
-    # relative to the earliest end, so that the medians (floats) stay exact to the ns
-    since = complete["end_ns"].to_numpy(np.int64) - int(complete["end_ns"].min())
-    ends = complete.assign(host=complete["rank"].map(host), end_ns=since)
-    per_host = ends.groupby(["instance", "host"])["end_ns"].median().unstack("host")
-    reference = hosts[0]
-    for other in hosts[1:]:
-        diff = (per_host[other] - per_host[reference]).dropna()
-        if diff.empty:
-            continue
-        offset = int(round(float(diff.median())))
-        for r in run.rank_ids:
-            if host[r] == other:
-                offsets[r] = offset
-    return offsets
 
 
 def _empty_instances() -> pd.DataFrame:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -14,6 +14,13 @@ from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import StepTables, run_roles, step_times
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta
 from fsobs.analysis.matching import Collectives, match_collectives
+from fsobs.analysis.partial import (
+    Gaps,
+    check_sidecar,
+    left_out_ranks,
+    several_sidecar_files,
+    without_ranks,
+)
 from fsobs.analysis.stragglers.attribution import Attribution, attribute
 from fsobs.analysis.stragglers.causes import Causes, straggler_causes
 from fsobs.analysis.stragglers.identify import Stragglers, find_stragglers
@@ -32,9 +39,12 @@ class Analysis:
     """Everything fsobs computes for a run."""
 
     run: Run[RankSummary]
-    """The run, each rank reduced to what the analysis needs."""
+    """The run as analyzed, each rank reduced to what the analysis needs: without the ranks
+    left out (:attr:`gaps`), its sidecar resolved to one row per (rank, step)
+    (:func:`fsobs.analysis.partial.check_sidecar`), the gaps' lines added to its warnings."""
     overview: pd.DataFrame
-    """Per-rank facts, see :func:`fsobs.analysis.summary.overview_row`."""
+    """Per-rank facts of every loaded rank (left out or not), see
+    :func:`fsobs.analysis.summary.overview_row`."""
     collectives: Collectives
     """Collectives matched across ranks, clock offsets, unmatched instances."""
     bubbles: BubbleStore
@@ -58,6 +68,8 @@ class Analysis:
     windows: pd.DataFrame
     """Per rank: what times its windows, and the GPU work they count without a launch or
     leave out; see :mod:`fsobs.analysis.bubbles.coverage`."""
+    gaps: Gaps = field(default_factory=Gaps)
+    """What the run lacks, rank by rank, and what was left out for it."""
 
 
 def analyze_path(
@@ -80,31 +92,45 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
     """Collectives, bubbles per rank and step, stragglers, attribution, KPIs and HTA metrics.
 
     Analyzes ``run`` once: the summaries hand their step parts over to the classification
-    (:meth:`RankSummary.take_parts`), a rank at a time."""
+    (:meth:`RankSummary.take_parts`), a rank at a time. Ranks and sidecar lines that cannot be
+    used are left out first, each said in a warning (:mod:`fsobs.analysis.partial`)."""
+    overview = pd.DataFrame([run[r].overview for r in run.rank_ids])
+    run, gaps = _usable(run)
     colls = match_collectives(run)
     bubbles, steps, roles, caused, windows = _classify_ranks(run, colls)
     stragglers = find_stragglers(caused, step_times(steps), colls.lateness, run.rank_ids)
-    has_sidecar = run.sidecar is not None and not run.sidecar.empty
+    comparable = gaps.sidecar.comparable if gaps.sidecar is not None else None
     hta = {r: s.hta for r, s in run.ranks.items() if s.hta is not None}
     return Analysis(
         run=run,
-        overview=pd.DataFrame([run[r].overview for r in run.rank_ids]),
+        overview=overview,
         collectives=colls,
         bubbles=bubbles,
         steps=steps,
         caused=caused,
         stragglers=stragglers,
-        attribution=(
-            attribute(run.sidecar, stragglers, colls)
-            if has_sidecar and run.sidecar is not None
-            else None
-        ),
-        causes=straggler_causes(steps, run.sidecar, stragglers),
+        attribution=(attribute(comparable, stragglers, colls) if comparable is not None else None),
+        causes=straggler_causes(steps, comparable, stragglers),
         summary=kpis(steps, colls),
         roles=roles,
         hta=combine_hta(hta) if hta else None,
         windows=windows,
+        gaps=gaps,
     )
+
+
+def _usable(run: Run[RankSummary]) -> tuple[Run[RankSummary], Gaps]:
+    """The run without the ranks that cannot be analyzed, its sidecar resolved, and what it
+    lacks (:mod:`fsobs.analysis.partial`)."""
+    gaps = Gaps(left_out=left_out_ranks(run))
+    run = without_ranks(run, gaps.left_out)
+    if run.sidecar is not None and not run.sidecar.empty:
+        gaps.sidecar = check_sidecar(run.sidecar, run.rank_ids, run.steps)
+        if gaps.sidecar.repeated or gaps.sidecar.conflicting:
+            gaps.sidecar_files = several_sidecar_files(run.path)
+        run.sidecar = gaps.sidecar.frame
+    run.warnings.extend(gaps.lines)
+    return run, gaps
 
 
 def _classify_ranks(

@@ -201,8 +201,9 @@ def _fit_cost(args: argparse.Namespace) -> int:
     m = fit.model
     print(f"c(L) = {m.c0:.6g} ns + {m.a:.6g} ns * L + {m.b:.6g} ns * L^2  (busy time per sample)")
     print(f"R^2 {fit.r2:.4f}, RMSE {fit.rmse_ms:.3f} ms, {fit.n_points} (rank, step) points")
-    if fit.warning is not None:
-        print(f"warning: {fit.warning}")
+    for warning in (fit.coverage, fit.warning):
+        if warning is not None:
+            print(f"warning: {warning}")
     try:
         m.to_json(out)
     except OSError as exc:

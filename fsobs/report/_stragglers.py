@@ -81,6 +81,7 @@ def attribution_json(analysis: Analysis) -> dict[str, Any] | None:
         "explained_wait_share": plain(attr.explained_wait_share),
         "verdict": attr.verdict,
         "per_step": records(attr.per_step),
+        "steps_without_data": attr.steps_without_data,
     }
 
 
@@ -218,8 +219,17 @@ def _causes_finding(analysis: Analysis) -> str:
 
 def _data_findings(analysis: Analysis) -> list[str]:
     attr = analysis.attribution
-    if attr is None or attr.verdict == "unknown":
+    if attr is None:
         return []
+    without = attr.steps_without_data
+    if attr.verdict == "unknown":
+        if not without:
+            return []
+        return [
+            f"whether the input data explains it is unknown: the {len(without)} step(s) with a "
+            f"straggler (steps {short_list(without)}) lack some rank's step sidecar line (see "
+            "the warnings)"
+        ]
     per_step = attr.per_step
     costliest = int(per_step["culprit_has_max_cost"].sum())
     shown = (
@@ -229,6 +239,11 @@ def _data_findings(analysis: Analysis) -> list[str]:
     )
     tied = int(per_step["max_cost_tied"].sum())
     tie_note = f"; {tied} step(s) had tied largest costs" if tied else ""
+    if without:
+        tie_note += (
+            f"; {len(without)} step(s) with a straggler (steps {short_list(without)}) left out: "
+            "some rank has no step sidecar line for them"
+        )
     if attr.verdict == "explains":
         return [
             f"the input data explains it: {shown}, "

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import Analysis
+from fsobs.analysis.clocks import SHARED_CLOCK_NS, Clock
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.report._alltoall import all_to_all_findings, all_to_all_json, all_to_all_tables
@@ -71,7 +72,9 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "hosts": sorted({t.host_name for t in run.ranks.values() if t.host_name}),
             "simulated": run.meta is not None and run.meta.simulated,
             "warnings": run.warnings,
+            "left_out_ranks": {str(r): why for r, why in analysis.gaps.left_out.items()},
         },
+        "sidecar": _sidecar_json(analysis),
         "ranks_overview": records(analysis.overview),
         "windows": records(analysis.windows),
         "summary": {k: plain(v) for k, v in analysis.summary.items()},
@@ -87,9 +90,36 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
             "clock_offsets_ms": {
                 str(r): v / 1e6 for r, v in analysis.collectives.offsets_ns.items()
             },
+            "clocks": [
+                {
+                    "name": c.name,
+                    "host": c.host,
+                    "ranks": list(c.ranks),
+                    "offset_ms": c.offset_ns / 1e6,
+                    "spread_ms": c.spread_ns / 1e6,
+                    "aligned": c.issue is None,
+                    "issue": c.issue,
+                }
+                for c in analysis.collectives.clocks
+            ],
             "all_to_all": all_to_all_json(analysis),
         },
         "hta": hta,
+    }
+
+
+def _sidecar_json(analysis: Analysis) -> dict[str, Any] | None:
+    """Which (rank, step) of the analyzed ones the step sidecars lack, repeat identically or
+    contradict (:mod:`fsobs.analysis.partial`); None without sidecars."""
+    check = analysis.gaps.sidecar
+    if check is None:
+        return None
+    return {
+        "full_steps": check.full_steps,
+        "missing_steps": {str(r): s for r, s in check.missing.items()},
+        "conflicting_steps": {str(r): s for r, s in check.conflicting.items()},
+        "repeated_steps": {str(r): s for r, s in check.repeated.items()},
+        "files": {str(r): names for r, names in analysis.gaps.sidecar_files.items()},
     }
 
 
@@ -172,9 +202,13 @@ def _run_section(analysis: Analysis) -> list[Item]:
         else f"{len(run.steps)} step(s) on every rank"
         + ("" if sources == {"ProfilerStep"} else f" (steps: {', '.join(sorted(sources))})")
     )
+    left_out = len(analysis.gaps.left_out)
+    loaded = f"{len(run.ranks) + left_out} rank(s) loaded" + (
+        f" ({left_out} left out)" if left_out else ""
+    )
     return [
         f"[bold]{run.path}[/]: {run.device.upper()} run, world size {run.world_size}, "
-        f"{len(run.ranks)} rank(s) loaded, {steps}",
+        f"{loaded}, {steps}",
         *(f"[yellow]warning:[/] {warning}" for warning in run.warnings),
         *(f"- {line}" for line in findings(analysis)),
     ]
@@ -306,8 +340,44 @@ def findings(analysis: Analysis) -> list[str]:
             f"'other' takes {other / window:.1%} of the window (GPU busy with neither compute nor "
             "communication: memcpy, memset, sync): more than the 5% it should be"
         )
+    lines += clock_findings(analysis)
     if summary["clock_skew_ms"] > 0:
-        lines.append(f"estimated clock skew between hosts: {summary['clock_skew_ms']:.3f} ms")
+        lines.append(
+            f"estimated clock skew: {summary['clock_skew_ms']:.3f} ms (the largest offset to the "
+            "lowest rank's clock, from the collectives' end times)"
+        )
+    return lines
+
+
+def clock_findings(analysis: Analysis) -> list[str]:
+    """Hosts whose ranks turned out to have several clocks, and clocks that could not be
+    aligned (:mod:`fsobs.analysis.clocks`)."""
+    clocks = analysis.collectives.clocks
+    lines = []
+    by_host: dict[str, list[Clock]] = {}
+    for clock in clocks:
+        by_host.setdefault(clock.host, []).append(clock)
+    for host, mine in by_host.items():
+        if len(mine) < 2:
+            continue
+        ranks = sorted(r for c in mine for r in c.ranks)
+        parts = "; ".join(
+            f"{c.name}: rank(s) {short_list(c.ranks)}"
+            + (f" (offset {c.offset_ns / 1e6:.3f} ms)" if c.offset_ns else "")
+            for c in mine
+        )
+        lines.append(
+            f"ranks {short_list(ranks)} report host {host or '(none)'!r} but do not share one "
+            f"clock (their collectives end more than {SHARED_CLOCK_NS / 1e6:g} ms apart): "
+            f"{len(mine)} clocks, {parts}"
+        )
+    for clock in clocks:
+        if clock.issue is not None:
+            lines.append(
+                f"the clock of rank(s) {short_list(clock.ranks)} ({clock.name}) cannot be "
+                f"aligned: {clock.issue}; its collectives with other clocks give no waits "
+                "(their time is unattributed communication)"
+            )
     return lines
 
 
@@ -366,9 +436,14 @@ def _coverage_findings(analysis: Analysis) -> list[str]:
     if len(problems):
         lines.append(f"{len(problems)} collective(s) could not be matched across ranks (see JSON)")
     every = set(run.steps)
-    some = sorted(set().union(*(set(t.steps) for t in run.ranks.values())) - every)
+    some = set().union(*(set(t.steps) for t in run.ranks.values())) - every
     if some:
+        lacking = [(r, sorted(some - set(t.steps))) for r, t in run.ranks.items()]
+        lacking = [(r, s) for r, s in lacking if s]
+        which = "; ".join(f"rank {r} lacks {short_list(s)}" for r, s in lacking[:8])
+        which += " ..." if len(lacking) > 8 else ""
         lines.append(
-            f"step(s) {short_list(some)} are missing on some ranks: left out of the analysis"
+            f"step(s) {short_list(sorted(some))} are missing on some ranks ({which}): left out "
+            "of the analysis"
         )
     return lines

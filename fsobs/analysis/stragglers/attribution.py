@@ -16,7 +16,11 @@ alone had the largest cost. The verdict says only what this shows:
 - ``balanced``: the ranks' costs were within ``BALANCED_SPREAD`` of each other (median over the
   steps), so the data cannot be what made one rank late;
 - ``not_explained``: neither;
-- ``unknown``: no step has a straggler to explain.
+- ``unknown``: no step has a straggler to explain, or none with every rank's data.
+
+A step counts only when every analyzed rank logged it (the sidecar given is
+:attr:`fsobs.analysis.partial.SidecarCheck.comparable`): a step with a straggler and a rank
+without data is left out (``steps_without_data``), never judged on the ranks that have it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class Attribution:
     cost_source: str
     """``est_cost`` (the job's cost model) or ``len_sq_sum`` when no estimate was logged."""
     verdict: str
+    steps_without_data: list[int]
+    """Steps with a straggler left out because some rank has no data for them."""
 
     @property
     def median_cost_spread(self) -> float:
@@ -60,13 +66,15 @@ class Attribution:
 
 
 def attribute(sidecar: pd.DataFrame, strag: Stragglers, colls: Collectives) -> Attribution:
-    """Tie each step's straggler to the cost of the data it got (see the module docstring)."""
+    """Tie each step's straggler to the cost of the data it got (see the module docstring);
+    ``sidecar`` holds one row per rank of each step it has."""
     source = "est_cost" if sidecar["est_cost"].notna().all() else "len_sq_sum"
-    cost = sidecar.pivot_table(index="step", columns="rank", values=source, aggfunc="sum")
-    rows, waits = [], []
+    cost = sidecar.pivot(index="step", columns="rank", values=source).astype(np.float64)
+    rows, waits, without = [], [], []
     named = strag.per_step.dropna(subset=["rank"])
     for step, rank, wait in named[["step", "rank", "wait_caused_ms"]].itertuples(index=False):
         if step not in cost.index or rank not in cost.columns:
+            without.append(int(step))
             continue
         rows.append(_step_costs(int(step), int(rank), cost.loc[step].dropna()))
         waits.append(float(wait))
@@ -84,6 +92,7 @@ def attribute(sidecar: pd.DataFrame, strag: Stragglers, colls: Collectives) -> A
         explained_wait_share=explained,
         cost_source=source,
         verdict=_verdict(per_step, explained, correlation),
+        steps_without_data=without,
     )
 
 

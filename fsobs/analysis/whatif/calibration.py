@@ -157,8 +157,10 @@ def resplit(
     if missing:
         r, s = missing[0]
         raise RunError(
-            f"balance needs the per-sample lengths of every rank and step; the sidecar of rank "
-            f"{r} has none for step {s} ({len(missing)} (rank, step) missing)",
+            f"balance needs the per-sample lengths of every rank and step; its step sidecar "
+            f"has none for step {s} ({len(missing)} (rank, step) missing); predict the other "
+            "toggles with --toggles priority_overlap,sm_free",
+            rank=r,
         )
     config = BalanceConfig(enabled=True, method=method)
     fitted = cal.fit.model

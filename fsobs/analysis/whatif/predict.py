@@ -450,7 +450,8 @@ def _calibration(setup: _Setup, split: Resplit | None) -> WhatIfCalibration | No
 def _notes(analysis: Analysis, toggles: tuple[str, ...], setup: _Setup) -> list[str]:
     meta = analysis.run.meta
     applied = {k for k, v in meta.toggles.items() if v.applied} if meta is not None else set()
-    notes = [f"{t}: already applied in this run" for t in toggles if t in applied]
+    notes = list(analysis.gaps.lines)  # what the baseline lacks, rank by rank
+    notes += [f"{t}: already applied in this run" for t in toggles if t in applied]
     if "sm_free" in toggles and analysis.run.device == "cpu":
         notes.append(
             "sm_free: a CPU run; what is removed is the contention measured here (gloo threads "
