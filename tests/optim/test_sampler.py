@@ -8,7 +8,6 @@ shares are contiguous chunks with the toggle off, and StepPlan.make's parts with
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 from optim.balance import CostModel
 from optim.plan import BalanceConfig, StepPlan
 from optim.sampler import BalancedBatchSampler, BatchShare, ShareCollate, ShareDataset, ShareList
+from tests.procs import json_from_fresh_processes
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchrec")
@@ -260,17 +260,7 @@ print(json.dumps(out))
 
 
 def test_the_same_seed_and_epoch_give_the_same_shares_in_separate_processes():
-    runs = []
-    for hash_seed in ("1", "2"):
-        done = subprocess.run(
-            [sys.executable, "-c", _SCRIPT],
-            cwd=ROOT,
-            env={"PYTHONPATH": str(ROOT), "PYTHONHASHSEED": hash_seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        runs.append(json.loads(done.stdout))
+    runs = json_from_fresh_processes(_SCRIPT)
     here = []
     for s in _samplers(50, _lengths(50, 5), 2, batch_size=6, config=CONFIGS["lpt"], seed=11):
         for epoch in (0, 1):

@@ -7,11 +7,6 @@ the same shares in separate processes) are checked on generated inputs.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -21,8 +16,8 @@ from optim.balance import CostModel, partition
 from optim.plan import BalanceConfig, plan_window
 from optim.sampler import BalancedBatchSampler, ShareList
 from optim.window import deal_window, step_levels
+from tests.procs import json_from_fresh_processes
 
-ROOT = Path(__file__).resolve().parents[2]
 WINDOW = BalanceConfig(enabled=True, method="lpt", window=3)
 COST = CostModel(c0=1.0, a=0.5, b=0.25)
 
@@ -206,17 +201,7 @@ print(json.dumps(out))
 
 
 def test_sampler_window_gives_the_same_shares_in_separate_processes():
-    runs = []
-    for hash_seed in ("1", "2"):
-        done = subprocess.run(
-            [sys.executable, "-c", _SCRIPT],
-            cwd=ROOT,
-            env={"PYTHONPATH": str(ROOT), "PYTHONHASHSEED": hash_seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        runs.append(json.loads(done.stdout))
+    runs = json_from_fresh_processes(_SCRIPT)
     assert runs[0] == runs[1]
     assert runs[0][0] != runs[0][1]  # epoch 1 is another order
     here = _epoch(_samplers(70, 3, WINDOW, seed=5))
