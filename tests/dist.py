@@ -16,6 +16,7 @@ captured stderr). Ranks hand results back through files.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import socket
 import time
@@ -45,6 +46,10 @@ def _rank_main(
     try:
         fn(rank, world_size, *args)
     finally:
+        # A DDP model lives in reference cycles: collected at the interpreter's exit, its
+        # reducer drops the process group while gloo's threads may still run, and the process
+        # aborts ("terminate called without an active exception"). Collect it here, first.
+        gc.collect()
         dist.destroy_process_group()
 
 
