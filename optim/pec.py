@@ -144,6 +144,20 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
         with self._cpu_steps():
             self._wait_pec_grad(self._start_deferred_nol_grad(self.contexts[0]))
 
+    def enqueue_batch(self, dataloader_iter: Iterator[Any]) -> bool:
+        """torchrec's, refusing a batch PEC cannot take before any of its work starts
+        (:func:`variable_batch_fields`)."""
+        if not super().enqueue_batch(dataloader_iter):
+            return False
+        vbe = variable_batch_fields(self.batches[-1])
+        if vbe:
+            raise ValueError(
+                f"priority_overlap: torchrec's PEC takes no variable batch size per feature "
+                f"(VBE), and this batch has one in {', '.join(vbe)}; train it without "
+                "priority_overlap, or with one batch size for every feature"
+            )
+        return True
+
     # ------------------------------------------------------------------ CPU points 2 and 3
 
     def progress(self, dataloader_iter: Iterator[Any]) -> Any:
@@ -235,6 +249,17 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
             )
             awaitables.append(PECGradUpdateAwaitable(applier, feature, lookup_fn, dim))
         return awaitables
+
+
+def variable_batch_fields(batch: Any) -> list[str]:
+    """The fields of ``batch`` that are a ``KeyedJaggedTensor`` with a variable batch size per
+    feature (VBE): PEC's overlap split assumes one stride (``lengths().view(-1, stride())``)."""
+    fields = vars(batch) if hasattr(batch, "__dict__") else {}
+    return [
+        name
+        for name, value in fields.items()
+        if isinstance(value, KeyedJaggedTensor) and value.variable_stride_per_key()
+    ]
 
 
 def arrival_order_lookup(

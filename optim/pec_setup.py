@@ -13,8 +13,10 @@ module, why the others were left as they are:
   rewrites the traced model: it would fail at its first batch).
 
 So what PEC cannot take is known before training starts, and reported by
-``FreeScale.status()``; nothing fails in the middle of training. (A variable batch size per
-feature is not detected here: torchrec's PEC assumes a fixed stride.)
+``FreeScale.status()``; nothing fails in the middle of training. A variable batch size per
+feature (VBE) shows only in the data: the pipeline refuses such a batch in one line when it
+fetches it, before PEC's work on it starts (:func:`optim.pec.variable_batch_fields`;
+torchrec's PEC assumes one stride).
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ from optim.pec import (  # noqa: E402
     cpu_record_stream,
     pec_to_plain_keys,
     plain_to_pec_keys,
+    variable_batch_fields,
 )
 from optim.pec import _rank_major_order as rank_major_order  # noqa: E402
 from tests.dist import run_ranks  # noqa: E402
@@ -522,3 +523,36 @@ def test_a_cuda_device_keeps_torchrecs_own_pipeline(monkeypatch):
     original = torch.Tensor.record_stream
     with pipeline._cpu_steps():
         assert torch.Tensor.record_stream is original
+
+
+def _vbe_rank(rank: int, world: int, out: Path) -> None:
+    """A batch whose item feature has half the batch size of the category feature (VBE)."""
+    dmp, opt = build(True, "sgd")
+    before = tables(dmp)
+    good = make_batch(rank, 0)
+    n = BATCH // 2
+    seq = KeyedJaggedTensor(
+        keys=["item", "cat"],
+        values=torch.arange(n + BATCH) % 40,
+        lengths=torch.ones(n + BATCH, dtype=torch.int32),
+        stride_per_key_per_rank=[[n], [BATCH]],
+    )
+    pipeline = ExactTrainPipelinePEC(dmp, opt, CPU)
+    with pytest.raises(ValueError) as refused:
+        pipeline.progress(iter([Batch(good.user, seq, good.label)]))
+    after = tables(dmp)
+    same = all(torch.equal(before[k], after[k]) for k in before)
+    torch.save({"message": str(refused.value), "unchanged": same}, out / f"rank{rank}.pt")
+
+
+@pytest.mark.multiprocess
+def test_a_variable_batch_per_feature_is_refused_before_any_step(tmp_path):
+    assert variable_batch_fields(make_batch(0, 0)) == []
+    run_ranks(_vbe_rank, 2, tmp_path)
+    for rank in range(2):
+        record = torch.load(tmp_path / f"rank{rank}.pt")
+        assert record["unchanged"]  # nothing trained
+        assert record["message"].startswith(
+            "priority_overlap: torchrec's PEC takes no variable batch size per feature (VBE), "
+            "and this batch has one in seq;"
+        )
