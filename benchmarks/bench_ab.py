@@ -84,19 +84,16 @@ class Arm:
 
 
 def run(out: Path, world: int, args: argparse.Namespace, flags: list[str]) -> Analysis:
+    common = [
+        f"--steps={args.steps}", f"--seed={args.seed}", f"--batch-size={args.batch_size}",
+        *shlex.split(args.common), *flags,
+    ]  # fmt: skip
     if args.job == "seqrec":
-        run_checked([
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={world}", str(EXAMPLE), f"--out={out}", f"--steps={args.steps}",
-            f"--seed={args.seed}", f"--batch-size={args.batch_size}", *shlex.split(args.common),
-            *flags,
-        ], run_dir=out)  # fmt: skip
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        launch = [*torchrun, f"--nproc-per-node={world}", str(EXAMPLE), f"--out={out}"]
+        run_checked([*launch, *common], run_dir=out)
     else:
-        fsobs_run(out, [
-            f"--world-size={world}", f"--steps={args.steps}", f"--model-size={args.model_size}",
-            f"--seed={args.seed}", f"--batch-size={args.batch_size}", *shlex.split(args.common),
-            *flags,
-        ])  # fmt: skip
+        fsobs_run(out, [f"--world-size={world}", f"--model-size={args.model_size}", *common])
     return analyze_path(out)
 
 

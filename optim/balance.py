@@ -139,6 +139,24 @@ class CostModel:
             raise ValueError(f"{path}: {exc}") from exc
 
 
+def _check_split(
+    costs: Sequence[float] | np.ndarray, num_parts: int, equal_size: bool
+) -> tuple[np.ndarray, int]:
+    """The checked costs and number of parts of a split (:func:`partition`,
+    :func:`imbalance_bound`); ValueError naming the argument."""
+    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)):
+        raise ValueError(f"num_parts: must be an int, got {num_parts!r}")
+    if num_parts < 1:
+        raise ValueError(f"num_parts: must be >= 1, got {num_parts}")
+    arr = _check_costs(costs)
+    if equal_size and arr.size % num_parts:
+        raise ValueError(
+            f"equal_size: {arr.size} samples do not split into {num_parts} equal parts "
+            "(n % num_parts != 0)"
+        )
+    return arr, int(num_parts)
+
+
 def _check_costs(costs: Sequence[float] | np.ndarray) -> np.ndarray:
     arr = np.asarray(costs, dtype=np.float64)
     if arr.ndim != 1:
@@ -386,18 +404,10 @@ def partition(
 
     See the module docstring for the methods and the order of the result.
     """
-    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)):
-        raise ValueError(f"num_parts: must be an int, got {num_parts!r}")
-    if num_parts < 1:
-        raise ValueError(f"num_parts: must be >= 1, got {num_parts}")
     if method not in METHODS:
         raise ValueError(f"method: unknown {method!r}, expected one of {list(METHODS)}")
-    arr = _check_costs(costs)
-    n, k = arr.size, int(num_parts)
-    if equal_size and n % k:
-        raise ValueError(
-            f"equal_size: {n} samples do not split into {k} equal parts (n % num_parts != 0)"
-        )
+    arr, k = _check_split(costs, num_parts, equal_size)
+    n = arr.size
     if method == "kk":
         if equal_size:
             raw = _kk_equal(arr, k)
@@ -451,16 +461,7 @@ def imbalance_bound(
     Neither bound need be reached by a split; both are reached when every part can get the same
     cost. ``equal_size=True`` requires ``len(costs) % num_parts == 0`` (as :func:`partition`).
     """
-    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)):
-        raise ValueError(f"num_parts: must be an int, got {num_parts!r}")
-    if num_parts < 1:
-        raise ValueError(f"num_parts: must be >= 1, got {num_parts}")
-    arr = _check_costs(costs)
-    n, parts = arr.size, int(num_parts)
-    if equal_size and n % parts:
-        raise ValueError(
-            f"equal_size: {n} samples do not split into {parts} equal parts (n % num_parts != 0)"
-        )
+    arr, parts = _check_split(costs, num_parts, equal_size)
     total = float(arr.sum())
     if total <= 0:
         return 1.0

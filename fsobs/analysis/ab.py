@@ -414,7 +414,6 @@ def _totals(run: Run[Any]) -> pd.Series | None:
     side = run.sidecar
     if side is None or side.empty:
         return None
-    side = side.drop_duplicates(["rank", "step"], keep="last")
     grouped = side.groupby("step")
     full = grouped["rank"].nunique() == run.world_size
     sums = grouped[list(_TOTALS)].sum()[full]

@@ -105,11 +105,11 @@ def fit_points(
     steps: pd.DataFrame, sidecar: pd.DataFrame, *, path: str | Location | None = None
 ) -> CostFit:
     """Fit on ``steps`` (columns ``rank, step, busy_ms``, as ``Analysis.steps``) joined with
-    ``sidecar`` (``rank, step`` and ``FEATURES``) on (rank, step). ``path`` names the run in
-    the error raised when fewer than ``MIN_POINTS`` points remain or the fit is all zero."""
-    side = sidecar.drop_duplicates(["rank", "step"], keep="last")
+    ``sidecar`` (``rank, step`` and ``FEATURES``, one row per (rank, step) as an analyzed
+    run's: :mod:`fsobs.analysis.partial`) on (rank, step). ``path`` names the run in the error
+    raised when fewer than ``MIN_POINTS`` points remain or the fit is all zero."""
     points = steps[["rank", "step", "busy_ms"]].merge(
-        side[["rank", "step", *FEATURES]], on=["rank", "step"], how="inner"
+        sidecar[["rank", "step", *FEATURES]], on=["rank", "step"], how="inner"
     )
     if len(points) < MIN_POINTS:
         raise RunError(

@@ -53,7 +53,7 @@ def straggler_causes(
     fields they need."""
     if sidecar is None or sidecar.empty or sidecar[list(_NEEDED)].isna().all().any():
         return None
-    side = sidecar.drop_duplicates(["rank", "step"], keep="last").set_index(["rank", "step"])
+    side = sidecar.set_index(["rank", "step"])  # one row each (fsobs.analysis.partial)
     table = steps.set_index(["rank", "step"]).join(side[list(_NEEDED)], how="inner")
     table["blocked_ms"] = table[
         ["straggler_wait_ms", "exposed_comm_ms", "unattributed_comm_ms"]

@@ -102,7 +102,7 @@ def calibrate(analysis: Analysis, ranks: list[int], steps: list[int]) -> Calibra
     if sidecar is None or sidecar.empty:
         raise RunError("the run has no step sidecars: no cost model to fit", path=analysis.run.path)
     fit = fit_points(analysis.steps, sidecar, path=analysis.run.path)
-    side = sidecar.drop_duplicates(["rank", "step"], keep="last").set_index(["rank", "step"])
+    side = sidecar.set_index(["rank", "step"])  # one row each (fsobs.analysis.partial)
     feats = side[["num_samples", "len_sum", "len_sq_sum"]].reindex(index).fillna(0.0)
     m = fit.model
     coef = np.array([m.c0, m.a, m.b])
