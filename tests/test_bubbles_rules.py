@@ -600,6 +600,48 @@ def test_roles_from_the_nccl_group_description_and_from_run_json(tmp_path):
     assert roles["embedding"]["straggler_wait_ms_per_step"] == 0.0
 
 
+def test_a_group_of_several_roles_in_run_json_names_none(tmp_path):
+    """Every toggle off, FreeScale's embedding and dense groups are both the default group:
+    run.json's layout then says nothing of an unmarked collective's role (not 'embedding')."""
+    from fsobs.analysis.pipeline import by_role
+
+    for r, events in ((0, [gloo("all_reduce", 10, 20)]), (1, [gloo("all_reduce", 20, 10)])):
+        write(tmp_path / f"rank{r}.json", cpu_doc(r, events))
+    layout = {"dense": {"pg_name": "0"}, "embedding": {"pg_name": "0"}}
+    (tmp_path / "run.json").write_text(json.dumps({"world_size": 2, "process_groups": layout}))
+    roles = by_role(analyze(fsobs.load_run(tmp_path)).roles)
+    assert roles["other"]["straggler_wait_ms_per_step"] == pytest.approx(0.005)  # 10/2 µs
+    assert roles["embedding"]["straggler_wait_ms_per_step"] == 0.0
+    assert roles["dense"]["straggler_wait_ms_per_step"] == 0.0
+
+
+def test_a_loops_own_collective_on_the_marked_default_group_keeps_the_queue_in_order(tmp_path):
+    """DDP's all-reduce marked on the default group ("0") and the loop's own unmarked
+    all-reduce on that same group share one gloo queue: each collective pairs with its own
+    enqueue (dense, then the loop's, twice), not with the next marked one.
+
+    ::
+
+        t (µs)   10 11    20   30 31 35   50 51    60   70 71 75
+        main     |m|       |   |u|        |m|       |   |u|          m: marked, u: unmarked
+        gloo        |dense-|      |oth|      |dense-|      |oth|
+    """
+    events = []
+    for start in (10, 50):
+        events += [
+            x("## fsobs:comm:dense:0 ##", "user_annotation", start - 0.5, 2),
+            cpu_op("c10d::allreduce_", start, 1),
+            gloo("all_reduce", start + 1, 9),
+            cpu_op("c10d::allreduce_", start + 20, 1),
+            gloo("all_reduce", start + 21, 4),
+        ]
+    for r in (0, 1):
+        write(tmp_path / f"rank{r}.json", cpu_doc(r, events))
+    colls = analyze(fsobs.load_run(tmp_path)).collectives.instances
+    mine = colls[colls["rank"] == 0].sort_values("start_ns")
+    assert mine["role"].tolist() == ["dense", "other", "dense", "other"]
+
+
 def test_an_async_collective_issued_before_the_data_range_does_not_block_it(tmp_path):
     """The pipeline issues the next batch's input dist (async), then loads data while it runs:
     the loading is host_idle, not wait; the wait comes when the thread really waits for it.

@@ -263,11 +263,15 @@ def _roles(run: Run[C], raw: pd.DataFrame) -> tuple[np.ndarray, bool]:
     else the group layout in ``run.json``, else ``other``; and whether any collective's role
     came from before the fallback."""
     layout = (run.meta.process_groups if run.meta is not None else None) or {}
-    by_name = {
-        str(info.get("pg_name")): role if role in ("embedding", "dense") else "other"
-        for role, info in layout.items()
-        if isinstance(info, dict)
-    }
+    claims: dict[str, set[str]] = defaultdict(set)
+    for name, info in layout.items():
+        if isinstance(info, dict):
+            claims[str(info.get("pg_name"))].add(
+                name if name in ("embedding", "dense") else "other"
+            )
+    # a group that serves several roles (every toggle off: FreeScale's groups are the default
+    # one) says nothing of a collective's role
+    by_name = {pg: next(iter(roles)) for pg, roles in claims.items() if len(roles) == 1}
     role = raw["role"].where(raw["role"].notna(), raw["pg_desc"].map(GROUP_ROLES))
     role = role.where(role.notna(), raw["group"].map(by_name))
     return role.fillna("other").to_numpy(object), bool(role.notna().any())

@@ -78,6 +78,8 @@ _INT_COLUMNS |= {"in_nelems": np.int64, "out_nelems": np.int64, "msg_bytes": np.
 _INT_COLUMNS |= {"enqueue_ns": np.int64}
 _MAX_UNPAIRED_HEAD = 8
 """Collectives at the start of a trace whose enqueue can predate the trace (a queue's depth)."""
+DEFAULT_PG_NAME = "0"
+"""torch's name for the default process group (``dist.group.WORLD.group_name``)."""
 
 
 class _Enclosing:
@@ -350,6 +352,10 @@ def _link_gloo(
     enqueue = enqueue[np.argsort(ts[enqueue], kind="stable")]
     marks = {int(row): marker_at(int(row)) for row in enqueue}
     roles = {int(row): role_at(int(row)) for row in enqueue}
+    if any(m is not None and m[1] == DEFAULT_PG_NAME for m in marks.values()):
+        # the markers name the default group: an unmarked enqueue (the loop's own collective)
+        # is on that same group, and its queue holds it too
+        marks = {row: m or ("other", DEFAULT_PG_NAME) for row, m in marks.items()}
     by_coll = {c: enqueue[colls[codes[enqueue]] == c] for c in {r["coll"] for r in gloo}}
     votes: dict[int, dict[str | None, int]] = defaultdict(lambda: defaultdict(int))
     for record in gloo:
