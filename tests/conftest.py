@@ -3,4 +3,4 @@ modules, so pytest would not rewrite their asserts otherwise)."""
 
 import pytest
 
-pytest.register_assert_rewrite("tests.bubble_rows", "tests.dist", "tests.kineto")
+pytest.register_assert_rewrite("tests.bubble_rows", "tests.dist", "tests.hta_check", "tests.kineto")

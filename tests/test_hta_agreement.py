@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 import fsobs
 from fsobs.analysis import analyze_path
 from fsobs.analysis.hta_compat import HtaView, _hta_merge, comm_comp_overlap, temporal_breakdown
+from tests.hta_check import assert_equal_to_hta, hta_trace_analysis
 from tests.kineto import REFERENCE
 
 GPU_FOLDERS = [
@@ -31,9 +31,7 @@ GPU_FOLDERS = [
 
 @pytest.fixture(scope="module")
 def trace_analysis():
-    hta = pytest.importorskip("hta.trace_analysis")
-    logging.getLogger("hta").setLevel(logging.ERROR)
-    return hta.TraceAnalysis
+    return hta_trace_analysis()
 
 
 def test_every_gpu_reference_folder_is_covered():
@@ -49,26 +47,8 @@ def test_every_gpu_reference_folder_is_covered():
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # HTA divides 0/0 without comm kernels
 @pytest.mark.parametrize("folder", GPU_FOLDERS)
 def test_equal_to_hta(folder, trace_analysis):
-    ta = trace_analysis(trace_dir=str(REFERENCE / folder))
     ours = analyze_path(REFERENCE / folder).hta
-
-    theirs = ta.get_temporal_breakdown(visualize=False).rename(
-        columns=lambda c: c.replace("(us)", "_us")
-    )
-    columns = list(theirs.columns)
-    assert columns == list(ours.temporal_breakdown.columns)
-    np.testing.assert_array_equal(
-        ours.temporal_breakdown[columns].to_numpy(float), theirs.to_numpy(float)
-    )
-
-    theirs = ta.get_comm_comp_overlap(visualize=False)[["rank", "comp_comm_overlap_pctg"]]
-    np.testing.assert_array_equal(ours.comm_comp_overlap.to_numpy(float), theirs.to_numpy(float))
-
-    theirs, _ = ta.get_idle_time_breakdown(ranks=ta.t.get_ranks(), visualize=False)
-    theirs = theirs.rename(columns={"idle_time": "idle_time_us"}).reset_index(drop=True)
-    pd.testing.assert_frame_equal(
-        ours.idle_time_breakdown, theirs[list(ours.idle_time_breakdown.columns)], check_dtype=False
-    )
+    assert_equal_to_hta(REFERENCE / folder, ours, trace_analysis)
     assert len(ours.idle_time_breakdown) > 0
 
 

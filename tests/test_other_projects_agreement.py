@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import gzip
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pandas as pd
 import pytest
 
 from fsobs.analysis import Analysis, analyze_path
+from tests.hta_check import assert_equal_to_hta, hta_breakdown, hta_trace_analysis
 
 OTHER = Path(__file__).resolve().parents[1] / "traces" / "other_projects"
 SETS = {
@@ -98,17 +98,12 @@ def _by_hand(folder: str) -> tuple[dict[int, int], dict[int, int], list[set[int]
 
 @pytest.fixture(scope="module")
 def trace_analysis() -> Any:
-    hta = pytest.importorskip("hta.trace_analysis")
-    logging.getLogger("hta").setLevel(logging.ERROR)
-    return hta.TraceAnalysis
+    return hta_trace_analysis()
 
 
 @functools.cache
 def _hta_breakdown(folder: str, trace_analysis: Any) -> pd.DataFrame:
-    ta = trace_analysis(trace_dir=str(OTHER / folder))
-    return ta.get_temporal_breakdown(visualize=False).rename(
-        columns=lambda c: c.replace("(us)", "_us")
-    )
+    return hta_breakdown(trace_analysis(trace_dir=str(OTHER / folder)))
 
 
 def test_every_folder_is_covered() -> None:
@@ -127,25 +122,9 @@ def test_every_folder_is_covered() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("folder", sorted(SETS))
 def test_equal_to_hta(folder: str, trace_analysis: Any) -> None:
-    ta = trace_analysis(trace_dir=str(OTHER / folder))
     ours = _ours(folder).hta
+    assert_equal_to_hta(OTHER / folder, ours, trace_analysis)
     assert ours is not None
-
-    theirs = _hta_breakdown(folder, trace_analysis)
-    columns = list(theirs.columns)
-    assert columns == list(ours.temporal_breakdown.columns)
-    np.testing.assert_array_equal(
-        ours.temporal_breakdown[columns].to_numpy(float), theirs.to_numpy(float)
-    )
-
-    theirs = ta.get_comm_comp_overlap(visualize=False)[["rank", "comp_comm_overlap_pctg"]]
-    np.testing.assert_array_equal(ours.comm_comp_overlap.to_numpy(float), theirs.to_numpy(float))
-
-    theirs, _ = ta.get_idle_time_breakdown(ranks=ta.t.get_ranks(), visualize=False)
-    theirs = theirs.rename(columns={"idle_time": "idle_time_us"}).reset_index(drop=True)
-    pd.testing.assert_frame_equal(
-        ours.idle_time_breakdown, theirs[list(ours.idle_time_breakdown.columns)], check_dtype=False
-    )
     assert sorted(set(ours.idle_time_breakdown["rank"])) == WORLD
 
 
