@@ -17,6 +17,7 @@ from fsobs import Analysis
 from fsobs.analysis.alltoall import with_data
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from optim.balance import CostModel
 
 TIMELINE_CLASSES = (
     "busy",
@@ -214,6 +215,23 @@ def imbalance_steps(sidecar: pd.DataFrame | None) -> pd.DataFrame | None:
     if logged.empty:
         return None
     return logged.groupby("step", as_index=False)[columns].first()
+
+
+def oracle_split(total_ms: float, data_share: float | None) -> tuple[float, float] | None:
+    """The oracle's straggler wait split between the data and the noise: ``total x share``
+    and the rest, so that neither is ever above the total they split (None without a share)."""
+    if data_share is None or math.isnan(data_share) or math.isnan(total_ms):
+        return None
+    share = min(max(data_share, 0.0), 1.0)
+    return total_ms * share, total_ms * (1 - share)
+
+
+def degenerate_terms(model: CostModel) -> str | None:
+    """``"L²"`` (or ``"L"``, ``"c0"``) when a fitted cost model has only that one term non-zero
+    (a fit at a bound: it cannot tell the terms apart), None otherwise (a zero model too)."""
+    terms = {"c0": model.c0, "L": model.a, "L²": model.b, "ids": model.ids}
+    nonzero = [name for name, value in terms.items() if value != 0]
+    return nonzero[0] if len(nonzero) == 1 else None
 
 
 def run_facts(entry: RunEntry, analysis: Analysis | None, error: str | None) -> dict[str, Any]:
