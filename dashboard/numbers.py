@@ -78,8 +78,8 @@ def points(value: float | None) -> str:
 
 
 def ratio(value: float | None) -> str:
-    """A max / mean ratio: ``1.31×`` (1× is even)."""
-    return NA if _missing(value) else f"{value:.2f}×"
+    """A max / mean ratio: ``1.309×`` (1× is even; three decimals, as 1.002 is not 1)."""
+    return NA if _missing(value) else f"{value:.3f}×"
 
 
 def plain(value: float | None, unit: str = "") -> str:
