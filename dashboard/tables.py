@@ -14,18 +14,20 @@ import pandas as pd
 
 from dashboard.store import RunEntry, toggles_summary
 from fsobs import Analysis
+from fsobs.analysis.alltoall import with_data
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from optim.balance import CostModel
 
-TIMELINE_LABELS = {
-    "busy": "compute",
-    "exposed_comm": "comm",
-    "unattributed_comm": "unmatched comm",
-    "straggler_wait": "wait",
-    "host_idle": "idle",
-    "other": "other",
-}
-"""Timeline lanes: fsobs class -> label."""
+TIMELINE_CLASSES = (
+    "busy",
+    "exposed_comm",
+    "unattributed_comm",
+    "straggler_wait",
+    "host_idle",
+    "other",
+)
+"""Timeline lanes, in their order: fsobs's classes, by fsobs's names."""
 
 
 def class_means_by_rank(steps: pd.DataFrame) -> pd.DataFrame:
@@ -60,11 +62,12 @@ def timeline_frame(
     pixels: int = TIMELINE_PIXELS,
     max_bars: int = MAX_TIMELINE_BARS,
 ) -> pd.DataFrame:
-    """The bars of the timeline of ``steps``, one lane per rank and class (``TIMELINE_LABELS``).
+    """The bars of the timeline of ``steps``, one lane per rank and class (``TIMELINE_CLASSES``).
 
-    Columns: rank, lane, start_ms, end_ms (clock-aligned: each rank's offset subtracted, relative
-    to the earliest window start over the ranks and steps), class_ms (time of the lane's class
-    inside the bar, exact) and intervals (how many intervals the bar stands for).
+    Columns: rank, lane (the class), start_ms, end_ms (clock-aligned: each rank's offset
+    subtracted, relative to the earliest window start over the ranks and steps), class_ms
+    (time of the lane's class inside the bar, exact) and intervals
+    (how many intervals the bar stands for).
 
     1. Per rank and class, the intervals of the chosen steps, in order.
     2. The minimum gap is the span of the window (earliest start to latest end) / ``pixels``;
@@ -75,11 +78,13 @@ def timeline_frame(
     Summing ``class_ms`` over a lane gives the class total of the bubble table whatever was
     merged. ``frame.attrs``: ``merged`` (a gap of positive width was closed), ``capped`` (step 3
     closed wider gaps), ``min_gap_ms``, ``num_intervals`` (before merging), ``lane_bars`` (the cap
-    of step 3).
+    of step 3), ``origin_ns`` (the timeline's 0, absolute, on the clock of a rank with offset 0).
     """
     chosen = sorted((b for b in bubbles if b.step in set(steps)), key=lambda b: (b.rank, b.step))
     frame = pd.DataFrame({c: [] for c in TIMELINE_COLUMNS})
-    frame.attrs.update(merged=False, capped=False, min_gap_ms=0.0, num_intervals=0, lane_bars=0)
+    frame.attrs.update(
+        merged=False, capped=False, min_gap_ms=0.0, num_intervals=0, lane_bars=0, origin_ns=0
+    )
     if not chosen:
         return frame
     origin = min(b.window[0] - offsets_ns.get(b.rank, 0) for b in chosen)
@@ -89,15 +94,15 @@ def timeline_frame(
     for rank in sorted({b.rank for b in chosen}):
         mine = [b for b in chosen if b.rank == rank]
         shift = origin + offsets_ns.get(rank, 0)
-        for name, label in TIMELINE_LABELS.items():
+        for name in TIMELINE_CLASSES:
             starts = np.concatenate([np.asarray(b.classes[name][0], dtype=np.int64) for b in mine])
             ends = np.concatenate([np.asarray(b.classes[name][1], dtype=np.int64) for b in mine])
             if len(starts):
                 order = np.argsort(starts, kind="stable")
-                lanes[(rank, label)] = (starts[order] - shift, ends[order] - shift)
+                lanes[(rank, name)] = (starts[order] - shift, ends[order] - shift)
     per_lane = max(1, max_bars // max(1, len(lanes)))
     parts, merged, capped, count = [], False, False, 0
-    for (rank, label), (starts, ends) in lanes.items():
+    for (rank, cls), (starts, ends) in lanes.items():
         bar_starts, bar_ends, covered, intervals = merge_close(starts, ends, min_gap, per_lane)
         merged |= bool(np.any(covered < bar_ends - bar_starts))
         capped |= int(np.count_nonzero(starts[1:] - ends[:-1] >= min_gap)) >= per_lane
@@ -106,7 +111,7 @@ def timeline_frame(
             pd.DataFrame(
                 {
                     "rank": rank,
-                    "lane": label,
+                    "lane": cls,
                     "start_ms": bar_starts / 1e6,
                     "end_ms": bar_ends / 1e6,
                     "class_ms": covered / 1e6,
@@ -122,6 +127,7 @@ def timeline_frame(
         min_gap_ms=min_gap / 1e6,
         num_intervals=count,
         lane_bars=per_lane,
+        origin_ns=int(origin),
     )
     return frame
 
@@ -163,6 +169,43 @@ def lateness_frame(analysis: Analysis) -> pd.DataFrame | None:
     return cost.merge(late, on=["rank", "step"], how="inner")
 
 
+A2A_SHOWN = 10
+"""all_to_all(v) instances in the Bubbles page's table: the most uneven ones."""
+A2A_COLUMNS = {
+    "instance": "instance",
+    "step": "step",
+    "coll": "collective",
+    "num_ranks": "ranks",
+    "send_mb": "MB sent",
+    "send_imbalance": "send max/mean",
+    "recv_imbalance": "receive max/mean",
+    "heaviest_sender": "top sender",
+    "heaviest_receiver": "top receiver",
+    "most_ids_rank": "most ids (sidecar)",
+    "heaviest_sender_has_most_ids": "top sender has most ids",
+    "matrix": "rank x rank matrix",
+}
+"""Column -> header of :func:`all_to_all_frame` (``send_mb``, ``matrix`` are added there)."""
+
+
+def all_to_all_frame(analysis: Analysis, shown: int = A2A_SHOWN) -> pd.DataFrame:
+    """The ``shown`` most uneven all_to_all(v) instances (the larger of send and receive
+    max / mean first), tied to the data (:func:`fsobs.analysis.alltoall.with_data`), with
+    ``send_mb`` and ``matrix`` (whether every rank recorded its split sizes); columns renamed
+    by :data:`A2A_COLUMNS`, in that order (a sidecar's columns only with sidecars)."""
+    a2a = analysis.collectives.all_to_all
+    frame = with_data(a2a.per_instance, analysis.run.sidecar)
+    worst = frame[["send_imbalance", "recv_imbalance"]].astype(float).max(axis=1)
+    frame = frame.assign(
+        _worst=worst,
+        send_mb=frame["send_bytes_total"].astype(float) / 1e6,
+        matrix=frame["instance"].isin(list(a2a.matrices)),
+    )[worst.notna()]
+    frame = frame.sort_values(["_worst", "instance"], ascending=[False, True], kind="stable")
+    columns = [c for c in A2A_COLUMNS if c in frame.columns]
+    return frame.head(shown)[columns].rename(columns=A2A_COLUMNS).reset_index(drop=True)
+
+
 def imbalance_steps(sidecar: pd.DataFrame | None) -> pd.DataFrame | None:
     """Per step, the logged imbalance of the random split and of the split used; None if absent."""
     columns = ["imbalance_before", "imbalance_after"]
@@ -172,6 +215,23 @@ def imbalance_steps(sidecar: pd.DataFrame | None) -> pd.DataFrame | None:
     if logged.empty:
         return None
     return logged.groupby("step", as_index=False)[columns].first()
+
+
+def oracle_split(total_ms: float, data_share: float | None) -> tuple[float, float] | None:
+    """The oracle's straggler wait split between the data and the noise: ``total x share``
+    and the rest, so that neither is ever above the total they split (None without a share)."""
+    if data_share is None or math.isnan(data_share) or math.isnan(total_ms):
+        return None
+    share = min(max(data_share, 0.0), 1.0)
+    return total_ms * share, total_ms * (1 - share)
+
+
+def degenerate_terms(model: CostModel) -> str | None:
+    """``"L²"`` (or ``"L"``, ``"c0"``) when a fitted cost model has only that one term non-zero
+    (a fit at a bound: it cannot tell the terms apart), None otherwise (a zero model too)."""
+    terms = {"c0": model.c0, "L": model.a, "L²": model.b, "ids": model.ids}
+    nonzero = [name for name, value in terms.items() if value != 0]
+    return nonzero[0] if len(nonzero) == 1 else None
 
 
 def run_facts(entry: RunEntry, analysis: Analysis | None, error: str | None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import NoReturn
 import plotly.graph_objects as go
 import streamlit as st
 
+from dashboard import numbers
 from dashboard.cache import first_with_data, load, runs
 from dashboard.store import RunEntry, find_run, resolve_store, toggles_table
 from fsobs import Analysis
@@ -48,10 +49,8 @@ def current_store() -> Location:
 
 
 def format_kpi(value: float, unit: str) -> str:
-    """``61.0%``, ``2.04 ms`` or ``n/a``."""
-    if value is None or math.isnan(value):
-        return "n/a"
-    return f"{value:.1%}" if unit == "pct" else f"{value:.2f} ms"
+    """``61.0%``, ``2.04 ms`` or ``n/a`` (:mod:`dashboard.numbers`)."""
+    return numbers.pct(value) if unit == "pct" else numbers.ms(value)
 
 
 def stop_without_runs(entries: Sequence[RunEntry]) -> None:
@@ -143,7 +142,9 @@ def kpi_metrics(summary: dict[str, float]) -> None:
     for start in range(0, len(KPIS), 5):
         row = KPIS[start : start + 5]
         for column, (key, label, unit) in zip(st.columns(5)[: len(row)], row, strict=True):
-            column.metric(label, format_kpi(summary.get(key, math.nan), unit))
+            column.metric(
+                label, format_kpi(summary.get(key, math.nan), unit), help=numbers.KPI_HELP[key]
+            )
 
 
 def chart(fig: go.Figure, key: str) -> None:

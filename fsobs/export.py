@@ -21,6 +21,7 @@ as is.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import shutil
 from collections.abc import Callable
@@ -80,6 +81,21 @@ def export_run(
         _atomic_write(target, partial(_copy, source=source), gz=False)
         written.append(target)
     return written
+
+
+def export_rank(
+    trace: RankSummary,
+    steps: list[StepBubbles],
+    *,
+    max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
+) -> bytes:
+    """One rank's trace with its bubble tracks, gzipped: the bytes :func:`export_run` writes to
+    that rank's file (a download, without writing the whole run)."""
+    buffer = io.BytesIO()
+    name = trace_file_name(trace.rank).removesuffix(".gz")
+    with gzip.GzipFile(name, "wb", GZIP_LEVEL, buffer, mtime=0) as out:
+        _write_trace(out, trace, bubble_events(trace, steps), max_trace_bytes)  # type: ignore[arg-type]  # GzipFile is binary IO
+    return buffer.getvalue()
 
 
 def bubble_events(trace: RankSummary, steps: list[StepBubbles]) -> list[str]:

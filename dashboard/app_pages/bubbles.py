@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from functools import partial
+from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 from dashboard import figures
+from dashboard.numbers import cost_unit, pct, ratio, tidy
+from dashboard.ops import bar_names, lane_places, rank_ops, top_ops
 from dashboard.ranks import (
     DEFAULT_TOP_K,
     MAX_TIMELINE_RANKS,
@@ -16,24 +19,42 @@ from dashboard.ranks import (
     choose_ranks,
     default_mode,
 )
-from dashboard.tables import TIMELINE_PIXELS, TIMELINE_STEPS, lateness_frame, timeline_frame
+from dashboard.store import RunEntry, Signature
+from dashboard.tables import (
+    TIMELINE_PIXELS,
+    TIMELINE_STEPS,
+    all_to_all_frame,
+    lateness_frame,
+    timeline_frame,
+)
 from dashboard.widgets import (
     chart,
     kpi_metrics,
     open_run,
     stop,
 )
-from fsobs import Analysis
+from fsobs import Analysis, load_rank
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.stragglers.whales import run_bounds
+from fsobs.export import export_rank
 from fsobs.report import findings
 from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
 
-TABS = ("Step timeline", "Stragglers", "Data attribution", "HTA tables")
+TABS = ("Step timeline", "Stragglers", "Data attribution", "All-to-all", "HTA tables")
 TAB_KEY = "bubbles_tab"
 # Query parameters of the rank filter: its mode (a label of dashboard.ranks.MODES), its list.
 RANKS_KEY, LIST_KEY = "ranks", "rank_list"
+NAME_OPS_BYTES = 32 * 2**20
+"""The timeline names its ops by default when the drawn ranks' traces are at most this big
+(naming reads them again)."""
+PERFETTO = (
+    "Open it at [ui.perfetto.dev](https://ui.perfetto.dev) (*Open trace file*) or in "
+    "`chrome://tracing`: the rank's own events, with one process *fsobs bubbles* on top holding "
+    "a track per bubble class. Locally, Perfetto's script opens it in the browser: "
+    "`curl -LO https://raw.githubusercontent.com/google/perfetto/main/tools/open_trace_in_ui && "
+    "python3 open_trace_in_ui -i {file}`. Every rank at once: `fsobs export {run} {out}`."
+)
 
 
 def _overview(analysis: Analysis) -> None:
@@ -89,14 +110,20 @@ def _rank_filter(analysis: Analysis, run_id: str) -> RankChoice:
     return choice
 
 
-def _timeline(analysis: Analysis, *, run_id: str, ranks: list[int]) -> None:
+@st.cache_resource(max_entries=32, show_spinner="Reading the rank's ops and kernels...")
+def _rank_ops(path: str, signature: Signature, rank: int, device: str) -> pd.DataFrame:
+    """:func:`dashboard.ops.rank_ops` of one rank's trace (``signature``: the cache key)."""
+    return rank_ops(load_rank(path), device)
+
+
+def _timeline(analysis: Analysis, *, entry: RunEntry, ranks: list[int]) -> None:
     steps = analysis.run.steps
     if len(steps) > 1:
         first, last = st.select_slider(
             "Steps shown",
             options=steps,
             value=(steps[0], steps[min(TIMELINE_STEPS, len(steps)) - 1]),
-            key=f"timeline_steps:{run_id}",
+            key=f"timeline_steps:{entry.run_id}",
         )
         window = [s for s in steps if first <= s <= last]
     else:
@@ -107,9 +134,46 @@ def _timeline(analysis: Analysis, *, run_id: str, ranks: list[int]) -> None:
             f"The timeline draws the first {len(drawn)} of the {len(ranks)} chosen ranks; "
             "choose fewer ranks above to see the others."
         )
-    bubbles = analysis.bubbles.of_ranks(drawn)
-    bars = timeline_frame(bubbles, window, analysis.collectives.offsets_ns)
-    chart(figures.step_timeline(bars, window, num_ranks=len(analysis.run.ranks)), "timeline")
+    bars = timeline_frame(analysis.bubbles.of_ranks(drawn), window, analysis.collectives.offsets_ns)
+    ops = _named_ops(analysis, entry, drawn)
+    names, places = None, None
+    if ops is not None:
+        offsets = analysis.collectives.offsets_ns
+        shifts = {r: bars.attrs["origin_ns"] + offsets.get(r, 0) for r in drawn}
+        names, places = bar_names(bars, ops, shifts), lane_places(bars, ops)
+    fig = figures.step_timeline(
+        bars, window, num_ranks=len(analysis.run.ranks), names=names, places=places
+    )
+    chart(fig, "timeline")
+    _timeline_caption(bars)
+    shown = None if len(ranks) == len(analysis.run.ranks) else ranks
+    chart(figures.classes_over_steps(analysis.steps, shown), "classes_over_steps")
+    if ops is not None:
+        _top_ops(ops, window, len(drawn))
+    _download(analysis, entry, drawn)
+
+
+def _named_ops(analysis: Analysis, entry: RunEntry, drawn: list[int]) -> pd.DataFrame | None:
+    """The ops of the drawn ranks, if the user keeps the naming on (by default when their
+    traces are small, :data:`NAME_OPS_BYTES`)."""
+    paths = {r: analysis.run[r].path for r in drawn}
+    size = sum(p.stat().st_size for p in paths.values() if isinstance(p, Path) and p.is_file())
+    named = st.toggle(
+        "Name the ops and kernels in the hover (reads the drawn ranks' traces again, "
+        f"{size / 1e6:.1f} MB)",
+        value=size <= NAME_OPS_BYTES,
+        key=f"timeline_names:{entry.run_id}",
+    )
+    if not named:
+        return None
+    frames = [
+        _rank_ops(str(path), entry.signature, rank, analysis.run.device)
+        for rank, path in paths.items()
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _timeline_caption(bars: pd.DataFrame) -> None:
     count = bars.attrs["num_intervals"]
     if bars.attrs["merged"]:
         capped = (
@@ -125,6 +189,47 @@ def _timeline(analysis: Analysis, *, run_id: str, ranks: list[int]) -> None:
         )
     else:
         st.caption(f"Every interval drawn as it is ({count:,}).")
+
+
+def _top_ops(ops: pd.DataFrame, window: list[int], num_ranks: int) -> None:
+    st.markdown(
+        f"**Top ops and kernels by self time** (steps {window[0]}–{window[-1]}, "
+        f"{num_ranks} rank(s) drawn)"
+    )
+    st.dataframe(
+        tidy(top_ops(ops, window)),
+        hide_index=True,
+        column_config={
+            "self_ms": st.column_config.NumberColumn("self ms", format="%.3f ms"),
+            "total_ms": st.column_config.NumberColumn("total ms", format="%.3f ms"),
+            "self_share": st.column_config.NumberColumn("share of self time", format="percent"),
+        },
+    )
+    st.caption(
+        "Self time: an op's time minus the ops it called (on its thread); a GPU kernel's "
+        "duration. *where*: its busiest streams or threads."
+    )
+
+
+def _download(analysis: Analysis, entry: RunEntry, drawn: list[int]) -> None:
+    """One rank's trace with the bubble classes as tracks (:func:`fsobs.export.export_rank`)."""
+    st.markdown("**The trace, with the bubbles drawn in it**")
+    left, right = st.columns([1, 3], vertical_alignment="bottom")
+    rank = left.selectbox("Rank", drawn, key=f"export_rank:{entry.run_id}")
+    trace = analysis.run[rank]
+    file = f"{entry.run_id.replace('/', '-')}-rank{rank}.trace.json.gz"
+    if not isinstance(trace.path, Path):
+        right.info("The export reads local runs only: this store is read-only (a URL).")
+        return
+    right.download_button(
+        f"Download rank {rank}'s trace with bubble tracks (Perfetto, .json.gz)",
+        data=partial(export_rank, trace, analysis.bubbles.of_rank(rank)),
+        file_name=file,
+        mime="application/gzip",
+        on_click="ignore",
+        key=f"export:{entry.run_id}",
+    )
+    st.caption(PERFETTO.format(file=file, run=entry.path, out=f"{file.split('-rank')[0]}-export"))
 
 
 def _stragglers(analysis: Analysis) -> None:
@@ -144,7 +249,12 @@ def _stragglers(analysis: Analysis) -> None:
     )
     st.markdown(f"Verdict: **{strag.verdict}** — {who}.")
     chart(figures.straggler_steps(named), "straggler_steps")
-    st.dataframe(strag.per_rank, hide_index=True)
+    shares = {
+        c: st.column_config.NumberColumn(format="percent")
+        for c in strag.per_rank.columns
+        if c.endswith("_share")
+    }
+    st.dataframe(tidy(strag.per_rank), hide_index=True, column_config=shares)
     _split_bound(analysis)
     _causes(analysis)
     _roles(analysis)
@@ -157,9 +267,17 @@ def _split_bound(analysis: Analysis) -> None:
         return
     s = bounds.summary()
     left, middle, right = st.columns(3)
-    left.metric("Imbalance of the split (max / mean)", f"{s.imbalance:.2f}")
-    best = s.whale_bound if math.isnan(s.equal_bound) else s.equal_bound
-    middle.metric("No split can go below", f"{best:.2f}")
+    left.metric(
+        "Imbalance of the split (max / mean)",
+        ratio(s.imbalance),
+        help="The costliest rank's data against the mean rank's, mean over the steps (1× is even).",
+    )
+    best = s.whale_bound if s.equal_bound != s.equal_bound else s.equal_bound
+    middle.metric(
+        "No split can go below",
+        ratio(best),
+        help="The lowest max / mean any split of the step's samples could reach.",
+    )
     right.metric("Steps with a whale", f"{s.num_whale_steps} of {s.num_steps}")
     st.caption(
         "A whale: one sample costlier than the mean rank load (the run's cost model, "
@@ -180,9 +298,13 @@ def _causes(analysis: Analysis) -> None:
         return
     columns = st.columns(len(CAUSES))
     for column, cause in zip(columns, CAUSES, strict=True):
-        share = causes.shares[cause]
-        column.metric(f"{cause} (share of the wait)", "n/a" if share != share else f"{share:.0%}")
-    st.dataframe(causes.per_step, hide_index=True)
+        column.metric(
+            "Wait unexplained" if cause == "unexplained" else f"Wait from {cause}",
+            pct(causes.shares[cause], 0),
+            help=f"Share of the straggler wait that the straggler's lateness from {cause} "
+            "accounts for (its lateness split into data, GC, preemption; the rest unexplained).",
+        )
+    st.dataframe(tidy(causes.per_step), hide_index=True)
 
 
 def _roles(analysis: Analysis) -> None:
@@ -191,7 +313,8 @@ def _roles(analysis: Analysis) -> None:
     if not any(v for values in roles.values() for v in values.values() if v == v):
         return
     st.subheader("Communication by role (ms per rank and step)")
-    st.dataframe([{"role": role, **values} for role, values in roles.items()], hide_index=True)
+    rows = pd.DataFrame([{"role": role, **values} for role, values in roles.items()])
+    st.dataframe(tidy(rows), hide_index=True)
     if EMBEDDING_TOTAL in roles:
         st.caption(EMBEDDING_TOTAL_NOTE)
 
@@ -203,13 +326,66 @@ def _attribution(analysis: Analysis) -> None:
         return
     st.markdown(f"Verdict: **{attr.verdict.replace('_', ' ')}** (see the findings).")
     left, middle, right = st.columns(3)
-    left.metric("Wait explained by the data", f"{attr.explained_wait_share:.0%}")
-    middle.metric("Cost vs lateness (Spearman)", f"{attr.rank_correlation:.2f}")
-    right.metric("Cost from", attr.cost_source)
+    left.metric(
+        "Wait in steps whose costliest rank was last",
+        pct(attr.explained_wait_share, 0),
+        help="Share of the straggler wait caused in steps where the rank with the costliest "
+        "data arrived last (fsobs.analysis.stragglers.attribution); the Stragglers tab's "
+        "'Wait from data' splits each straggler's lateness instead, and What-if's oracle "
+        "replays the run.",
+    )
+    middle.metric(
+        "Cost vs lateness (Spearman ρ)",
+        "n/a"
+        if attr.rank_correlation != attr.rank_correlation
+        else f"{attr.rank_correlation:+.2f}",
+        help="Rank correlation of each rank's data cost and its lateness, median over steps "
+        "(+1: the costliest is always the latest).",
+    )
+    right.metric("Cost from", attr.cost_source, help=f"Measured in {cost_unit(attr.cost_source)}.")
     lateness = lateness_frame(analysis)
     if lateness is not None and not lateness.empty:
         chart(figures.data_attribution(lateness, attr.cost_source), "attribution")
-    st.dataframe(attr.per_step, hide_index=True)
+    st.dataframe(tidy(attr.per_step), hide_index=True)
+
+
+def _all_to_all(analysis: Analysis, *, run_id: str) -> None:
+    """The most uneven all_to_all(v) instances, and the rank x rank volume of a chosen one."""
+    frame = all_to_all_frame(analysis)
+    if frame.empty:
+        st.info("No all_to_all(v) in this run has its message sizes recorded.")
+        return
+    st.markdown(
+        "**The most uneven all_to_all(v) instances** (max / mean over the ranks; 1× is even)"
+    )
+    st.dataframe(
+        tidy(frame),
+        hide_index=True,
+        column_config={
+            "MB sent": st.column_config.NumberColumn(format="%.3f MB"),
+            "send max/mean": st.column_config.NumberColumn(format="%.2f×"),
+            "receive max/mean": st.column_config.NumberColumn(format="%.2f×"),
+        },
+    )
+    with_matrix = frame.loc[frame["rank x rank matrix"].astype(bool), "instance"].tolist()
+    if not with_matrix:
+        st.info(
+            "No split sizes in this trace: the rank x rank volume needs every rank's "
+            "`In split size` of the instance (all_to_allv with split sizes recorded; a trace "
+            "truncates a list beyond 30 entries)."
+        )
+        return
+    instance = st.selectbox("Instance (rank x rank volume)", with_matrix, key=f"a2a:{run_id}")
+    row = frame[frame["instance"] == instance].iloc[0]
+    ranks, matrix = analysis.collectives.all_to_all.matrices[int(instance)]
+    chart(figures.all_to_all_matrix(ranks, matrix, int(instance), int(row["step"])), "a2a_matrix")
+    if "most ids (sidecar)" in frame.columns and not pd.isna(row["most ids (sidecar)"]):
+        same = "is" if bool(row["top sender has most ids"]) else "is not"
+        st.caption(
+            f"Rank {row['most ids (sidecar)']} had the most ids in step {row['step']} (its "
+            f"samples' summed lengths, from the step sidecars); it {same} the top sender "
+            f"(rank {row['top sender']})."
+        )
 
 
 def _hta(analysis: Analysis) -> None:
@@ -220,11 +396,11 @@ def _hta(analysis: Analysis) -> None:
     st.caption("Computed by fsobs with HolisticTraceAnalysis 0.5.0's rules (same numbers).")
     chart(figures.hta_temporal_breakdown(hta.temporal_breakdown), "hta_temporal")
     st.markdown("**Temporal breakdown (µs)**")
-    st.dataframe(hta.temporal_breakdown, hide_index=True)
+    st.dataframe(tidy(hta.temporal_breakdown), hide_index=True)
     st.markdown("**Communication / computation overlap**")
-    st.dataframe(hta.comm_comp_overlap, hide_index=True)
+    st.dataframe(tidy(hta.comm_comp_overlap), hide_index=True)
     st.markdown("**Idle time by stream (µs)**")
-    st.dataframe(hta.idle_time_breakdown, hide_index=True)
+    st.dataframe(tidy(hta.idle_time_breakdown), hide_index=True)
 
 
 def render() -> None:
@@ -239,8 +415,9 @@ def render() -> None:
     # Only the chosen tab runs (a click on another one reruns the page): the browser gets and
     # draws one tab's charts and tables, not four.
     tabs = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
-    timeline = partial(_timeline, run_id=entry.run_id, ranks=choice.ranks)
-    sections = (timeline, _stragglers, _attribution, _hta)
+    timeline = partial(_timeline, entry=entry, ranks=choice.ranks)
+    a2a = partial(_all_to_all, run_id=entry.run_id)
+    sections = (timeline, _stragglers, _attribution, a2a, _hta)
     for tab, section in zip(tabs, sections, strict=True):
         if tab.open:
             with tab:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 
 import streamlit as st
 
-from dashboard import figures
+from dashboard import figures, numbers
 from dashboard.cache import (
     Loaded,
     comparison,
@@ -28,14 +27,11 @@ from fsobs.report import toggles_line
 from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
 
 HEADLINE = (
-    ("bubble_ratio", "Bubble ratio", "{:.1%}", "{:+.1%}"),
-    ("bubble_ms_per_step", "Bubble / step", "{:.2f} ms", "{:+.2f} ms"),
-    ("step_time_ms_p50", "Step time p50", "{:.2f} ms", "{:+.2f} ms"),
+    ("bubble_ratio", "Bubble ratio", numbers.pct, numbers.points),
+    ("bubble_ms_per_step", "Bubble / step", numbers.ms, numbers.signed_ms),
+    ("step_time_ms_p50", "Step time p50", numbers.ms, numbers.signed_ms),
 )
-
-
-def _fmt(template: str, value: float) -> str:
-    return "n/a" if value is None or math.isnan(value) else template.format(value)
+"""(KPI, label, value format, delta format): a ratio's delta in percentage points."""
 
 
 def _headline(comp: Comparison) -> None:
@@ -43,19 +39,20 @@ def _headline(comp: Comparison) -> None:
     lo, hi = comp.bubble_reduction_ci
     columns[0].metric(
         "Bubble reduction",
-        _fmt("{:.1%}", comp.bubble_reduction),
+        numbers.pct(comp.bubble_reduction),
         help=f"{comp.confidence:.0%} bootstrap interval over steps",
     )
-    columns[0].caption(f"{comp.confidence:.0%} CI: {_fmt('{:.1%}', lo)} to {_fmt('{:.1%}', hi)}")
+    columns[0].caption(f"{comp.confidence:.0%} CI: {numbers.pct(lo)} to {numbers.pct(hi)}")
     for column, (key, label, value_fmt, delta_fmt) in zip(columns[1:], HEADLINE, strict=True):
         row = comp.kpis.loc[key]
         column.metric(
             label,
-            _fmt(value_fmt, row["test"]),
-            delta=_fmt(delta_fmt, row["delta"]),
+            value_fmt(row["test"]),
+            delta=delta_fmt(row["delta"]),
             delta_color="inverse",
+            help=numbers.KPI_HELP[key],
         )
-    st.dataframe(comp.kpis, column_config={"kpi": "KPI"})
+    st.dataframe(numbers.tidy(comp.kpis), column_config={"kpi": "KPI"})
 
 
 def _warnings(comp: Comparison) -> None:

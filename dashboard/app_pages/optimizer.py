@@ -13,8 +13,9 @@ from dashboard.balance_plan import (
     stored_cost_model,
 )
 from dashboard.cache import cost_fit, step_lengths
+from dashboard.numbers import ms, plain, ratio, tidy
 from dashboard.store import RunEntry
-from dashboard.tables import has_sidecar, imbalance_steps
+from dashboard.tables import degenerate_terms, has_sidecar, imbalance_steps
 from dashboard.widgets import (
     chart,
     current_store,
@@ -33,17 +34,27 @@ def _fit_section(entry: RunEntry, analysis: Analysis) -> CostChoice | None:
         return None
     model = fit.model
     columns = st.columns(4)
-    columns[0].metric("R²", f"{fit.r2:.3f}")
-    columns[1].metric("RMSE", f"{fit.rmse_ms:.3f} ms")
-    columns[2].metric("Points (rank, step)", fit.n_points)
+    columns[0].metric(
+        "R²", f"{fit.r2:.3f}", help="Share of the busy time's variance the fit explains."
+    )
+    columns[1].metric("RMSE", ms(fit.rmse_ms, 3), help="Root mean square of measured - predicted.")
+    columns[2].metric("Points (rank, step)", f"{fit.n_points:,}")
     columns[3].metric("Model", "c0 + a·L + b·L²")
     st.caption(
-        f"c(L) = {model.c0:.4g} + {model.a:.4g}·L + {model.b:.4g}·L² (ns of busy time per sample)"
+        f"c(L) = {plain(model.c0)} + {plain(model.a)}·L + {plain(model.b)}·L² "
+        "(ns of busy time per sample)"
     )
     chart(figures.cost_fit(fit.points), "cost_fit")
     if model.c0 == model.a == model.b == 0:
         st.warning("The fitted model is zero (busy time does not grow with the lengths here).")
         return None
+    degenerate = degenerate_terms(model)
+    if degenerate:
+        st.warning(
+            f"Degenerate fit: only the {degenerate} term is non-zero (the others were fitted "
+            "to 0), so the model cannot tell fixed, linear and quadratic costs apart on this "
+            "run; more steps or more varied lengths would."
+        )
     return CostChoice(model, "fitted on this run")
 
 
@@ -76,13 +87,14 @@ def _plan_section(entry: RunEntry, analysis: Analysis, choices: list[CostChoice]
         return
     plan = balance_plan(lengths, choice.model, method)
     columns = st.columns(3)
-    columns[0].metric("Imbalance before (max / mean)", f"{plan.imbalance_before:.3f}")
-    columns[1].metric(f"Imbalance after ({method})", f"{plan.imbalance_after:.3f}")
-    columns[2].metric("Samples in the batch", int(plan.per_rank["samples_before"].sum()))
+    columns[0].metric("Imbalance before (max / mean)", ratio(plan.imbalance_before))
+    columns[1].metric(f"Imbalance after ({method})", ratio(plan.imbalance_after))
+    columns[2].metric("Samples in the batch", f"{int(plan.per_rank['samples_before'].sum()):,}")
     if not plan.equal_size:
         st.caption("The samples do not divide evenly over the ranks: unequal counts allowed.")
-    chart(figures.balance_bars(plan.per_rank), "balance")
-    st.dataframe(plan.per_rank, hide_index=True)
+    unit = "relative units" if choice.source == UNTRAINED else "ns of busy time"
+    chart(figures.balance_bars(plan.per_rank, unit), "balance")
+    st.dataframe(tidy(plan.per_rank), hide_index=True)
 
 
 def _logged_imbalance(analysis: Analysis) -> None:

@@ -137,11 +137,11 @@ def render() -> None:
     """The page."""
     st.title("Runs")
     store = current_store()
-    st.caption(f"Run store: `{store}`")
     ids = _runs_table(store)
     if ids:
         _open_links(ids, first_with_data(store, runs(store)))
     _upload_form(store)
+    st.caption(f"Run store: `{store}`")
 
 
 render()

@@ -11,8 +11,9 @@ import streamlit as st
 
 from dashboard import figures
 from dashboard.cache import comparison, load, runs
+from dashboard.numbers import ms, pct, tidy
 from dashboard.store import RunEntry, Signature
-from dashboard.tables import has_sidecar
+from dashboard.tables import has_sidecar, oracle_split
 from dashboard.widgets import (
     chart,
     current_store,
@@ -117,9 +118,17 @@ def _predictions(result: WhatIf, measured: dict[tuple[str, ...], tuple]) -> pd.D
 def _replay_section(result: WhatIf) -> None:
     rep = result.replay
     columns = st.columns(4)
-    columns[0].metric("Replay: step time error (median)", f"{rep.step_time_median:.2%}")
-    columns[1].metric("Replay: step time error (p90)", f"{rep.step_time_p90:.2%}")
-    columns[2].metric("Replay: class error (p90, of the step)", f"{rep.classes_p90:.2%}")
+    columns[0].metric(
+        "Replay: step time error (median)",
+        pct(rep.step_time_median, 2),
+        help="The unchanged replay's step time against the measured one, median over steps.",
+    )
+    columns[1].metric("Replay: step time error (p90)", pct(rep.step_time_p90, 2))
+    columns[2].metric(
+        "Replay: class error (p90)",
+        pct(rep.classes_p90, 2),
+        help="Each class's replay error as a share of the step time, 90th percentile.",
+    )
     columns[3].metric("Replay check", "passed" if rep.passed else "FAILED")
     if not rep.passed:
         st.warning("The replay does not reproduce this run: the predictions are unreliable.")
@@ -129,15 +138,29 @@ def _oracle_section(result: WhatIf) -> None:
     o = result.oracle
     st.subheader("Oracle: equal compute on every rank in every step")
     columns = st.columns(4)
-    columns[0].metric("Bubble reduction (predicted)", f"{o.bubble_reduction:.1%}")
-    columns[1].metric("Straggler wait left", f"{o.by_class['straggler_wait']:.2f} ms")
-    if o.data_share is not None and not math.isnan(o.data_share):
-        columns[2].metric("Wait from the data alone", f"{o.wait_from_data_ms_per_step:.2f} ms")
-        columns[3].metric("Wait from the noise alone", f"{o.wait_from_noise_ms_per_step:.2f} ms")
+    columns[0].metric(
+        "Bubble reduction (predicted)",
+        pct(o.bubble_reduction),
+        help="Against the unchanged replay, every rank given the step's mean busy time.",
+    )
+    columns[1].metric("Straggler wait left", ms(o.by_class["straggler_wait"]))
+    split = oracle_split(o.straggler_wait_ms_per_step, o.data_share)
+    if split is not None and o.data_share is not None:
+        data, noise = split
+        columns[2].metric(
+            "Of the wait: from the data",
+            ms(data),
+            help="The replayed straggler wait times the data's share (below).",
+        )
+        columns[3].metric("Of the wait: from the noise", ms(noise))
         st.caption(
-            f"Of the straggler wait ({o.straggler_wait_ms_per_step:.2f} ms per rank and "
-            f"step), {o.data_share:.0%} is explained by the data each rank got; the rest is "
-            "noise (rank speed, machine) that no split of the samples removes."
+            f"The replayed straggler wait, {ms(o.straggler_wait_ms_per_step)} per rank and "
+            f"step, split by the data's share of the two counterfactual waits: "
+            f"{pct(o.data_share, 0)} (data's share of the counterfactuals). Replayed with only "
+            f"the data differing between the ranks the wait would be "
+            f"{ms(o.wait_from_data_ms_per_step)}, with only the noise (rank speed, machine) "
+            f"{ms(o.wait_from_noise_ms_per_step)}; waits do not add up, so the two "
+            "counterfactuals are not the split. No split of the samples removes the noise's part."
         )
 
 
@@ -179,7 +202,16 @@ def render() -> None:
     _replay_section(result)
     frame = _predictions(result, _measured(entry, analysis))
     chart(figures.whatif_reductions(frame), "whatif_reductions")
-    st.dataframe(frame.drop(columns=["lo", "hi", "measured_lo", "measured_hi"]), hide_index=True)
+    st.dataframe(
+        tidy(frame.drop(columns=["lo", "hi", "measured_lo", "measured_hi"])),
+        hide_index=True,
+        column_config={
+            "predicted": st.column_config.NumberColumn("predicted reduction", format="percent"),
+            "measured": st.column_config.NumberColumn("measured reduction", format="percent"),
+            "predicted bubble ms/step": st.column_config.NumberColumn(format="%.3f ms"),
+            "predicted step p50 ms": st.column_config.NumberColumn(format="%.3f ms"),
+        },
+    )
     for note in result.notes:
         st.info(note)
     _oracle_section(result)

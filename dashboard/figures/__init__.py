@@ -5,7 +5,9 @@ No Streamlit here, so every figure is tested on its trace data
 """
 
 from dashboard.figures.bubbles import (
+    all_to_all_matrix,
     bubble_classes_by_rank,
+    classes_over_steps,
     data_attribution,
     hta_temporal_breakdown,
     step_timeline,
@@ -23,10 +25,12 @@ from dashboard.figures.optimizer import balance_bars, cost_fit, imbalance_over_s
 from dashboard.figures.whatif import scale_curve, toggles_at_scale, whatif_reductions
 
 __all__ = [
+    "all_to_all_matrix",
     "balance_bars",
     "bubble_classes_by_rank",
     "bubble_reduction",
     "class_means",
+    "classes_over_steps",
     "cost_fit",
     "data_attribution",
     "hta_temporal_breakdown",

@@ -9,15 +9,10 @@ import plotly.graph_objects as go
 
 CLASS_COLORS = {
     "busy": "#9fb8ad",
-    "compute": "#9fb8ad",
     "straggler_wait": "#d62728",
-    "wait": "#d62728",
     "exposed_comm": "#ff7f0e",
-    "comm": "#ff7f0e",
     "unattributed_comm": "#bcbd22",
-    "unmatched comm": "#bcbd22",
     "host_idle": "#7f7f7f",
-    "idle": "#7f7f7f",
     "other": "#9467bd",
 }
 CONTROL_COLOR = "#1f77b4"
@@ -25,7 +20,7 @@ TEST_COLOR = "#2ca02c"
 
 
 def label(name: str) -> str:
-    """``straggler_wait`` -> ``straggler wait``."""
+    """A class by its one name on screen: ``straggler_wait`` -> ``straggler wait``."""
     return name.replace("_", " ")
 
 
@@ -38,7 +33,8 @@ def finish(
     margin: dict[str, int] | None = None,
     **layout: object,
 ) -> go.Figure:
-    """Title, axis titles and a compact margin.
+    """Title, axis titles, a compact margin, and numbers without SI suffixes (Plotly's
+    ``3.5B`` for 3.5e9 reads as bytes: large ticks are written as powers of ten, grouped).
 
     ``margin``: fixed margins (px) for a chart whose labels are known to fit, with Plotly's
     automatic margins off: Streamlit's theme turns ``automargin`` on, and Plotly then lays
@@ -53,6 +49,8 @@ def finish(
         margin=margin or {"l": 60, "r": 20, "t": 60, "b": 50},
         **(defaults | layout),
     )
+    fig.update_xaxes(exponentformat="power", separatethousands=True)
+    fig.update_yaxes(exponentformat="power", separatethousands=True)
     if margin is not None:
         fig.update_xaxes(automargin=False)
         fig.update_yaxes(automargin=False)

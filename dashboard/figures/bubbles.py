@@ -9,8 +9,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.figures._style import CLASS_COLORS, finish, label
+from dashboard.numbers import HOVER_NUMBER, cost_unit
 from dashboard.ranks import AGGREGATE_ABOVE, top_and_rest
-from dashboard.tables import BUBBLE_CLASSES, TIMELINE_LABELS, class_means_by_rank, wait_matrix
+from dashboard.tables import BUBBLE_CLASSES, TIMELINE_CLASSES, class_means_by_rank, wait_matrix
 
 
 def bubble_classes_by_rank(steps: pd.DataFrame) -> go.Figure:
@@ -49,7 +50,8 @@ def bubble_classes_by_rank(steps: pd.DataFrame) -> go.Figure:
 
 def straggler_wait_heatmap(steps: pd.DataFrame, ranks: Sequence[int] | None = None) -> go.Figure:
     """Heatmap of straggler wait (ms), ranks by steps; only ``ranks`` if given (the title then
-    says how many of the run's ranks are shown)."""
+    says how many of the run's ranks are shown). The scale starts at 0 ms (white), so a run
+    without wait looks like one (and its title says so)."""
     matrix = wait_matrix(steps)
     title = "Straggler wait per rank and step (ms)"
     if ranks is not None:
@@ -57,12 +59,18 @@ def straggler_wait_heatmap(steps: pd.DataFrame, ranks: Sequence[int] | None = No
         matrix = matrix.loc[matrix.index.isin(list(ranks))]
         if len(matrix) < total:
             title += f": {len(matrix)} of {total} ranks"
+    z = matrix.to_numpy(dtype=float)
+    top = float(np.nanmax(z)) if z.size and not np.isnan(z).all() else 0.0
+    if top <= 0:
+        title += ": no rank waited"
     fig = go.Figure(
         go.Heatmap(
-            z=matrix.to_numpy(),
+            z=z,
             x=[str(s) for s in matrix.columns],
             y=[str(r) for r in matrix.index],
             colorscale="Reds",
+            zmin=0.0,
+            zmax=top if top > 0 else 1.0,  # all zero: the colour of zero, not mid-scale
             colorbar={"title": {"text": "ms"}},
             hovertemplate="rank %{y}, step %{x}: %{z:.3f} ms<extra></extra>",
         )
@@ -79,44 +87,33 @@ def straggler_wait_heatmap(steps: pd.DataFrame, ranks: Sequence[int] | None = No
 
 
 def step_timeline(
-    bars: pd.DataFrame, steps: Sequence[int], *, num_ranks: int | None = None
+    bars: pd.DataFrame,
+    steps: Sequence[int],
+    *,
+    num_ranks: int | None = None,
+    names: Sequence[str] | None = None,
+    places: dict[tuple[int, str], str] | None = None,
 ) -> go.Figure:
     """The chosen steps across ranks: per rank, one lane per class in the legend's order
-    (compute / comm / wait / idle / other), horizontal bars; a merged bar is as opaque as its
-    class fills it (at least 0.3). Lanes empty on every rank are left out.
+    (:data:`dashboard.tables.TIMELINE_CLASSES`), horizontal bars; a merged bar is as opaque as
+    its class fills it (at least 0.3). Lanes empty on every rank are left out.
 
-    ``bars``: rank, lane, start_ms, end_ms, class_ms, intervals (see
+    ``bars``: rank, lane (the class), start_ms, end_ms, class_ms, intervals (see
     :func:`dashboard.tables.timeline_frame`). Row ``i * len(lanes) + j`` is lane ``j`` of the
-    ``i``-th rank; the axis names the ranks, the hover names rank and lane. ``num_ranks``: the
-    run's ranks, when ``bars`` holds only some of them (the title says how many are shown).
+    ``i``-th rank; the left axis names the ranks, a label right of each lane names its class
+    and, with ``places``, where its ops ran (``stream 7`` / ``thread 12``); the hover names
+    rank, class and, with ``names`` (one text per bar, :func:`dashboard.ops.bar_names`), the
+    ops or kernels inside the bar. ``num_ranks``: the run's ranks, when ``bars`` holds only
+    some of them (the title says how many are shown).
     """
     ranks = sorted(int(r) for r in bars["rank"].unique())
-    lanes = [lane for lane in TIMELINE_LABELS.values() if lane in set(bars["lane"])]
+    lanes = [lane for lane in TIMELINE_CLASSES if lane in set(bars["lane"])]
     group = {rank: number * len(lanes) for number, rank in enumerate(ranks)}
-    traces = []
-    for offset, lane in enumerate(lanes):
-        part = bars[bars["lane"] == lane]
-        width = (part["end_ms"] - part["start_ms"]).to_numpy(dtype=float)
-        covered = part["class_ms"].to_numpy(dtype=float)
-        fill = np.divide(covered, width, out=np.ones_like(width), where=width > 0)
-        traces.append(
-            go.Bar(
-                name=lane,
-                orientation="h",
-                y=[group[int(r)] + offset for r in part["rank"]],
-                base=part["start_ms"].to_numpy(dtype=float),
-                x=width,
-                width=0.8,
-                marker={"color": CLASS_COLORS[lane], "opacity": 0.3 + 0.7 * np.clip(fill, 0, 1)},
-                customdata=np.column_stack(
-                    [part["rank"].to_numpy(dtype=float), covered, part["intervals"], 100 * fill]
-                ),
-                hovertemplate=f"rank %{{customdata[0]}}, {lane}: from %{{base:.3f}} ms, "
-                "%{x:.3f} ms long<br>"
-                f"{lane} %{{customdata[1]:.3f}} ms (%{{customdata[3]:.0f}}%) "
-                "in %{customdata[2]} interval(s)<extra></extra>",
-            )
-        )
+    text = pd.Series(list(names) if names is not None else [""] * len(bars), index=bars.index)
+    traces = [
+        _timeline_lane(bars[bars["lane"] == lane], lane, offset, group, text, names is not None)
+        for offset, lane in enumerate(lanes)
+    ]
     fig = go.Figure(traces)
     first, last = min(steps), max(steps)
     which = f"Step {first}" if first == last else f"Steps {first}–{last}"
@@ -127,7 +124,7 @@ def step_timeline(
         f"{which} across {some}ranks (ms from the first rank's start, clocks aligned)",
         "ms",
         "",
-        margin={"l": 70, "r": 20, "t": 80, "b": 50},
+        margin={"l": 70, "r": LANE_LABEL_PX, "t": 80, "b": 50},
         legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom"},
         barmode="overlay",
         height=130 + 14 * rows,
@@ -139,6 +136,20 @@ def step_timeline(
             "showgrid": False,
             "zeroline": False,
         },
+        annotations=[
+            {
+                "xref": "paper",
+                "x": 1.0,
+                "xanchor": "left",
+                "yref": "y",
+                "y": start + offset,
+                "text": _lane_text(rank, lane, places),
+                "showarrow": False,
+                "font": {"size": 10, "color": "#555555"},
+            }
+            for rank, start in group.items()
+            for offset, lane in enumerate(lanes)
+        ],
         shapes=[
             {
                 "type": "line",
@@ -155,6 +166,81 @@ def step_timeline(
     )
 
 
+LANE_LABEL_PX = 210
+"""Right margin of the timeline, where each lane's label goes."""
+
+
+def _lane_text(rank: int, lane: str, places: dict[tuple[int, str], str] | None) -> str:
+    where = (places or {}).get((rank, lane))
+    return f"{label(lane)} · {where}" if where else label(lane)
+
+
+def _timeline_lane(
+    part: pd.DataFrame,
+    lane: str,
+    offset: int,
+    group: dict[int, int],
+    text: pd.Series,
+    named: bool,
+) -> go.Bar:
+    """The bars of one class over every rank (see :func:`step_timeline`)."""
+    name = label(lane)
+    width = (part["end_ms"] - part["start_ms"]).to_numpy(dtype=float)
+    covered = part["class_ms"].to_numpy(dtype=float)
+    fill = np.divide(covered, width, out=np.ones_like(width), where=width > 0)
+    ops = "<br>%{hovertext}" if named else ""
+    return go.Bar(
+        name=name,
+        orientation="h",
+        y=[group[int(r)] + offset for r in part["rank"]],
+        base=part["start_ms"].to_numpy(dtype=float),
+        x=width,
+        width=0.8,
+        marker={"color": CLASS_COLORS[lane], "opacity": 0.3 + 0.7 * np.clip(fill, 0, 1)},
+        customdata=np.column_stack(
+            [part["rank"].to_numpy(dtype=float), covered, part["intervals"], 100 * fill]
+        ),
+        hovertext=[t or "no op or kernel of this class inside" for t in text[part.index]]
+        if named
+        else None,
+        hovertemplate=f"rank %{{customdata[0]}} · {name}: from %{{base:.3f}} ms, "
+        "%{x:.3f} ms long<br>"
+        f"{name} %{{customdata[1]:.3f}} ms (%{{customdata[3]:.0f}}% of the bar) "
+        f"in %{{customdata[2]}} interval(s){ops}<extra></extra>",
+    )
+
+
+def classes_over_steps(steps: pd.DataFrame, ranks: Sequence[int] | None = None) -> go.Figure:
+    """Stacked bars per step: the mean ms per rank of busy time and of each bubble class, so a
+    bar is the step's mean window (``Analysis.steps``; only ``ranks`` if given)."""
+    chosen = steps if ranks is None else steps[steps["rank"].isin(list(ranks))]
+    classes = ["busy", *BUBBLE_CLASSES]
+    means = chosen.groupby("step")[[f"{c}_ms" for c in classes]].mean()
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=label(cls),
+                x=[str(s) for s in means.index],
+                y=means[f"{cls}_ms"].to_numpy(),
+                marker_color=CLASS_COLORS[cls],
+                hovertemplate=f"step %{{x}}: {label(cls)} %{{y:.3f}} ms per rank<extra></extra>",
+            )
+            for cls in classes
+        ]
+    )
+    some = "" if ranks is None else f", {chosen['rank'].nunique()} ranks"
+    return finish(
+        fig,
+        f"Step time by class, step by step (mean ms per rank{some})",
+        "step",
+        "ms per rank",
+        margin={"l": 70, "r": 20, "t": 60, "b": 110},
+        legend={"orientation": "h", "y": -0.3},
+        barmode="stack",
+        xaxis_type="category",
+    )
+
+
 def straggler_steps(per_step: pd.DataFrame) -> go.Figure:
     """The straggler of each step (marker size: the wait it caused) — a flat line is stable."""
     wait = per_step["wait_caused_ms"].to_numpy(dtype=float)
@@ -167,11 +253,18 @@ def straggler_steps(per_step: pd.DataFrame) -> go.Figure:
             marker={"size": size, "color": CLASS_COLORS["straggler_wait"]},
             line={"width": 1, "color": "#cccccc"},
             customdata=wait,
-            hovertemplate="step %{x}: rank %{y} caused %{customdata:.3f} ms<extra></extra>",
+            hovertemplate="step %{x}: rank %{y} caused %{customdata:.3f} ms of wait<extra></extra>",
             name="straggler",
         )
     )
-    return finish(fig, "Straggler rank per step (size: wait it caused)", "step", "rank")
+    return finish(
+        fig,
+        "Straggler rank per step (size: wait it caused)",
+        "step",
+        "rank",
+        yaxis={"tickmode": "linear", "dtick": 1, "tickformat": "d"},
+        xaxis={"tickformat": "d"},
+    )
 
 
 def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
@@ -181,6 +274,7 @@ def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
     Above :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks one trace, colored by rank (a legend
     entry per rank would fill the screen).
     """
+    unit = cost_unit(cost_source)
     if lateness["rank"].nunique() > AGGREGATE_ABOVE:
         fig = go.Figure(
             go.Scatter(
@@ -195,21 +289,21 @@ def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
                     "size": 6,
                 },
                 customdata=lateness[["rank", "step"]].to_numpy(),
-                hovertemplate="rank %{customdata[0]}, step %{customdata[1]}: cost %{x:.3g}, "
-                "late %{y:.3f} ms<extra></extra>",
+                hovertemplate="rank %{customdata[0]}, step %{customdata[1]}: "
+                f"cost %{{x:{HOVER_NUMBER}}} ({unit}), late %{{y:.3f}} ms<extra></extra>",
             )
         )
     else:
-        fig = _attribution_by_rank(lateness)
+        fig = _attribution_by_rank(lateness, unit)
     return finish(
         fig,
         "Data cost against arrival at the step's collectives",
-        f"estimated cost ({cost_source})",
+        f"estimated cost of the rank's data ({cost_source}: {unit})",
         "arrival after the first rank (ms)",
     )
 
 
-def _attribution_by_rank(lateness: pd.DataFrame) -> go.Figure:
+def _attribution_by_rank(lateness: pd.DataFrame, unit: str) -> go.Figure:
     return go.Figure(
         [
             go.Scatter(
@@ -218,7 +312,8 @@ def _attribution_by_rank(lateness: pd.DataFrame) -> go.Figure:
                 y=part["lateness_ms"].to_numpy(),
                 mode="markers",
                 customdata=part["step"].to_numpy(),
-                hovertemplate="step %{customdata}: cost %{x:.3g}, late %{y:.3f} ms<extra></extra>",
+                hovertemplate=f"step %{{customdata}}: cost %{{x:{HOVER_NUMBER}}} ({unit}), "
+                "late %{y:.3f} ms<extra></extra>",
             )
             for rank, part in lateness.groupby("rank")
         ]
@@ -254,4 +349,34 @@ def hta_temporal_breakdown(temporal: pd.DataFrame) -> go.Figure:
         "µs",
         barmode="stack",
         xaxis_type="category",
+    )
+
+
+def all_to_all_matrix(
+    ranks: Sequence[int], matrix: np.ndarray, instance: int, step: int
+) -> go.Figure:
+    """One all_to_all(v) instance: MB each rank (row) sent to each rank (column), from the
+    split sizes (:attr:`fsobs.analysis.alltoall.AllToAll.matrices`); the scale starts at 0."""
+    mb = np.asarray(matrix, dtype=float) / 1e6
+    top = float(np.nanmax(mb)) if mb.size else 0.0
+    fig = go.Figure(
+        go.Heatmap(
+            z=mb,
+            x=[str(r) for r in ranks],
+            y=[str(r) for r in ranks],
+            colorscale="Blues",
+            zmin=0.0,
+            zmax=top if top > 0 else 1.0,
+            colorbar={"title": {"text": "MB"}},
+            hovertemplate="rank %{y} sent %{z:.3f} MB to rank %{x}<extra></extra>",
+        )
+    )
+    return finish(
+        fig,
+        f"all_to_all(v) instance {instance} (step {step}): MB sent, rank to rank",
+        "to rank",
+        "from rank",
+        margin={"l": 70, "r": 100, "t": 60, "b": 60},
+        xaxis_type="category",
+        yaxis={"type": "category", "autorange": "reversed"},
     )

@@ -40,9 +40,9 @@ def cost_fit(points: pd.DataFrame) -> go.Figure:
     )
 
 
-def balance_bars(per_rank: pd.DataFrame) -> go.Figure:
+def balance_bars(per_rank: pd.DataFrame, unit: str) -> go.Figure:
     """Per-rank cost before and after balancing, with the mean as a dotted line
-    (``BalancePlan.per_rank``)."""
+    (``BalancePlan.per_rank``); ``unit``: what the cost model counts."""
     ranks = [str(r) for r in per_rank["rank"]]
     mean = float(np.mean(per_rank["cost_before"])) if len(per_rank) else 0.0
     fig = go.Figure(
@@ -66,7 +66,7 @@ def balance_bars(per_rank: pd.DataFrame) -> go.Figure:
         fig,
         "Per-rank cost of the batch, before and after",
         "rank",
-        "estimated cost",
+        f"estimated cost ({unit})",
         barmode="group",
         xaxis_type="category",
     )

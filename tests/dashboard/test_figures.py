@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
+import gzip
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from dashboard import figures
 from dashboard.balance_plan import balance_plan, default_model
+from dashboard.numbers import ms, pct, plain, points, ratio, tidy
+from dashboard.ops import bar_names, lane_places, rank_ops, top_ops
 from dashboard.tables import (
     BUBBLE_CLASSES,
+    all_to_all_frame,
+    degenerate_terms,
     imbalance_steps,
     lateness_frame,
     merge_close,
+    oracle_split,
     timeline_frame,
 )
 from dashboard.tracediff import FSOBS_SOURCE, HTA_SOURCE, change_counts, fsobs_table, op_diff
-from fsobs import analyze_path
+from fsobs import analyze_path, load_rank
 from fsobs.analysis.ab import compare
 from fsobs.analysis.costfit import fit_cost
+from fsobs.export import export_rank, export_run
 from fsobs.runformat import read_step_lengths
 from optim.balance import CostModel, imbalance
 from tests.dashboard.stores import FIRST_STEP, global_batches
+from tests.kineto import BASE_NS, GLOO_TID, MAIN_TID, cpu_doc, cpu_op, gloo, write
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +66,15 @@ def test_heatmap_is_the_straggler_wait_matrix(runs):
     assert list(heat.x) == [str(s) for s in expected.columns]
 
 
-LANE_COLUMNS = {
-    "compute": ("busy", "busy_ms"),
-    "comm": ("exposed_comm", "exposed_comm_ms"),
-    "wait": ("straggler_wait", "straggler_wait_ms"),
-    "idle": ("host_idle", "host_idle_ms"),
+LANE_COLUMNS = {  # lane -> (the class, its column of the bubble table), by fsobs's names
+    "busy": ("busy", "busy_ms"),
+    "exposed_comm": ("exposed_comm", "exposed_comm_ms"),
+    "straggler_wait": ("straggler_wait", "straggler_wait_ms"),
+    "host_idle": ("host_idle", "host_idle_ms"),
     "other": ("other", "other_ms"),
 }
+SHOWN = {lane: lane.replace("_", " ") for lane in LANE_COLUMNS}
+"""The legend's name of each lane: the class's one name on screen."""
 
 
 def _window_intervals(analysis, rank: int, window: list[int], cls: str, origin: int):
@@ -108,6 +119,7 @@ def test_timeline_lanes_add_up_to_the_bubble_table(runs, run_id, max_bars):
     fig = figures.step_timeline(bars, window)
     assert _title(fig).startswith(f"Steps {window[0]}–{window[1]} across ranks")
     lanes = [trace.name for trace in fig.data]
+    assert set(lanes) <= set(SHOWN.values())
     labels = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext, strict=True))
     row_rank = {
         start + offset: labels[start + (len(lanes) - 1) / 2]
@@ -117,11 +129,12 @@ def test_timeline_lanes_add_up_to_the_bubble_table(runs, run_id, max_bars):
     table = analysis.steps[analysis.steps["step"].isin(window)].groupby("rank").sum()
     chosen = [b for b in analysis.bubbles if b.step in window]
     origin = min(b.window[0] - offsets.get(b.rank, 0) for b in chosen)
+    by_name = {shown: lane for lane, shown in SHOWN.items()}
     for trace in fig.data:
-        cls, column = LANE_COLUMNS[trace.name]
+        cls, column = LANE_COLUMNS[by_name[trace.name]]
         data = np.asarray(trace.customdata, dtype=float)  # rank, class ms, intervals, fill %
         base, width = np.asarray(trace.base, dtype=float), np.asarray(trace.x, dtype=float)
-        np.testing.assert_allclose(base + width, bars.loc[bars["lane"] == trace.name, "end_ms"])
+        np.testing.assert_allclose(base + width, bars.loc[bars["lane"] == cls, "end_ms"])
         for rank in analysis.run.rank_ids:
             mine = data[:, 0] == rank
             rows = np.asarray(trace.y)[mine]
@@ -224,7 +237,7 @@ def test_balance_plan_costs_each_rank_and_rebalances(shared_store):
     assert plan.imbalance_after < plan.imbalance_before
     random = balance_plan(lengths, model, "random")  # contiguous chunks: the job's own split
     np.testing.assert_allclose(random.per_rank["cost_after"], before)
-    fig = figures.balance_bars(plan.per_rank)
+    fig = figures.balance_bars(plan.per_rank, "relative units")
     np.testing.assert_allclose(fig.data[0].y, plan.per_rank["cost_before"])
     np.testing.assert_allclose(fig.data[1].y, plan.per_rank["cost_after"])
     assert "untrained" in default_model().source
@@ -261,3 +274,153 @@ def test_op_diff_without_hta_is_computed_by_fsobs(shared_store):
     diff = op_diff((gloo / "rank0.json.gz", 0), (gloo / "rank2.json.gz", 2), use_hta=False)
     assert diff.source == FSOBS_SOURCE
     assert diff.table.loc["gloo:all_to_all", "control_counts"] >= 1
+
+
+# ------------------------------------------------------------------ issue 26 points 3 and 4
+
+
+def _nested_cpu_rank(tmp_path):
+    """One gloo rank, step 1 = [0, 100) µs: aten::linear [10, 50) calls aten::addmm [15, 35),
+    which calls aten::mm [20, 32); a gloo all_reduce [50, 80) on its worker thread. Self time
+    (µs): linear 40 - 20 = 20, addmm 20 - 12 = 8, mm 12, the all_reduce 30."""
+    ops = [
+        cpu_op("aten::linear", 10, 40),
+        cpu_op("aten::addmm", 15, 20),
+        cpu_op("aten::mm", 20, 12),
+    ]
+    doc = cpu_doc(0, [*ops, gloo("all_reduce", 50, 30)], world_size=1)
+    return load_rank(write(tmp_path / "rank0.json", doc))
+
+
+def test_rank_ops_take_self_time_and_name_the_bars(tmp_path):
+    ops = rank_ops(_nested_cpu_rank(tmp_path), "cpu")
+    self_us = dict(zip(ops["name"], ops["self_ns"] / 1e3, strict=True))
+    assert self_us == {"aten::linear": 20, "aten::addmm": 8, "aten::mm": 12, "gloo:all_reduce": 30}
+    table = top_ops(ops, [1])
+    assert table["name"].tolist() == ["gloo:all_reduce", "aten::linear", "aten::mm", "aten::addmm"]
+    np.testing.assert_allclose(table["self_ms"], [0.030, 0.020, 0.012, 0.008])
+    np.testing.assert_allclose(table["total_ms"], [0.030, 0.040, 0.012, 0.020])
+    np.testing.assert_allclose(table["self_share"], np.array([30, 20, 12, 8]) / 70)
+    assert table["where"].tolist() == [f"thread {GLOO_TID}"] + [f"thread {MAIN_TID}"] * 3
+    # a busy bar from 26 µs on holds 24/40 of linear, 6/12 of mm, 9/20 of addmm: times their
+    # self time, 12, 6 and 3.6 µs
+    bars = pd.DataFrame(
+        {
+            "rank": [0, 0],
+            "lane": ["busy", "exposed_comm"],
+            "start_ms": [0.026, 0.0],
+            "end_ms": [0.1, 0.1],
+        }
+    )
+    names = bar_names(bars, ops, {0: BASE_NS})
+    main, worker = f"thread {MAIN_TID}", f"thread {GLOO_TID}"
+    assert names == [
+        f"aten::linear ×1 (0.012 ms, {main}); aten::mm ×1 (0.006 ms, {main}); "
+        f"aten::addmm ×1 (0.004 ms, {main})",
+        f"gloo:all_reduce ×1 (0.030 ms, {worker})",
+    ]
+    assert lane_places(bars, ops) == {(0, "busy"): main, (0, "exposed_comm"): worker}
+
+
+def test_timeline_labels_its_lanes_and_names_its_ops(runs):
+    analysis = runs["sim/control"]
+    window = analysis.run.steps[:2]
+    bars = timeline_frame(analysis.bubbles, window, analysis.collectives.offsets_ns)
+    names = [f"op {i}" for i in range(len(bars))]
+    places = {(r, lane): f"stream {r}" for r in analysis.run.rank_ids for lane in LANE_COLUMNS}
+    fig = figures.step_timeline(bars, window, names=names, places=places)
+    lanes = [lane for lane in LANE_COLUMNS if lane in set(bars["lane"])]
+    for trace, lane in zip(fig.data, lanes, strict=True):
+        assert trace.name == SHOWN[lane]
+        assert list(trace.hovertext) == [names[i] for i in bars.index[bars["lane"] == lane]]
+        assert "%{hovertext}" in trace.hovertemplate
+    texts = {(a.y, a.text) for a in fig.layout.annotations}
+    assert texts == {
+        (number * len(lanes) + offset, f"{SHOWN[lane]} · stream {rank}")
+        for number, rank in enumerate(analysis.run.rank_ids)
+        for offset, lane in enumerate(lanes)
+    }
+    plain_fig = figures.step_timeline(bars, window)
+    assert plain_fig.data[0].hovertext is None
+    assert plain_fig.layout.annotations[0].text == SHOWN[lanes[0]]
+
+
+def test_classes_over_steps_stack_to_the_mean_window(runs):
+    steps = runs["sim/control"].steps
+    fig = figures.classes_over_steps(steps)
+    assert [t.name for t in fig.data] == ["busy", *(c.replace("_", " ") for c in BUBBLE_CLASSES)]
+    stacked = np.sum([np.asarray(t.y, dtype=float) for t in fig.data], axis=0)
+    np.testing.assert_allclose(stacked, steps.groupby("step")["window_ms"].mean().to_numpy())
+    some = figures.classes_over_steps(steps, [1])
+    np.testing.assert_allclose(some.data[0].y, steps.loc[steps["rank"] == 1, "busy_ms"])
+    assert "1 ranks" in _title(some)
+
+
+def test_zero_wait_heatmap_is_drawn_as_zero():
+    steps = pd.DataFrame({"rank": [0, 1, 0, 1], "step": [1, 1, 2, 2], "straggler_wait_ms": 0.0})
+    fig = figures.straggler_wait_heatmap(steps)
+    heat = fig.data[0]
+    assert (heat.zmin, heat.zmax) == (0.0, 1.0) and _title(fig).endswith("no rank waited")
+    steps["straggler_wait_ms"] = [0.0, 2.0, 0.5, 0.0]
+    assert figures.straggler_wait_heatmap(steps).data[0].zmax == 2.0
+
+
+def test_straggler_axis_is_whole_ranks_and_costs_have_units(runs):
+    per_step = runs["reference/gloo_straggler_4rank"].stragglers.per_step
+    axis = figures.straggler_steps(per_step).layout.yaxis
+    assert (axis.dtick, axis.tickformat) == (1, "d")
+    analysis = runs["sim/control"]
+    fig = figures.data_attribution(lateness_frame(analysis), "est_cost")
+    assert fig.layout.xaxis.title.text.endswith("(est_cost: the job's cost-model units)")
+    assert fig.layout.xaxis.exponentformat == "power"  # not Plotly's "3.5B"
+    assert "3.5B" not in fig.data[0].hovertemplate and ",.4~r" in fig.data[0].hovertemplate
+
+
+def test_all_to_all_table_orders_by_imbalance_and_draws_the_matrix(runs):
+    analysis = runs["sim/control"]
+    per = analysis.collectives.all_to_all.per_instance
+    worst = per[["send_imbalance", "recv_imbalance"]].astype(float).max(axis=1)
+    expected = per.assign(w=worst).sort_values("w", ascending=False)["instance"].tolist()
+    frame = all_to_all_frame(analysis)
+    assert frame["instance"].tolist() == expected and frame["rank x rank matrix"].all()
+    np.testing.assert_allclose(
+        frame["MB sent"], per.set_index("instance").loc[expected, "send_bytes_total"] / 1e6
+    )
+    ranks, matrix = analysis.collectives.all_to_all.matrices[expected[0]]
+    fig = figures.all_to_all_matrix(ranks, matrix, expected[0], 12)
+    np.testing.assert_allclose(np.asarray(fig.data[0].z, dtype=float), matrix / 1e6)
+    assert fig.data[0].zmin == 0.0
+    assert _title(fig).startswith(f"all_to_all(v) instance {expected[0]}")
+    gloo = all_to_all_frame(runs["reference/gloo_straggler_4rank"])
+    assert len(gloo) == 4 and not gloo["rank x rank matrix"].any()  # no split sizes recorded
+
+
+def test_numbers_read():
+    assert tidy(pd.DataFrame({"v": [-1e-15, 105141495.3504, 0.55440225, 15.3237]}))[
+        "v"
+    ].tolist() == [0.0, 105141495.0, 0.5544, 15.32]
+    assert (ms(2.044512), ms(0.0032), ms(float("nan"))) == ("2.04 ms", "3.2 µs", "n/a")
+    assert (pct(0.61038), points(0.012), points(-0.0349)) == ("61.0%", "+1.2 pp", "-3.5 pp")
+    assert (ratio(1.30855), plain(3.5e9, "units"), plain(0.000123456)) == (
+        "1.309×",
+        "3,500,000,000 units",
+        "0.0001235",
+    )
+
+
+def test_oracle_split_never_exceeds_the_total_and_fits_flag_one_term():
+    assert oracle_split(10.0, 0.3) == pytest.approx((3.0, 7.0))
+    assert oracle_split(10.0, 1.2) == (10.0, 0.0)
+    assert oracle_split(10.0, None) is None and oracle_split(10.0, float("nan")) is None
+    assert degenerate_terms(CostModel(c0=0, a=0, b=2.5)) == "L²"
+    assert degenerate_terms(CostModel(c0=1, a=0, b=2.5)) is None
+    assert degenerate_terms(CostModel(c0=0, a=0, b=0)) is None
+
+
+def test_export_rank_is_the_file_export_run_writes(runs, tmp_path):
+    analysis = runs["sim/control"]
+    written = export_run(analysis.run, analysis.bubbles, tmp_path / "out")
+    for rank in (0, 3):
+        data = export_rank(analysis.run[rank], analysis.bubbles.of_rank(rank))
+        on_disk = next(p for p in written if p.name.startswith(f"rank{rank}."))
+        assert gzip.decompress(data) == gzip.decompress(on_disk.read_bytes())
