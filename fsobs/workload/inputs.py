@@ -81,7 +81,7 @@ class StepInputs:
         self.data, self.batches, self.fs = data, batches, freescale
         balance = freescale.config.balance
         self._shuffle = balance.enabled and balance.mode == "shuffle"
-        window = balance.window if balance.enabled else 1
+        window = freescale.window
         self._windowed = self._plan_windows(window) if window > 1 else None
         trained = batches if self._windowed is None else [w[0] for w in self._windowed]
         self.id_overlap = global_batch_overlaps(data, trained, {**EBC_TABLES, **EC_TABLES})
