@@ -3,12 +3,17 @@
     torchrun --standalone --nproc-per-node=2 examples/dlrm_freescale.py --steps 20
     torchrun --standalone --nproc-per-node=2 examples/dlrm_freescale.py --balance \\
         --priority-overlap --sm-free --sync-gc --run-dir out/dlrm && fsobs analyze out/dlrm
+    torchrun --standalone --nproc-per-node=2 examples/dlrm_freescale.py --balance \\
+        --balance-counts unequal --balance-window 2        # unequal counts, windows of 2 steps
 
 The model is torchrec's own ``EmbeddingBagCollection`` over a ``KeyedJaggedTensor`` (a
 variable-length ``history`` of item ids and one ``category`` id per sample, sum-pooled), a
 bottom MLP over dense features, and a top MLP over both: nothing from fsobs. Every rank sees
 the same global batch of sample ids each step; which of them a rank trains is the only data
-question, and FreeScale answers it.
+question, and FreeScale answers it. With ``--balance-window K`` it answers it ``K`` global
+batches at a time (``fs.split_window``: their samples dealt into those ``K`` steps, positions
+into the window's batches); each rank's loss scale then makes each step's gradient the mean
+over that step's own samples.
 
 The lines marked ``# FreeScale`` are all that switching FreeScale on takes (``--plain`` runs
 the same loop without them: plain torchrec, each rank its contiguous share). With every toggle
@@ -49,7 +54,9 @@ from optim import (  # FreeScale
     SMFreeConfig,
     SyncGCConfig,
 )
+from optim.balance import METHODS  # FreeScale
 from optim.config import DENSE_ORDERS  # FreeScale
+from optim.plan import COUNTS  # FreeScale
 
 NUM_ITEMS, NUM_CATEGORIES, EMB_DIM, DENSE_IN = 5000, 50, 16, 8
 
@@ -173,14 +180,20 @@ def main() -> None:
             workload={"steps": args.steps, "batch_size": args.batch_size, "seed": 0},
         )
     losses = []
+    size = args.batch_size * world
     order = np.random.default_rng(1).permutation(len(data["lengths"]))
+    batches = order[: len(order) // size * size].reshape(-1, size)  # the global batches
+    window = fs.window  # FreeScale: global batches planned together (1 without a window)
     for step in range(args.steps):
         with rec.step(step) if rec else contextlib.nullcontext(StepState(step)) as s:  # recorder
-            ids = order[step * args.batch_size * world : (step + 1) * args.batch_size * world]
             if args.plain:
+                ids = batches[step]
                 mine, scale = ids[rank * args.batch_size : (rank + 1) * args.batch_size], 1.0
             else:
-                share = fs.split(step, data["lengths"][ids])  # FreeScale
+                if step % window == 0:  # FreeScale: plan the window that starts here
+                    pool = batches[step : min(step + window, args.steps)]  # FreeScale
+                    shares = fs.split_window(step, [data["lengths"][b] for b in pool])  # FreeScale
+                share, ids = shares[step % window], pool.reshape(-1)  # FreeScale
                 mine, scale = ids[share.positions], share.loss_scale  # FreeScale
             dense, sparse, labels = make_batch(data, mine)
             logits = dmp(dense, sparse, freeze=step == args.freeze_embeddings_at)
@@ -189,9 +202,9 @@ def main() -> None:
             (loss * scale).backward()
             optimizer.step()
             fs.after_step(step)  # FreeScale
-            total = torch.tensor([float(loss) * len(mine)], dtype=torch.float64)
-            dist.all_reduce(total)
-            losses.append(float(total) / len(ids))
+            total = torch.tensor([float(loss) * len(mine), len(mine)], dtype=torch.float64)
+            dist.all_reduce(total)  # the step's loss sum and samples over the ranks
+            losses.append(float(total[0]) / float(total[1]))
             s.lengths, s.loss = data["lengths"][mine], loss.item()  # recorder
     if rec is not None:
         rec.close()  # recorder: collective; rank 0 writes run.json
@@ -211,7 +224,12 @@ def main() -> None:
 def toggles(args: argparse.Namespace) -> FreeScaleConfig:
     """The toggles from the command line."""
     return FreeScaleConfig(
-        balance=BalanceConfig(enabled=args.balance),
+        balance=BalanceConfig(
+            enabled=args.balance,
+            method=args.balance_method,
+            counts=args.balance_counts,
+            window=args.balance_window,
+        ),
         priority_overlap=PriorityConfig(
             enabled=args.priority_overlap, dense_order=args.dense_order
         ),
@@ -226,6 +244,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
     p.add_argument("--top-width", type=int, default=64)
     p.add_argument("--balance", action="store_true")
+    p.add_argument("--balance-method", default="kk", choices=METHODS)
+    p.add_argument("--balance-counts", choices=COUNTS, help="default: the method's own")
+    p.add_argument("--balance-window", type=int, default=1, help="global batches planned together")
     p.add_argument("--priority-overlap", action="store_true")
     p.add_argument("--dense-order", default="auto", choices=DENSE_ORDERS)
     p.add_argument("--sm-free", action="store_true")

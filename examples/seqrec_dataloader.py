@@ -1,7 +1,9 @@
 """A SASRec-style sequential recommender on torchrec, trained by the loop most users have.
 
     torchrun --standalone --nproc-per-node=2 examples/seqrec_dataloader.py --out DIR \\
-        --steps N --seed S [--balance] [--priority-overlap] && fsobs analyze DIR
+        --steps N --seed S [--balance [--balance-method kk|lpt|random]
+        [--balance-counts equal|unequal] [--balance-window K]] [--priority-overlap]
+    fsobs analyze DIR
 
 The loop is the common shape: a map-style dataset of user histories, a per-rank
 ``DataLoader``, torchrec's ``EmbeddingCollection`` (row-wise sharded) at the model's input,
@@ -15,9 +17,11 @@ The lines marked ``# FreeScale`` are all that FreeScale takes; ``--plain`` runs 
 without them (``DistributedSampler``, each rank's own token mean, torchrec's pipeline). With
 FreeScale the sampler deals each global batch by cost (``--balance``) and the batch carries its
 loss weight, so every step's averaged gradient is the global batch's token mean whatever the
-split; ``--priority-overlap`` is torchrec's PEC on the item table. The lines marked ``# fsobs``
-write the run (``fsobs.collect.RunRecorder``: a trace, a step sidecar, ``run.json``) for
-``fsobs analyze`` / ``compare``; ``--out`` is required.
+split (with ``--balance-counts unequal`` the ranks' counts differ too; with ``--balance-window
+K`` the sampler deals ``K`` global batches into ``K`` steps and each step's weight is for its
+own samples and tokens); ``--priority-overlap`` is torchrec's PEC on the item table. The
+lines marked ``# fsobs`` write the run (``fsobs.collect.RunRecorder``: a trace, a step
+sidecar, ``run.json``) for ``fsobs analyze`` / ``compare``; ``--out`` is required.
 """
 
 from __future__ import annotations
@@ -280,7 +284,12 @@ def _global_mean(out: dict[str, torch.Tensor], group: dist.ProcessGroup) -> floa
 def toggles(args: argparse.Namespace) -> optim.FreeScaleConfig:
     """FreeScale's toggles from the command line (the rest at their defaults)."""
     return optim.FreeScaleConfig(
-        balance=optim.BalanceConfig(enabled=args.balance),
+        balance=optim.BalanceConfig(
+            enabled=args.balance,
+            method=args.balance_method,
+            counts=args.balance_counts,
+            window=args.balance_window,
+        ),
         priority_overlap=optim.PriorityConfig(
             enabled=args.priority_overlap, dense_order=args.dense_order
         ),
@@ -294,6 +303,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=32, help="samples per rank and step")
     p.add_argument("--balance", action="store_true")
+    p.add_argument("--balance-method", default="kk", choices=optim.balance.METHODS)
+    p.add_argument("--balance-counts", choices=optim.plan.COUNTS, help="default: the method's")
+    p.add_argument("--balance-window", type=int, default=1, help="global batches planned together")
     p.add_argument("--priority-overlap", action="store_true")
     p.add_argument("--dense-order", default="auto", choices=optim.config.DENSE_ORDERS)
     p.add_argument("--plain", action="store_true", help="plain torchrec: no FreeScale")

@@ -233,9 +233,9 @@ class FreeScale:
     def split(self, step: int, lengths: np.ndarray) -> StepShare:
         """Plan mode: this rank's part of a global batch whose samples have ``lengths`` (the
         same array on every rank). Toggle off: the contiguous random-split share."""
-        if self._window > 1:
+        if self.window > 1:
             raise ValueError(
-                f"balance.window: {self._window} plans steps together; use split_window"
+                f"balance.window: {self.window} plans steps together; use split_window"
             )
         groups = self.groups
         world, rank = self.world_size, self.rank
@@ -250,18 +250,17 @@ class FreeScale:
     def split_window(self, first_step: int, lengths: Sequence[np.ndarray]) -> list[StepShare]:
         """Plan mode with a window (``BalanceConfig(window=K)``): this rank's part of each step
         ``first_step, first_step + 1, ...`` of a window whose global batches have ``lengths``
-        (one array each, the same on every rank; ``K`` of them, fewer at an epoch's end).
-        Positions are into the window (the batches concatenated); each share's loss scale is
-        for its own step's sample count."""
-        if not self._window > 1:
+        (one array each, the same on every rank; :attr:`window` of them, fewer at an epoch's
+        end). Positions are into the window (the batches concatenated); each share's loss scale
+        is for its own step's sample count. A window of 1 (the toggle off, or ``window=1``) is
+        :meth:`split` of its one global batch, so that a loop can call this alone."""
+        if not 1 <= len(lengths) <= self.window:
             raise ValueError(
-                "balance.window: split_window needs the balance toggle with window > 1"
-            )
-        if not 1 <= len(lengths) <= self._window:
-            raise ValueError(
-                f"lengths: a window of {self._window} takes 1..{self._window} global batches, "
+                f"lengths: a window of {self.window} takes 1..{self.window} global batches, "
                 f"got {len(lengths)}"
             )
+        if self.window == 1:
+            return [self.split(first_step, np.asarray(lengths[0]))]
         world, rank = self.world_size, self.rank
         with record_function(BALANCE_MARKER):
             plans = plan_window([self.costs(np.asarray(b)) for b in lengths], world)
@@ -277,7 +276,8 @@ class FreeScale:
         return shares
 
     @property
-    def _window(self) -> int:
+    def window(self) -> int:
+        """Global batches planned together: ``balance.window`` with the toggle on, else 1."""
         balance = self.config.balance
         return balance.window if balance.enabled else 1
 

@@ -19,10 +19,11 @@ loudly instead of training on duplicated or dropped samples.
 A window (``BalanceConfig(window=K)``, plan mode) plans ``K`` global batches at once with
 :func:`plan_window` (:mod:`optim.window`): one plan per step, positions into the window.
 
-With unequal counts (``method="lpt"``) each rank scales its mean loss by :func:`loss_scale`, so
-that the all-reduced (averaged) gradient is the gradient of the global mean loss. ``lpt`` also
-plans a global batch that is not a multiple of the world size (so does the toggle off: the random
-split's chunks then differ by one sample); the equal-count methods ``kk`` and ``random`` raise.
+With unequal counts (``BalanceConfig.counts``: ``lpt`` always, ``kk`` with
+``counts="unequal"``) each rank scales its mean loss by :func:`loss_scale`, so that the
+all-reduced (averaged) gradient is the gradient of the global mean loss. Unequal counts also
+plan a global batch that is not a multiple of the world size (so does the toggle off: the random
+split's chunks then differ by one sample); equal counts raise.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from optim.balance import METHODS, imbalance, partition
 from optim.window import deal_window
 
 __all__ = [
+    "COUNTS",
     "MODES",
     "BalanceConfig",
     "StepPlan",
@@ -47,6 +49,9 @@ __all__ = [
 ]
 
 MODES: tuple[str, ...] = ("plan", "shuffle")
+COUNTS: tuple[str, ...] = ("equal", "unequal")
+_COUNTS_OF: dict[str, tuple[str, ...]] = {"kk": COUNTS, "lpt": ("unequal",), "random": ("equal",)}
+"""The counts each method plans with; the first is its default."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -55,35 +60,49 @@ class BalanceConfig:
 
     enabled: bool = False
     method: str = "kk"
-    """``kk`` (equal counts, default), ``lpt`` (unequal counts, loss rescaled) or ``random``."""
+    """``kk`` (Karmarkar-Karp, default), ``lpt`` (greedy, unequal counts) or ``random``."""
+    counts: str | None = None
+    """Samples per rank: ``equal`` (every rank ``N / W``) or ``unequal`` (any count, each
+    rank's loss rescaled: :func:`loss_scale`). None: the method's own, ``equal`` for ``kk``
+    and ``random``, ``unequal`` for ``lpt``; ``kk`` takes either, ``lpt`` only ``unequal``,
+    ``random`` only ``equal``. Set to the resolved value when the config is made."""
     mode: str = "plan"
     """``plan`` (lengths known up front) or ``shuffle`` (exchange after loading)."""
     check_every: int = 10
     """All-gather and compare the plan digest every this many steps (and at step 0); 0: never."""
     window: int = 1
     """Steps planned together (:mod:`optim.window`): 1 plans each global batch alone; ``K > 1``
-    deals the samples of ``K`` consecutive global batches into ``K`` steps (``method="lpt"``:
-    counts differ per rank and per step; ``mode="plan"``)."""
+    deals the samples of ``K`` consecutive global batches into ``K`` steps (counts differ per
+    rank and per step: ``counts="unequal"``, and ``mode="plan"``; the deal is the same for
+    ``kk`` and ``lpt``)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method: unknown {self.method!r}, expected one of {list(METHODS)}")
+        allowed = _COUNTS_OF[self.method]
+        if self.counts is None:
+            object.__setattr__(self, "counts", allowed[0])
+        elif self.counts not in allowed:
+            raise ValueError(
+                f"counts: method {self.method!r} plans with {list(allowed)} counts, "
+                f"got {self.counts!r}"
+            )
         if self.mode not in MODES:
             raise ValueError(f"mode: unknown {self.mode!r}, expected one of {list(MODES)}")
         if self.check_every < 0:
             raise ValueError(f"check_every: must be >= 0, got {self.check_every}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"window: must be an int >= 1, got {self.window!r}")
-        if self.window > 1 and (self.method != "lpt" or self.mode != "plan"):
+        if self.window > 1 and (self.counts != "unequal" or self.mode != "plan"):
             raise ValueError(
-                f"window: {self.window} needs method 'lpt' (counts differ per step) and mode "
-                f"'plan', got method {self.method!r}, mode {self.mode!r}"
+                f"window: {self.window} needs counts 'unequal' (counts differ per step) and mode "
+                f"'plan', got counts {self.counts!r}, mode {self.mode!r}"
             )
 
     @property
     def equal_size(self) -> bool:
-        """Whether every rank gets the same number of samples (all methods but ``lpt``)."""
-        return self.method != "lpt"
+        """Whether every rank gets the same number of samples (:attr:`counts`)."""
+        return self.counts == "equal"
 
     def checks_at(self, step: int) -> bool:
         """Whether the plan digest is compared across ranks at ``step``."""
@@ -167,8 +186,8 @@ def loss_scale(num_local: int, num_global: int, world_size: int) -> float:
 
         (1/W) Σ_r s_r · (1/n_r) Σ_{i∈r} ∇l_i  =  (1/N) Σ_i ∇l_i   with  s_r = W·n_r/N
 
-    Equal counts (the toggle off, ``kk``, ``random``) get exactly 1.0 without arithmetic, so the
-    baseline never depends on the formula that only unequal counts (``lpt``) need.
+    Equal counts (the toggle off, ``counts="equal"``) get exactly 1.0 without arithmetic, so the
+    baseline never depends on the formula that only unequal counts need.
     """
     if num_global <= 0 or world_size <= 0 or num_local < 0:
         raise ValueError(

@@ -31,7 +31,8 @@ tokens per step varies, and each share's :class:`BatchShare` carries its step's 
 so that ``loss_weight`` makes each step's gradient the mean over its own samples. Every sample
 is still served exactly once per epoch, at most ``K - 1`` steps from its global batch.
 
-It is a *batch* sampler (``DataLoader(batch_sampler=...)``): with ``lpt`` the shares of a step
+It is a *batch* sampler (``DataLoader(batch_sampler=...)``): with unequal counts
+(``BalanceConfig.counts``: ``lpt``, or ``kk`` with ``counts="unequal"``) the shares of a step
 differ in size, so no per-sample sampler with a fixed ``batch_size`` can yield them. Every rank
 yields one batch per global batch, so the ranks never disagree on the number of steps.
 
@@ -40,11 +41,12 @@ samples of the epoch's order are not served: the samples that ``DistributedSampl
 ``DataLoader``, both with ``drop_last=True``, leave out. Without it, where ``DistributedSampler``
 pads its last batches by repeating samples from the start of the order, these samples form a
 smaller last global batch, planned and split like the others: every sample exactly once per
-epoch, none twice. A method with equal counts (``kk``, ``random``) cannot split that batch when
-``world_size`` does not divide it; it is then split like the toggle off (contiguous chunks
-whose sizes differ by at most one, unbalanced). When it has fewer samples than ranks, some ranks
-get an empty share for that step (their loss is 0 with :func:`optim.weights.loss_weight`; take
-``drop_last=True`` for a model that cannot run an empty batch).
+epoch, none twice. Equal counts (``counts="equal"``: ``kk``'s default, ``random``) cannot
+split that batch when ``world_size`` does not divide it; it is then split like the toggle off
+(contiguous chunks whose sizes differ by at most one, unbalanced). When it has fewer samples
+than ranks, some ranks get an empty share for that step (their loss is 0 with
+:func:`optim.weights.loss_weight`; take ``drop_last=True`` for a model that cannot run an
+empty batch).
 
 The share travels *with* its batch, not by step number: torchrec's pipelines fetch batches
 ahead of the step they train. The sampler yields each batch's indices as a :class:`ShareList`

@@ -41,6 +41,8 @@ ALLOWED_OPTIONS = frozenset(
         "--balance",
         "--balance-method",
         "--balance-mode",
+        "--balance-counts",
+        "--balance-window",
         "--cost-model",
         "--priority-overlap",
         "--dense-order",
@@ -95,6 +97,8 @@ def test_run_json_workload_is_unchanged():
         "balance": False,
         "balance_method": "kk",
         "balance_mode": "plan",
+        "balance_counts": "equal",
+        "balance_window": 1,
         "cost_model": "analytic",
         "save_params": False,
         "optimizer": "adagrad",
@@ -131,6 +135,10 @@ def test_run_builds_the_balance_toggle(tmp_path, monkeypatch):
     job = _job("--balance", "--balance-method", "lpt", "--balance-mode", "shuffle")
     assert job.freescale.balance == BalanceConfig(enabled=True, method="lpt", mode="shuffle")
     assert _job("--balance", "--cost-model", "cost.json").cost_model == cost.resolve()
+    unequal = _job("--balance", "--balance-counts", "unequal", "--balance-window", "2")
+    assert unequal.freescale.balance == BalanceConfig(enabled=True, counts="unequal", window=2)
+    assert unequal.workload()["balance_counts"] == "unequal"
+    assert unequal.workload()["balance_window"] == 2
 
 
 def test_run_builds_the_overlap_toggle():
@@ -147,6 +155,10 @@ def test_run_builds_the_overlap_toggle():
         (["--cost-model", "bad.json"], "bad cost model: "),
         (["--balance-method", "lpt"], "--balance-method needs --balance"),
         (["--balance-mode", "shuffle"], "--balance-mode needs --balance"),
+        (["--balance-counts", "unequal"], "--balance-counts needs --balance"),
+        (["--balance-window", "2"], "--balance-window needs --balance"),
+        (["--balance", "--balance-window", "2"], "window: 2 needs counts 'unequal'"),
+        (["--balance", "--balance-method", "lpt", "--balance-counts", "equal"], "counts: "),
         (["--steps", "2"], "steps: must be > wait + warmup (2)"),
         (["--preset", "zipf"], "preset: unknown 'zipf'"),
         (["--batch-size", "0"], "batch_size: must be >= 1"),

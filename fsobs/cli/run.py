@@ -18,7 +18,7 @@ from fsobs.runformat.names import is_trace_name
 from fsobs.workload.config import MODEL_PRESETS, JobConfig, ModelSpec, data_config_for, job_profiler
 from optim.balance import METHODS
 from optim.config import DENSE_ORDERS, FreeScaleConfig, PriorityConfig, SMFreeConfig
-from optim.plan import MODES, BalanceConfig
+from optim.plan import COUNTS, MODES, BalanceConfig
 from optim.sync_gc import SyncGCConfig
 
 DEFAULT = JobConfig()
@@ -68,6 +68,19 @@ def add_run(commands: Commands) -> None:
         choices=MODES,
         help="plan: every rank plans from the lengths; shuffle: all-gather the costs and "
         "exchange samples (default: plan)",
+    )
+    cmd.add_argument(
+        "--balance-counts",
+        choices=COUNTS,
+        help="samples per rank: equal, or unequal with each rank's loss rescaled (default: "
+        "the method's own: equal for kk, unequal for lpt)",
+    )
+    cmd.add_argument(
+        "--balance-window",
+        type=int,
+        metavar="K",
+        help="deal the samples of K consecutive global batches into K steps (needs unequal "
+        "counts and plan mode; default 1: each global batch alone)",
     )
     cmd.add_argument(
         "--cost-model", metavar="FILE", help="cost model JSON for --balance (fsobs fit-cost)"
@@ -125,6 +138,8 @@ def job_config(args: argparse.Namespace) -> JobConfig:
     for flag, value in (
         ("--balance-method", args.balance_method),
         ("--balance-mode", args.balance_mode),
+        ("--balance-counts", args.balance_counts),
+        ("--balance-window", args.balance_window),
     ):
         if value is not None and not args.balance:
             raise FsobsError(f"{flag} needs --balance")
@@ -162,6 +177,8 @@ def _freescale(args: argparse.Namespace) -> FreeScaleConfig:
             enabled=args.balance,
             method=args.balance_method or balance.method,
             mode=args.balance_mode or balance.mode,
+            counts=args.balance_counts,
+            window=balance.window if args.balance_window is None else args.balance_window,
         ),
         priority_overlap=PriorityConfig(
             enabled=args.priority_overlap, dense_order=args.dense_order or overlap.dense_order

@@ -4,6 +4,7 @@ One JSON object per line, a :class:`StepRecord`::
 
     {"step": 12, "num_samples": 64, "seq_lengths": [310, 17, ...],   # or the three sums below
      "len_sum": 20480, "len_sq_sum": 9123456, "len_max": 4096,
+     "sample_ids": [81723, 402, ...],        # the dataset indices trained, as seq_lengths
      "est_cost": 1.84e7,                     # cost-model estimate of the rank's compute
      "wall_start_ns": 1790..., "wall_end_ns": 1790...,
      "loss": 0.69,                           # the step's training loss on this rank
@@ -13,7 +14,10 @@ One JSON object per line, a :class:`StepRecord`::
      "cpu_ms": 171.3, "nivcsw": 12}          # training thread's CPU time, preemptions
 
 ``seq_lengths`` is replaced by ``len_sum``/``len_sq_sum``/``len_max`` when a step has more than
-:data:`MAX_LISTED_LENGTHS` samples; everything after ``wall_end_ns`` is optional. The balance
+:data:`MAX_LISTED_LENGTHS` samples, and ``sample_ids`` (optional: the dataset index of each
+sample, in the order of ``seq_lengths``; what makes "every sample trained exactly once" checkable
+from a run, with a balance window too) is then left out; everything after ``wall_end_ns`` is
+optional. The balance
 fields are the same on every rank of a step: max / mean estimated cost over the ranks for the
 random split and for the split used, and a digest of the step's global batch (equal digests:
 the same samples). The pause fields are this rank's (:mod:`fsobs.collect.pauses`).
@@ -78,12 +82,13 @@ COLUMNS = (
     "cpu_ms",
     "nivcsw",
     "seq_lengths",
+    "sample_ids",
     "id_overlap",
 )
 """The columns of :func:`read_sidecars`: the record's numbers (NaN where a record lacks an
 optional one), ``wall_ms`` (``wall_end_ns - wall_start_ns``), ``seq_lengths`` (an int64
-array, None where the record has only the sums) and ``id_overlap`` (a dict table -> share,
-None where the record has none)."""
+array, None where the record has only the sums), ``sample_ids`` (likewise, None where the
+record has none) and ``id_overlap`` (a dict table -> share, None where the record has none)."""
 _OPTIONAL_FLOATS = ("est_cost", "loss", "imbalance_before", "imbalance_after")
 _PAUSES = ("gc_count", "gc_max_gen", "gc_ms", "cpu_ms", "nivcsw")
 """The pause fields, in the order a line writes them."""
@@ -102,6 +107,8 @@ class StepRecord:
     len_sum: int
     len_sq_sum: int
     len_max: int
+    sample_ids: tuple[int, ...] | None = None
+    """The dataset index of each sample (the order of ``seq_lengths``); None when not known."""
     est_cost: float | None
     """The cost model's estimate of this rank's compute."""
     wall_start_ns: int | None
@@ -135,8 +142,9 @@ class StepRecord:
         **optional: Any,
     ) -> StepRecord:
         """A record from the step's per-sample ``lengths`` (any integer sequence, a numpy array
-        or a 1-D tensor too); ``optional``: ``loss``, the balance fields, ``id_overlap`` (any
-        mapping of table -> share) and the pause fields."""
+        or a 1-D tensor too); ``optional``: ``sample_ids`` (the same kinds of sequence),
+        ``loss``, the balance fields, ``id_overlap`` (any mapping of table -> share) and the
+        pause fields."""
         values = _lengths(lengths)
         extra: dict[str, Any] = {k: _number(k, v) for k, v in optional.items()}
         return cls(
@@ -153,10 +161,13 @@ class StepRecord:
     def to_json(self) -> dict[str, Any]:
         """The line's object, keys in the order of the module docstring."""
         out: dict[str, Any] = {"step": self.step, "num_samples": self.num_samples}
-        if self.seq_lengths is not None and self.num_samples <= MAX_LISTED_LENGTHS:
+        listed = self.num_samples <= MAX_LISTED_LENGTHS
+        if self.seq_lengths is not None and listed:
             out["seq_lengths"] = list(self.seq_lengths)
         else:
             out.update(len_sum=self.len_sum, len_sq_sum=self.len_sq_sum, len_max=self.len_max)
+        if self.sample_ids is not None and listed:
+            out["sample_ids"] = list(self.sample_ids)
         out.update(
             est_cost=self.est_cost, wall_start_ns=self.wall_start_ns, wall_end_ns=self.wall_end_ns
         )
@@ -194,6 +205,11 @@ class StepRecord:
         if "step" not in record:
             raise ValueError("step is missing")
         fields = {k: v for k, v in record.items() if k not in ("seq_lengths", "num_samples", *sums)}
+        if "sample_ids" in fields:
+            ids = fields["sample_ids"]
+            if not isinstance(ids, list):
+                raise ValueError(f"sample_ids must be a list, got {_kind(ids)}")
+            fields["sample_ids"] = tuple(_lengths(ids, "sample_ids"))
         return cls(
             **{**dict.fromkeys(("est_cost", "wall_start_ns", "wall_end_ns")), **fields},
             num_samples=num_samples,
@@ -219,6 +235,8 @@ class StepRecord:
         row["wall_ms"] = (end - start) / 1e6 if start is not None and end is not None else None
         lengths = self.seq_lengths
         row["seq_lengths"] = None if lengths is None else np.asarray(lengths, dtype=np.int64)
+        ids = self.sample_ids
+        row["sample_ids"] = None if ids is None else np.asarray(ids, dtype=np.int64)
         row["id_overlap"] = None if self.id_overlap is None else dict(self.id_overlap)
         return row
 
@@ -246,10 +264,10 @@ def _sums(values: list[int]) -> dict[str, Any]:
 def _check_record(r: StepRecord) -> None:
     for name in ("step", "num_samples", "len_sum", "len_sq_sum", "len_max"):
         _non_negative_int(getattr(r, name), name)
-    if r.seq_lengths is not None and len(r.seq_lengths) != r.num_samples:
-        raise ValueError(
-            f"num_samples {r.num_samples} but seq_lengths lists {len(r.seq_lengths)} samples"
-        )
+    for name in ("seq_lengths", "sample_ids"):
+        listed = getattr(r, name)
+        if listed is not None and len(listed) != r.num_samples:
+            raise ValueError(f"num_samples {r.num_samples} but {name} lists {len(listed)} samples")
     for name in ("wall_start_ns", "wall_end_ns"):
         if getattr(r, name) is not None:
             _non_negative_int(getattr(r, name), name)
@@ -480,6 +498,8 @@ def _number(name: str, value: object) -> object:
     counts as int, the digest as it is."""
     if value is None or name == "batch_digest":
         return value
+    if name == "sample_ids":
+        return tuple(_lengths(cast(Sequence[int], value), "sample_ids"))
     if name == "id_overlap":  # numpy shares as float; anything else is left to the checks
         if not isinstance(value, Mapping):
             return value
@@ -494,8 +514,9 @@ def _number(name: str, value: object) -> object:
     return value if isinstance(value, bool) else float(cast(SupportsFloat, value))
 
 
-def _lengths(lengths: Sequence[int] | np.ndarray) -> list[int]:
+def _lengths(lengths: Sequence[int] | np.ndarray, name: str = "seq lengths") -> list[int]:
+    """``lengths`` (a sequence, array or tensor of integers >= 0) as a list of ints."""
     raw = lengths.tolist() if hasattr(lengths, "tolist") else list(lengths)
     if not isinstance(raw, list):  # a 0-d array or tensor
-        raise ValueError(f"seq lengths must be a 1-D sequence, got {lengths!r}")
-    return [_non_negative_int(v, "seq length") for v in raw]
+        raise ValueError(f"{name} must be a 1-D sequence, got {lengths!r}")
+    return [_non_negative_int(v, name) for v in raw]

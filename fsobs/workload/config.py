@@ -293,6 +293,8 @@ class JobConfig:
             "balance": fs.balance.enabled,
             "balance_method": fs.balance.method,
             "balance_mode": fs.balance.mode,
+            "balance_counts": fs.balance.counts,
+            "balance_window": fs.balance.window,
             "cost_model": str(self.cost_model) if self.cost_model else "analytic",
             "save_params": self.save_params,
             "optimizer": self.optimizer,

@@ -9,14 +9,23 @@ rank's random-split share, as a loader that learns lengths only after loading wo
 ``FreeScale.exchange`` balance it (samples packed with ``pack_sample``).
 
 Either way the rank's samples are in global-batch position order, so both modes train on the
-same batches, and with ``lpt`` (unequal counts) each batch carries its loss scale. Each step's
-input is prepared under ``## fsobs:data ##``: a data-loader range for the CPU bubble classes.
+same batches, and with unequal counts (``lpt``, or ``kk`` with ``counts="unequal"``) each batch
+carries its loss scale. Each step's input is prepared under ``## fsobs:data ##``: a data-loader
+range for the CPU bubble classes.
+
+With a balance window (``BalanceConfig(window=K)``, plan mode) the global batches are taken
+``K`` at a time and ``FreeScale.split_window`` deals their samples into those ``K`` steps: a
+step trains samples of any of the window's batches, the number per step and per rank varies,
+and each share's loss scale is for its own step's count (each step's gradient is the mean over
+its own samples). The windows are planned when :class:`StepInputs` is made (every rank at the
+same point: the plan check communicates), because the ID overlap below needs each step's
+samples; a step's ``batch_digest`` is then the digest of the samples it trained.
 
 Each step also carries, per embedding table, the share of its global batch's ID occurrences
 that the previous global batch had (:mod:`fsobs.workload.overlap`, the sidecar's
-``id_overlap``), whatever the toggles. It needs every rank's samples, which a rank does not
-otherwise build, so :class:`StepInputs` computes it for all steps when it is made (before the
-profiled loop), not inside a step.
+``id_overlap``), whatever the toggles (with a window: of the samples each step trains). It
+needs every rank's samples, which a rank does not otherwise build, so :class:`StepInputs`
+computes it for all steps when it is made (before the profiled loop), not inside a step.
 """
 
 from __future__ import annotations
@@ -54,6 +63,8 @@ class StepInput:
     imbalance_before: float
     imbalance_after: float
     batch_digest: str
+    """:func:`optim.plan.batch_digest` of the samples the step trains over all ranks (its
+    global batch, or with a window the step's own samples)."""
     loss_scale: float
     id_overlap: dict[str, float] | None = None
     """Per embedding table, the share of the global batch's ID occurrences that the previous
@@ -70,28 +81,52 @@ class StepInputs:
         self.data, self.batches, self.fs = data, batches, freescale
         balance = freescale.config.balance
         self._shuffle = balance.enabled and balance.mode == "shuffle"
-        self.id_overlap = global_batch_overlaps(data, batches, {**EBC_TABLES, **EC_TABLES})
+        window = freescale.window
+        self._windowed = self._plan_windows(window) if window > 1 else None
+        trained = batches if self._windowed is None else [w[0] for w in self._windowed]
+        self.id_overlap = global_batch_overlaps(data, trained, {**EBC_TABLES, **EC_TABLES})
         """Per step, :attr:`StepInput.id_overlap`."""
 
     def __iter__(self) -> Iterator[tuple[Batch, StepInput]]:
         for step, global_batch in enumerate(self.batches):
             with record_function(DATA_MARKER):
-                samples, share = self._share(step, global_batch)
-                item = self._emit(step, global_batch, samples, share)
+                trained, samples, share = self._share(step, global_batch)
+                item = self._emit(step, trained, samples, share)
             yield item
 
-    def _share(self, step: int, global_batch: np.ndarray) -> tuple[list[Sample], StepShare]:
+    def _plan_windows(self, window: int) -> list[tuple[np.ndarray, np.ndarray, StepShare]]:
+        """Per step: the samples it trains over all ranks (in window order), this rank's, and
+        its share; the global batches ``window`` at a time (the last window may be shorter)."""
+        out = []
+        for first in range(0, len(self.batches), window):
+            batches = self.batches[first : first + window]
+            ids = np.concatenate(batches)
+            lengths = [self.data.lengths[b] for b in batches]
+            for share in self.fs.split_window(first, lengths):
+                assert share.plan is not None  # plan mode plans every step
+                trained = np.sort(np.concatenate(share.plan.parts))
+                out.append((ids[trained], ids[share.positions], share))
+        return out
+
+    def _share(
+        self, step: int, global_batch: np.ndarray
+    ) -> tuple[np.ndarray, list[Sample], StepShare]:
+        """The step's samples over all ranks, this rank's samples and its share."""
+        if self._windowed is not None:
+            trained, mine, share = self._windowed[step]
+            return trained, [self.data.sample(int(i)) for i in mine], share
         if not self._shuffle:
             share = self.fs.split(step, self.data.lengths[global_batch])
-            return [self.data.sample(int(i)) for i in global_batch[share.positions]], share
+            samples = [self.data.sample(int(i)) for i in global_batch[share.positions]]
+            return global_batch, samples, share
         mine = random_split(global_batch, self.fs.world_size, self.fs.rank)
         samples = [self.data.sample(int(i)) for i in mine]
         lengths = np.array([s.length for s in samples], dtype=np.int64)
         rows, share = self.fs.exchange(step, [pack_sample(s) for s in samples], lengths)
-        return [unpack_sample(r) for r in rows], share
+        return global_batch, [unpack_sample(r) for r in rows], share
 
     def _emit(
-        self, step: int, global_batch: np.ndarray, samples: list[Sample], share: StepShare
+        self, step: int, trained: np.ndarray, samples: list[Sample], share: StepShare
     ) -> tuple[Batch, StepInput]:
         lengths = np.array([s.length for s in samples], dtype=np.int64)
         plan = share.plan
@@ -103,7 +138,7 @@ class StepInputs:
             est_cost=float(self.fs.costs(lengths).sum()),
             imbalance_before=plan.imbalance_before,
             imbalance_after=plan.imbalance_after,
-            batch_digest=batch_digest(global_batch),
+            batch_digest=batch_digest(trained),
             loss_scale=share.loss_scale,
             id_overlap=self.id_overlap[step],
         )

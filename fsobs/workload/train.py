@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -77,10 +78,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         dist.destroy_process_group()
 
 
-def train(job: JobConfig, out: Path, device: torch.device) -> None:
+def train(
+    job: JobConfig,
+    out: Path,
+    device: torch.device,
+    batches: Sequence[np.ndarray] | None = None,
+) -> None:
     """Run the job on this rank (the process group is initialized), writing the run into
     ``out``. Every FreeScale toggle goes through the optimizer API (``optim.FreeScale``), as in
-    any user's loop."""
+    any user's loop. ``batches``: the global batches to train, one array of sample indices per
+    step (any sizes; the same on every rank); None: the job's own (``global_batches``)."""
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(job.seed)
     model_cfg = job.model.config()
@@ -91,9 +98,11 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
             raise FileExistsError(f"{out / RUN_JSON}: the folder holds a run already")
         write_run_json(out, _meta(job, out, world_size, device, [], "incomplete", "running", fs))
     fs.setup()
-    inputs = StepInputs(
-        data, global_batches(len(data), job.batch_size * world_size, job.steps, job.seed), fs
-    )
+    if batches is None:
+        batches = global_batches(len(data), job.batch_size * world_size, job.steps, job.seed)
+    if len(batches) != job.steps:
+        raise ValueError(f"batches: {len(batches)} global batches for {job.steps} steps")
+    inputs = StepInputs(data, batches, fs)
     model = fs.prepare(SeqRecModel(model_cfg, device="meta"), table_constraints())
     dmp_kwargs = fs.dmp_kwargs(bucket_cap_mb=job.ddp_bucket_mb)
     dmp = wrap_model(
@@ -102,7 +111,7 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
     optimizer = build_optimizer(dmp, optimizer=job.optimizer)
     pipeline = fs.pipeline(dmp, optimizer, device)
     made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
-    batches = _recorded(iter(inputs), made)
+    fed = _recorded(iter(inputs), made)
     fail, how = _fault(rank)
     with (
         fs,
@@ -115,7 +124,7 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
                 _die(how)
             monitor.begin()
             start = time.time_ns()
-            logits = pipeline.progress(batches)  # trains batch ``step``, returns its logits
+            logits = pipeline.progress(fed)  # trains batch ``step``, returns its logits
             end = time.time_ns()
             pauses = monitor.end().fields() if job.profiler.enabled else {}
             batch, info = made[step]
@@ -126,6 +135,7 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
                 info.est_cost,
                 start,
                 end,
+                sample_ids=info.sample_ids,
                 loss=float(loss),
                 imbalance_before=info.imbalance_before,
                 imbalance_after=info.imbalance_after,

@@ -7,11 +7,13 @@ the global mean loss of each step and ``FreeScale.status()``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fsobs import load_run
@@ -94,3 +96,48 @@ def test_balance_and_sync_gc_train_the_same_batches_and_sm_free_says_why_not(tmp
     # the cost the example logs is its cost model's, c(L) = 20 + L, summed over the samples
     expected = 20.0 * side["num_samples"] + side["len_sum"]
     assert side["est_cost"].tolist() == expected.tolist()
+
+
+def _global_lengths(batch_size: int = 32) -> list[list[int]]:
+    """The sorted lengths of each step's global batch, from the example's own dataset and
+    order (its ``dataset``; the order is ``default_rng(1).permutation``, cut into batches)."""
+    spec = importlib.util.spec_from_file_location("dlrm_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lengths = module.dataset(100_000, seed=0)["lengths"]
+    order = np.random.default_rng(1).permutation(len(lengths))
+    size = 2 * batch_size
+    return [sorted(lengths[order[s * size : (s + 1) * size]].tolist()) for s in range(STEPS)]
+
+
+def _trained_lengths(run_dir: Path) -> list[list[int]]:
+    """Per step, the sorted lengths that both ranks trained (the recorder's sidecars)."""
+    side = load_run(run_dir).sidecar
+    assert side is not None
+    return [
+        sorted(n for lengths in rows["seq_lengths"] for n in lengths)
+        for _, rows in side.sort_values("step").groupby("step")
+    ]
+
+
+def test_unequal_counts_train_each_global_batch_once_like_plain_torchrec(tmp_path, plain):
+    """kk with unequal counts: each rank's loss scaled by W·n_r/N, so the same training as
+    plain torchrec up to float reordering; a window of 2 (lpt) trains every sample of each
+    pair of global batches once, in steps of other sizes."""
+    run_dir = tmp_path / "unequal"
+    out = _run(tmp_path, "unequal", "--balance", "--balance-counts=unequal", f"--run-dir={run_dir}")
+    assert out["losses"] == pytest.approx(plain, abs=1e-6)
+    side = load_run(run_dir).sidecar
+    assert side is not None and set(side["num_samples"]) != {32}  # unequal counts
+    assert _trained_lengths(run_dir) == _global_lengths()
+
+    window_dir = tmp_path / "window"
+    flags = ("--balance", "--balance-method=lpt", "--balance-window=2", f"--run-dir={window_dir}")
+    assert _run(tmp_path, "window", *flags)["toggles"]["balance"]["applied"]
+    trained, batches = _trained_lengths(window_dir), _global_lengths()
+    for first in range(0, STEPS, 2):
+        assert sorted(trained[first] + trained[first + 1]) == sorted(
+            batches[first] + batches[first + 1]
+        )
+    assert {len(t) for t in trained} != {64}  # steps of other sizes than the global batch

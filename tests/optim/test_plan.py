@@ -84,6 +84,36 @@ def test_loss_scale_makes_the_averaged_gradient_the_global_mean():
         loss_scale(1, 0, 2)
 
 
+def test_kk_with_unequal_counts():
+    """Costs 9 1 1 1 on 2 ranks. Equal counts: the 9 shares its rank with a 1: loads 10 and 2.
+    Unequal counts: the only split whose heavier rank costs 9 is the 9 alone, against the three
+    1s (loads 9 and 3); each rank's mean loss is scaled by 2·n_r/4: 0.5 and 1.5."""
+    costs = np.array([9.0, 1.0, 1.0, 1.0])
+    equal = StepPlan.make(costs, 2, BalanceConfig(enabled=True))
+    assert sorted(float(costs[p].sum()) for p in equal.parts) == [2.0, 10.0]
+    config = BalanceConfig(enabled=True, counts="unequal")
+    assert config.method == "kk" and not config.equal_size
+    plan = StepPlan.make(costs, 2, config)
+    assert [p.tolist() for p in plan.parts] == [[0], [1, 2, 3]]
+    assert plan.imbalance_after == pytest.approx(9 / 6)
+    assert [loss_scale(p.size, 4, 2) for p in plan.parts] == [0.5, 1.5]
+    odd = StepPlan.make(np.ones(5), 2, config)  # unequal counts take any batch size
+    assert sorted(p.size for p in odd.parts) == [2, 3]
+
+
+def test_counts_default_to_the_method_and_refuse_what_it_cannot_do():
+    assert BalanceConfig().counts == "equal"
+    assert BalanceConfig(method="lpt").counts == "unequal"
+    assert BalanceConfig(method="lpt") == BalanceConfig(method="lpt", counts="unequal")
+    assert BalanceConfig(method="random").counts == "equal"
+    for method, counts in (("lpt", "equal"), ("random", "unequal"), ("kk", "some")):
+        with pytest.raises(ValueError, match="counts"):
+            BalanceConfig(method=method, counts=counts)
+    assert BalanceConfig(enabled=True, counts="unequal", window=2).window == 2
+    with pytest.raises(ValueError, match="window: 2 needs counts 'unequal'"):
+        BalanceConfig(enabled=True, window=2)
+
+
 @pytest.mark.parametrize(
     ("field", "value"), [("method", "best"), ("mode", "stream"), ("check_every", -1)]
 )

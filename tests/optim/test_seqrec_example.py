@@ -63,6 +63,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "plain": _run(root, "plain", "--plain"),
         "off": _run(root, "off"),
         "balance": _run(root, "balance", "--balance"),
+        "unequal": _run(root, "unequal", "--balance", "--balance-counts=unequal"),
         "pec": _run(root, "pec", "--priority-overlap"),
     }
 
@@ -117,3 +118,15 @@ def test_balance_splits_by_cost(runs: dict[str, Path]) -> None:
         spread[name] = (per_step["max"] - per_step["min"]).tolist()
     assert all(b <= o for b, o in zip(spread["balance"], spread["off"], strict=True))
     assert sum(spread["balance"]) < sum(spread["off"])
+
+
+def test_unequal_counts_train_each_global_batch_once_to_the_same_model(
+    runs: dict[str, Path],
+) -> None:
+    """kk with unequal counts: the same global batches as the toggle off (every sample once),
+    other counts per rank, and the share's token-mean weight trains the same model (float
+    reordering aside)."""
+    assert _global_batches(runs["unequal"]) == _global_batches(runs["off"])
+    assert set(read_sidecars(runs["unequal"])["num_samples"]) != {8}
+    assert _losses(runs["unequal"]) == pytest.approx(_losses(runs["off"]), rel=1e-5)
+    assert read_run_json(runs["unequal"]).toggles["balance"].applied

@@ -269,3 +269,34 @@ def test_bad_id_overlap_is_refused_naming_the_field(tmp_path, value, wanted):
     assert info.value.field == "line 2"
     with pytest.raises(ValueError, match="id_overlap"):
         StepRecord.of(0, [1], 1.0, 0, 1, id_overlap=json.loads(value))
+
+
+def test_sample_ids_round_trip_beside_the_lengths_and_are_left_out_with_them(tmp_path):
+    """The dataset index of each sample, in the lengths' order; a step too large to list its
+    lengths lists no ids either; a record without ids reads back as None."""
+    large = 5000
+    with SidecarWriter(tmp_path, 0) as writer:
+        writer.write(StepRecord.of(0, [4, 2], 1.0, 0, 5, sample_ids=np.array([17, 3])))
+        writer.write(StepRecord.of(1, [1] * large, 1.0, 5, 9, sample_ids=range(large)))
+        writer.write(StepRecord.of(2, [5], 1.0, 9, 12))
+    raw = _lines(writer.path)
+    assert raw[0]["sample_ids"] == [17, 3] and raw[0]["seq_lengths"] == [4, 2]
+    assert "sample_ids" not in raw[1] and "seq_lengths" not in raw[1]
+    assert "sample_ids" not in raw[2]
+    again = StepRecord.from_json(raw[0])
+    assert again.sample_ids == (17, 3)
+    frame = read_sidecars(tmp_path)
+    assert frame["sample_ids"][0].tolist() == [17, 3]
+    assert frame["sample_ids"][1] is None and frame["sample_ids"][2] is None
+
+
+@pytest.mark.parametrize(
+    ("ids", "wanted"),
+    [([1], "num_samples 2 but sample_ids lists 1 samples"), ([1, -1], "sample_ids must be >= 0")],
+)
+def test_bad_sample_ids_are_refused(ids, wanted):
+    with pytest.raises(ValueError, match=wanted):
+        StepRecord.of(0, [3, 4], 1.0, 0, 1, sample_ids=ids)
+    line = {"step": 0, "seq_lengths": [3, 4], "sample_ids": ids}
+    with pytest.raises(ValueError, match=wanted):
+        StepRecord.from_json(line)

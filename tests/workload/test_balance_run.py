@@ -48,6 +48,7 @@ VARIANTS = {
     "kk_plan": ("--balance",),
     "kk_shuffle": ("--balance", "--balance-mode=shuffle"),
     "lpt_plan": ("--balance", "--balance-method=lpt", "--cost-model={cost}"),
+    "window": ("--balance", "--balance-counts=unequal", "--balance-window=2"),
 }
 COST = CostModel(c0=5000.0, a=40.0, b=2.0)
 """The lpt run balances with this model (as ``fsobs fit-cost`` would write it)."""
@@ -110,6 +111,7 @@ def test_every_sample_exactly_once_and_better_balanced(runs, variant):
         assert rows["len_sum"].sum() == want.sum()
         assert rows["len_sq_sum"].sum() == (want**2).sum()
         assert set(rows["batch_digest"]) == {batch_digest(batch)}
+        assert sorted(np.concatenate(rows["sample_ids"].tolist()).tolist()) == sorted(batch)
         costs = model(data.lengths[batch])  # the random split: contiguous halves
         assert rows["imbalance_before"].iloc[0] == pytest.approx(
             imbalance(costs, np.array_split(np.arange(len(batch)), WORLD)), rel=1e-12
@@ -160,7 +162,27 @@ def test_id_overlap_is_the_same_on_every_rank_whatever_the_toggles(runs):
     """It depends on the global batches only, which balancing does not change."""
     want = _sidecar(runs["baseline"]).groupby("step")["id_overlap"].first().tolist()
     assert want[0] is None and all(isinstance(s, dict) and len(s) == 4 for s in want[1:])
-    for variant in VARIANTS:
+    for variant in VARIANTS.keys() - {"window"}:  # a window's steps train other sets
         frame = _sidecar(runs[variant])
         for step, shares in frame.groupby("step")["id_overlap"]:
             assert shares.tolist() == [want[step]] * WORLD, (variant, step)
+
+
+def test_a_window_from_the_command_line_trains_each_window_once(runs):
+    """``fsobs run --balance --balance-counts=unequal --balance-window=2``: the job.json the
+    ranks read holds the window; the sidecars' sample ids of steps 2w and 2w+1 are global
+    batches 2w and 2w+1, each sample once; run.json says the counts and the window."""
+    data = SyntheticHistories(data_config_for(ModelConfig.preset("tiny"), num_samples=100_000))
+    batches = global_batches(len(data), WORLD * BATCH, STEPS, 0)
+    frame = _sidecar(runs["window"])
+    for first in range(0, STEPS, 2):
+        rows = frame[frame["step"].isin([first, first + 1])]
+        trained = np.concatenate(rows["sample_ids"].tolist())
+        assert sorted(trained.tolist()) == sorted(np.concatenate(batches[first : first + 2]))
+    for step, shares in frame.groupby("step")["id_overlap"]:  # of the step's own samples
+        assert shares.iloc[0] == shares.iloc[1] and (step == 0) == (shares.iloc[0] is None)
+    meta = json.loads((runs["window"] / "run.json").read_text())
+    workload = meta["workload"]
+    assert (workload["balance_counts"], workload["balance_window"]) == ("unequal", 2)
+    job = json.loads((runs["window"] / "job.json").read_text())
+    assert job["freescale"]["balance"]["window"] == 2
