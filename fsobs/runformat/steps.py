@@ -34,7 +34,8 @@ Lifecycle of one rank's file::
 A rank that is killed, or whose ``with`` block ends with an exception, leaves only the
 ``.partial`` file: every flushed line is whole except possibly the last. The reader ignores
 ``.partial`` files; :func:`fsobs.runformat.finalize_incomplete` publishes them after dropping a
-torn last line (:func:`recover_partial`), so what was written stays analyzable.
+torn last line (:func:`recover_partial`), so what was written stays analyzable. The reader
+takes a file line by line and refuses a line over 64 MiB (:mod:`fsobs.runformat.bounded`).
 """
 
 from __future__ import annotations
