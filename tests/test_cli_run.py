@@ -38,6 +38,7 @@ ALLOWED_OPTIONS = frozenset(
         "--item-popularity",
         "--threads-per-rank",
         "--no-profile",
+        "--profile-window",
         "--balance",
         "--balance-method",
         "--balance-mode",
@@ -127,6 +128,17 @@ def test_the_flags_build_the_job():
     assert not job.freescale.balance.enabled and not job.freescale.priority_overlap.enabled
 
 
+def test_profile_window_makes_windows_of_that_many_steps():
+    """20 steps in windows of 6: three cycles of a wait, a warm-up and 4 recorded steps (steps
+    2-5, 8-11, 14-17); steps 18 and 19 are not profiled."""
+    prof = _job("--profile-window", "6").profiler
+    assert (prof.wait, prof.warmup, prof.active, prof.repeat) == (1, 1, 4, 3)
+    assert prof.num_steps == 18 and not prof.record_shapes
+    workload = _job("--profile-window", "6").workload()
+    assert (workload["profile_active"], workload["profile_repeat"]) == (4, 3)
+    assert _job("--profile-window", "20").profiler == JobConfig().profiler  # one window: all
+
+
 def test_run_builds_the_balance_toggle(tmp_path, monkeypatch):
     assert _job("--balance").freescale.balance == BalanceConfig(enabled=True)
     cost = tmp_path / "cost.json"
@@ -163,6 +175,9 @@ def test_run_builds_the_overlap_toggle():
         (["--preset", "zipf"], "preset: unknown 'zipf'"),
         (["--batch-size", "0"], "batch_size: must be >= 1"),
         (["--dense-mb", "-1"], "dense_mb: must be >= 0"),
+        (["--profile-window", "2"], "profile_window: must be an integer from 3"),
+        (["--steps", "6", "--profile-window", "7"], "to the job's 6 steps, got 7"),
+        (["--profile-window", "4", "--no-profile"], "--profile-window needs the profiler"),
     ],
 )
 def test_run_rejects_bad_options_before_launching(tmp_path, monkeypatch, capsys, extra, message):

@@ -1,10 +1,12 @@
-"""Hostile input: seeded mutations of a small valid run, each analyzed by ``fsobs analyze``.
+"""Hostile input: seeded mutations of a small valid run, read by every command that reads one.
 
-Every mutation must end in exit 0 with a sane report or exit 2 with one line on stderr that
-names the mutated file; never a traceback. A mutation changes one file of a run, drawn from a
-seed: one of two runs (a 2-rank GPU run built here with its step sidecars and ``run.json``, or
-the committed 4-rank gloo run), its traces gzipped for odd seeds; a trace gets one to three
-of these changes, any other file one:
+Every mutation must end in exit 0 with a sane result or exit 2 with one line on stderr that
+names the mutated file; never a traceback. ``fsobs analyze`` reads each mutated run, and so do
+``fsobs compare`` (the mutated run against a clean copy, as control or as test), ``fsobs
+fit-cost`` and ``fsobs whatif``. A mutation changes one file of a run, drawn from a seed: one
+of two runs (a 2-rank GPU run built here with its step sidecars and ``run.json``, or the
+committed 4-rank gloo run with step sidecars written here), its traces gzipped for odd seeds;
+a trace gets one to three of these changes, any other file one:
 
 - traces: an event deleted, duplicated or moved, the events shuffled, a key of an event (or
   of its ``args``, of ``distributedInfo``, of the document) deleted or set to a bad value of
@@ -16,10 +18,12 @@ of these changes, any other file one:
 - ``run.json``: a field deleted or set to a bad value (``toggles`` that is not an object, ...);
 - any file: truncated, or some bytes flipped (in the gzip stream when the trace is gzipped).
 
-The default is a fast subset of 60 mutations (:data:`NUM_MUTATIONS`); ``FSOBS_MUTATIONS=400``
-(or more) runs the full set. Hypothesis drives the trace decoder alone with arbitrary bytes and
-arbitrary JSON in a Kineto-like shape: a :class:`~fsobs.trace.schema.RankTrace` or an
-:class:`~fsobs.errors.FsobsError`, nothing else.
+The default is a fast subset of 60 mutations per command (:data:`NUM_MUTATIONS`);
+``FSOBS_MUTATIONS=400`` (or more) runs the full set. Hypothesis drives the trace decoder alone
+with arbitrary bytes and arbitrary JSON in a Kineto-like shape: a
+:class:`~fsobs.trace.schema.RankTrace` or an :class:`~fsobs.errors.FsobsError`, nothing else;
+and the readers of a sidecar line and of ``run.json`` with arbitrary JSON: a record (a
+metadata) or an :class:`~fsobs.errors.FsobsError`.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import copy
 import gzip
 import io
 import json
+import math
 import os
 import random
 import tempfile
@@ -41,8 +46,17 @@ from hypothesis import strategies as st
 
 from fsobs.cli import main
 from fsobs.errors import FsobsError
-from fsobs.runformat import RunMeta, StepRecord, ToggleStatus, write_run_json, write_sidecar
+from fsobs.runformat import (
+    RunMeta,
+    StepRecord,
+    ToggleStatus,
+    read_run_json,
+    read_sidecars,
+    write_run_json,
+    write_sidecar,
+)
 from fsobs.trace import load_rank
+from optim.balance import CostModel
 from tests.kineto import REFERENCE, write_allreduce_run
 
 NUM_MUTATIONS = int(os.environ.get("FSOBS_MUTATIONS", "60"))
@@ -91,13 +105,15 @@ def write_base(root: Path, kind: str) -> None:
     if kind == "gloo":
         for path in sorted(GLOO.glob("rank*.json.gz")):
             (root / path.name.removesuffix(".gz")).write_bytes(gzip.decompress(path.read_bytes()))
-        return
-    write_allreduce_run(root, [(100, 60), (80, 120), (90, 90)])
-    for rank in (0, 1):
+        ranks, steps = range(4), (2, 3, 4, 5)
+    else:
+        write_allreduce_run(root, [(100, 60), (80, 120), (90, 90)])
+        ranks, steps = range(2), (1, 2, 3)
+    for rank in ranks:
         records = [
             StepRecord.of(
                 n,
-                [3 + n, 5 + rank],
+                [3 + n, 5 + rank, 2 * n + rank],
                 est_cost=10.0 * n,
                 wall_start_ns=1_000 * n,
                 wall_end_ns=1_000 * n + 500,
@@ -109,9 +125,11 @@ def write_base(root: Path, kind: str) -> None:
                 gc_count=0,
                 gc_ms=0.0,
             )
-            for n in (1, 2, 3)
+            for n in steps
         ]
         write_sidecar(root, rank, records)
+    if kind == "gloo":
+        return
     toggle = ToggleStatus(requested=True, applied=False, reason="no GPU")
     meta = RunMeta(world_size=2, backend="nccl", toggles={"sm_free": toggle}, hosts=("host-a",))
     write_run_json(root, meta)
@@ -293,11 +311,23 @@ def mutate(root: Path, seed: int) -> tuple[str, str]:
 # -- the check ------------------------------------------------------------------------------
 
 
-def analyze(root: Path, as_json: bool) -> tuple[int, str, str]:
+def fsobs(*argv: str) -> tuple[int, str, str]:
+    """``fsobs ARGV`` in this process: (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["analyze", *(["--json"] if as_json else []), str(root)])
+        code = main(list(argv))
     return code, out.getvalue(), err.getvalue()
+
+
+def analyze(root: Path, as_json: bool) -> tuple[int, str, str]:
+    return fsobs("analyze", *(["--json"] if as_json else []), str(root))
+
+
+def check_one_line(name: str, out: str, err: str, context: str) -> None:
+    """Exit 2's output: nothing on stdout, one line on stderr naming the mutated file."""
+    assert out == "", context
+    assert err.startswith("fsobs: error: ") and err.count("\n") == 1, context
+    assert name.removesuffix(".gz") in err, context
 
 
 def check_sane(report: Doc) -> None:
@@ -323,11 +353,68 @@ def test_a_mutation_ends_in_a_report_or_one_line(seed: int, tmp_path: Path) -> N
     context = f"seed {seed}: {name}: {what}: exit {code}: {err}"
     assert code in (0, 2), context
     if code == 2:
-        assert out == "", context
-        assert err.startswith("fsobs: error: ") and err.count("\n") == 1, context
-        assert name.removesuffix(".gz") in err, context
+        check_one_line(name, out, err, context)
     elif as_json:
         check_sane(json.loads(out))
+
+
+COMMANDS = ("compare", "fit-cost", "whatif")
+"""The commands beside ``analyze`` that read a whole run (``export`` writes what analyze reads)."""
+
+
+def command_argv(command: str, mutated: Path, clean: Path, seed: int) -> list[str]:
+    """``command`` on the mutated run; ``compare`` takes the clean copy as the other side, the
+    control for even ``seed // 4`` (the mutated run is the test), the test for odd."""
+    if command == "compare":
+        runs = [clean, mutated] if seed // 4 % 2 == 0 else [mutated, clean]
+        return ["compare", "--json", *map(str, runs)]
+    if command == "fit-cost":
+        return ["fit-cost", str(mutated), "--out", str(clean.parent / "cost.json")]
+    return ["whatif", "--json", "--draws", "3", str(mutated)]
+
+
+def check_output(command: str, out: str, cost: Path) -> None:
+    """Exit 0's output: strict JSON (compare, whatif), a cost model that reads back (fit-cost)."""
+    if command == "fit-cost":
+        model = CostModel.from_json(cost)
+        assert all(math.isfinite(v) and v >= 0 for v in (model.c0, model.a, model.b)), model
+        assert out.splitlines()[-1] == f"use it with: fsobs run --balance --cost-model {cost}"
+    else:
+        json.loads(out, parse_constant=lambda token: pytest.fail(f"{token} in the output"))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("seed", range(NUM_MUTATIONS))
+def test_every_command_ends_in_a_result_or_one_line(
+    command: str, seed: int, tmp_path: Path
+) -> None:
+    """The mutations of :func:`test_a_mutation_ends_in_a_report_or_one_line`, read by the
+    other commands (sidecars and ``run.json`` matter more there: the cost fit and the what-if
+    read them)."""
+    mutated, clean = tmp_path / "mutated", tmp_path / "clean"
+    for root in (mutated, clean):
+        root.mkdir()
+        write_base(root, base_kind(seed))
+    name, what = mutate(mutated, seed)
+    code, out, err = fsobs(*command_argv(command, mutated, clean, seed))
+    context = f"seed {seed}: {command}: {name}: {what}: exit {code}: {err}"
+    assert code in (0, 2), context
+    if code == 2:
+        check_one_line(name, out, err, context)
+    else:
+        check_output(command, out, tmp_path / "cost.json")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("kind", ["gpu", "gloo"])
+def test_the_base_runs_are_clean_for_every_command(kind: str, command: str, tmp_path: Path) -> None:
+    """Unmutated, every command succeeds on both runs: an exit 2 above is the mutation's."""
+    for root in (tmp_path / "mutated", tmp_path / "clean"):
+        root.mkdir()
+        write_base(root, kind)
+    code, out, err = fsobs(*command_argv(command, tmp_path / "mutated", tmp_path / "clean", 0))
+    assert (code, err) == (0, "")
+    check_output(command, out, tmp_path / "cost.json")
 
 
 @pytest.mark.parametrize("kind", ["gpu", "gloo"])
@@ -345,8 +432,8 @@ def test_the_base_runs_are_clean(kind: str, tmp_path: Path) -> None:
 
 
 def test_the_mutations_hit_every_kind_of_file(tmp_path: Path) -> None:
-    """The default subset hits traces of both runs, plain and gzipped, the sidecars and
-    ``run.json``."""
+    """The default subset hits traces of both runs, plain and gzipped, their sidecars and
+    ``run.json`` (the gloo run has none)."""
     hit = set()
     for seed in range(NUM_MUTATIONS):
         root = tmp_path / str(seed)
@@ -356,7 +443,7 @@ def test_the_mutations_hit_every_kind_of_file(tmp_path: Path) -> None:
         form = "trace.gz" if name.endswith(".gz") else "trace" if is_trace(name) else name[:5]
         hit.add((base_kind(seed), form))
     gpu = {("gpu", f) for f in ("trace", "trace.gz", "steps", "run.j")}
-    assert hit == gpu | {("gloo", "trace"), ("gloo", "trace.gz")}
+    assert hit == gpu | {("gloo", "trace"), ("gloo", "trace.gz"), ("gloo", "steps")}
 
 
 # -- hypothesis on the decoder --------------------------------------------------------------
@@ -434,3 +521,32 @@ def test_decoder_on_damaged_gzip(doc: Doc, data: st.DataObject) -> None:
 @given(st.binary(max_size=64))
 def test_decoder_on_arbitrary_bytes(data: bytes) -> None:
     _load(data)
+
+
+_RECORD = st.dictionaries(st.sampled_from(RECORD_KEYS) | st.text(max_size=4), _JSON, max_size=6)
+_META = st.dictionaries(st.sampled_from(META_KEYS) | st.text(max_size=4), _JSON, max_size=5)
+
+
+def _read(reader: Any, name: str, text: str) -> None:
+    """``reader(folder)`` on a folder holding ``name`` with ``text``: a value or one
+    FsobsError naming the file."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_text(text)
+        try:
+            reader(Path(folder))
+        except FsobsError as exc:
+            message = str(exc)
+            assert message == " ".join(message.split()) and str(path) in message
+
+
+@_QUICK
+@given(st.lists(_RECORD | _JSON, min_size=1, max_size=3))
+def test_sidecar_reader_on_arbitrary_json(lines: list[object]) -> None:
+    _read(read_sidecars, "steps.rank0.jsonl", "".join(json.dumps(v) + "\n" for v in lines))
+
+
+@_QUICK
+@given(_META | _JSON)
+def test_run_json_reader_on_arbitrary_json(value: object) -> None:
+    _read(read_run_json, "run.json", json.dumps(value))

@@ -136,6 +136,7 @@ def _calibration(lengths: dict[tuple[int, int], list[int]], model: CostModel) ->
         contention_ns=np.zeros((2, 1)),
         fit=fit,
         lengths={k: np.array(v) for k, v in lengths.items()},
+        run_path=Path("run"),
     )
 
 
@@ -154,8 +155,9 @@ def test_balance_needs_lengths_of_every_rank() -> None:
     model = CostModel(c0=0.0, a=0.0, b=1.0)
     cal = _calibration({(0, 0): [10, 10], (1, 0): [1, 1]}, model)
     del cal.lengths[(1, 0)]
-    with pytest.raises(RunError, match="per-sample lengths"):
+    with pytest.raises(RunError, match="per-sample lengths") as caught:
         resplit(cal, model)
+    assert caught.value.path == str(Path("run") / "steps.rank1.jsonl")
 
 
 def test_partition_model_is_the_one_behind_est_cost() -> None:

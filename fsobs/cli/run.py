@@ -56,6 +56,14 @@ def add_run(commands: Commands) -> None:
     cmd.add_argument("--threads-per-rank", type=int, default=None)
     cmd.add_argument("--no-profile", action="store_true", help="train without the profiler")
     cmd.add_argument(
+        "--profile-window",
+        type=int,
+        metavar="N",
+        help="profile in windows of N steps (a wait, a warm-up, N-2 recorded), each written "
+        "when it closes, so a killed job keeps the windows it finished (default: one window "
+        "over every step)",
+    )
+    cmd.add_argument(
         "--balance", action="store_true", help="balance each global batch's cost across ranks"
     )
     cmd.add_argument(
@@ -146,6 +154,8 @@ def job_config(args: argparse.Namespace) -> JobConfig:
     cost_model = None if args.cost_model is None else cost_model_path(args.cost_model)
     if args.dense_order is not None and not args.priority_overlap:
         raise FsobsError("--dense-order needs --priority-overlap")
+    if args.profile_window is not None and args.no_profile:
+        raise FsobsError("--profile-window needs the profiler (not --no-profile)")
     try:
         model = ModelSpec(size=args.model_size, dense_mb=args.dense_mb)
         data = data_config_for(
@@ -160,7 +170,9 @@ def job_config(args: argparse.Namespace) -> JobConfig:
             batch_size=args.batch_size,
             model=model,
             data=data,
-            profiler=job_profiler(args.steps, enabled=not args.no_profile),
+            profiler=job_profiler(
+                args.steps, window=args.profile_window, enabled=not args.no_profile
+            ),
             freescale=_freescale(args),
             cost_model=cost_model,
             ddp_bucket_mb=args.ddp_bucket_mb,

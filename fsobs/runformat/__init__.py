@@ -16,7 +16,8 @@ A training loop that is not ours writes a run with this package alone::
 
 Modules: :mod:`.names` (the file names), :mod:`.steps` (a sidecar line, :class:`StepRecord`,
 its writer and strict reader), :mod:`.runmeta` (``run.json``, :class:`RunMeta`, and how an
-interrupted run is closed off), :mod:`.atomic` (write to a temporary name, then rename).
+interrupted run is closed off), :mod:`.atomic` (write to a temporary name, then rename),
+:mod:`.bounded` (``run.json`` and sidecar lines read with a size bound).
 """
 
 from fsobs.runformat.atomic import write_atomic

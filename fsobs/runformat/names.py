@@ -7,7 +7,8 @@
       job.json                  the reference job's config, read by its ranks
                                 (:mod:`fsobs.workload.config`; other loops may have none)
       rank<R>.trace.json.gz     one Kineto trace per rank (the loader reads any *.json(.gz) that
-                                is no file named here, whatever its name)
+                                is no file named here and is named or looks like a trace:
+                                fsobs.trace._sniff)
       steps.rank<R>.jsonl       one line per step and rank (:mod:`fsobs.runformat.steps`)
       cost_model.json           ``fsobs fit-cost``'s coefficients (optional)
       truth.json                a simulated run's true classes (``fsobs simulate``)
@@ -28,6 +29,9 @@ NOT_TRACES = frozenset({RUN_JSON, JOB_JSON, COST_MODEL, TRUTH})
 PARTIAL_SUFFIX = ".partial"
 """A step sidecar still being written (or left by a rank that died) carries this suffix."""
 TRACE_RE = re.compile(r"^rank(\d+)\.trace\.json\.gz$")
+NAMED_TRACE_RE = re.compile(r"^(?:rank\d+\.trace|.+\.pt\.trace)\.json(?:\.gz)?$")
+"""Names that are traces whatever the file holds: ours (gzipped or not) and torch's
+``tensorboard_trace_handler`` ones (``<worker>.<time>.pt.trace.json[.gz]``)."""
 SIDECAR_RE = re.compile(r"^steps\.rank(\d+)\.jsonl$")
 PARTIAL_RE = re.compile(r"^steps\.rank(\d+)\.jsonl" + re.escape(PARTIAL_SUFFIX) + "$")
 
@@ -43,5 +47,12 @@ def sidecar_file_name(rank: int) -> str:
 
 
 def is_trace_name(name: str) -> bool:
-    """Whether a file of a run directory is read as a Kineto trace."""
+    """Whether a file of a run directory may be a Kineto trace: a ``*.json`` / ``*.json.gz``
+    that is none of the run's other files (the loader then reads those named as traces and
+    those whose opening looks like one, :mod:`fsobs.trace._sniff`)."""
     return name.endswith((".json", ".json.gz")) and name not in NOT_TRACES
+
+
+def is_named_trace(name: str) -> bool:
+    """Whether a file's name makes it a trace, whatever it holds (:data:`NAMED_TRACE_RE`)."""
+    return NAMED_TRACE_RE.match(name) is not None

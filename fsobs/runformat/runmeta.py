@@ -10,7 +10,8 @@
     ranks_present   ranks that left a trace
     process_groups  (optional) the optimizer's process groups: {role: {"pg_name": ...}}
 
-Every key is optional to a reader (foreign traces come with a ``run.json`` of their own, or a
+A reader refuses a ``run.json`` over 16 MiB (:mod:`fsobs.runformat.bounded`). Every key is
+optional to a reader (foreign traces come with a ``run.json`` of their own, or a
 minimal one): what is there must have the right type and value, and the first that does not is
 one :class:`~fsobs.errors.TraceFormatError` naming the file and the field. The loader
 (:mod:`fsobs.trace.loader`) checks ``world_size`` and ``status`` against the traces: a
@@ -33,9 +34,10 @@ from typing import Any
 
 from fsobs.errors import TraceFormatError, TraceReadError
 from fsobs.runformat.atomic import TEMP_RE, write_atomic
+from fsobs.runformat.bounded import MAX_RUN_JSON_BYTES, read_limited
 from fsobs.runformat.names import FORMAT_VERSION, PARTIAL_RE, PARTIAL_SUFFIX, RUN_JSON, TRACE_RE
 from fsobs.runformat.steps import recover_partial
-from fsobs.storage import Location, read_text
+from fsobs.storage import Location
 
 logger = logging.getLogger(__name__)
 
@@ -238,9 +240,9 @@ def write_run_json(run_dir: str | Path, meta: RunMeta) -> Path:
 
 def read_run_meta(path: Location) -> RunMeta:
     """Read and check one ``run.json``; one :class:`~fsobs.errors.FsobsError` naming the file
-    (and the field) when it is unreadable or bad."""
+    (and the field) when it is unreadable, bad, or over :data:`MAX_RUN_JSON_BYTES`."""
     try:
-        value = json.loads(read_text(path))
+        value = json.loads(read_limited(path, MAX_RUN_JSON_BYTES, "run metadata").decode())
     except OSError as exc:
         raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
     except UnicodeDecodeError as exc:

@@ -38,7 +38,8 @@ Lifecycle of one rank's file::
 A rank that is killed, or whose ``with`` block ends with an exception, leaves only the
 ``.partial`` file: every flushed line is whole except possibly the last. The reader ignores
 ``.partial`` files; :func:`fsobs.runformat.finalize_incomplete` publishes them after dropping a
-torn last line (:func:`recover_partial`), so what was written stays analyzable.
+torn last line (:func:`recover_partial`), so what was written stays analyzable. The reader
+takes a file line by line and refuses a line over 64 MiB (:mod:`fsobs.runformat.bounded`).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ import pandas as pd
 
 from fsobs.errors import TraceFormatError, TraceReadError
 from fsobs.runformat.atomic import publish, write_atomic
+from fsobs.runformat.bounded import MAX_SIDECAR_LINE_BYTES, iter_lines
 from fsobs.runformat.names import PARTIAL_SUFFIX, SIDECAR_RE, sidecar_file_name
-from fsobs.storage import Location, as_location, list_dir, read_text
+from fsobs.storage import Location, as_location, list_dir
 
 MAX_LISTED_LENGTHS = 4096
 """Steps with more samples store ``len_sum``/``len_sq_sum``/``len_max`` instead of the list."""
@@ -392,30 +394,33 @@ def recover_partial(partial: Path) -> int:
 
 
 def read_sidecar(path: Location, rank: int) -> list[StepRecord]:
-    """The records of one sidecar file; one :class:`~fsobs.errors.TraceFormatError` naming the
-    file, the rank and the line on the first bad one."""
-    try:
-        lines = read_text(path).splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(f"unreadable step sidecar ({exc})", path=path, rank=rank) from exc
+    """The records of one sidecar file, read line by line; one
+    :class:`~fsobs.errors.FsobsError` naming the file, the rank and the line on the first bad
+    one, or one over :data:`~fsobs.runformat.bounded.MAX_SIDECAR_LINE_BYTES`."""
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(StepRecord.from_json(json.loads(line)))
-        except (json.JSONDecodeError, TypeError, ValueError) as exc:
-            raise TraceFormatError(
-                f"bad step record ({exc})", path=path, rank=rank, field=f"line {number}"
-            ) from exc
-        except RecursionError as exc:
-            raise TraceFormatError(
-                "bad step record (nested deeper than Python's recursion limit)",
-                path=path,
-                rank=rank,
-                field=f"line {number}",
-            ) from exc
+    try:
+        for number, line in iter_lines(path, MAX_SIDECAR_LINE_BYTES, rank):
+            if line.strip():
+                records.append(_parse_line(line, path, rank, number))
+    except OSError as exc:
+        raise TraceReadError(f"unreadable step sidecar ({exc})", path=path, rank=rank) from exc
     return records
+
+
+def _parse_line(line: bytes, path: Location, rank: int, number: int) -> StepRecord:
+    try:
+        return StepRecord.from_json(json.loads(line.decode()))
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as exc:
+        raise TraceFormatError(
+            f"bad step record ({exc})", path=path, rank=rank, field=f"line {number}"
+        ) from exc
+    except RecursionError as exc:
+        raise TraceFormatError(
+            "bad step record (nested deeper than Python's recursion limit)",
+            path=path,
+            rank=rank,
+            field=f"line {number}",
+        ) from exc
 
 
 def read_sidecars(run_dir: Location) -> pd.DataFrame | None:

@@ -37,6 +37,7 @@ from fsobs.storage import (
 )
 from fsobs.trace._build import build_rank_trace
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
+from fsobs.trace._sniff import NOT_TRACE_NOTE, is_trace_file
 from fsobs.trace.classify import comm_kernel_re
 from fsobs.trace.cluster import DaskCluster, Progress, raise_first, scheduler_address
 from fsobs.trace.schema import RankLike, RankTrace, Run
@@ -133,6 +134,8 @@ def map_run(
     world_size = _world_size(traces, found.meta, found.root)
     by_rank = _index_by_rank(traces)
     _check_coverage(by_rank, world_size, found.meta, found.root, warnings)
+    if found.skipped:
+        warnings.append(NOT_TRACE_NOTE.format(names=", ".join(found.skipped)))
     for trace in by_rank.values():
         warnings.extend(trace.warnings)
     sidecar = read_sidecars(found.root) if found.is_dir else None
@@ -156,6 +159,24 @@ class _Found:
     """None when a remote listing does not give sizes."""
     meta: RunMeta | None
     is_dir: bool
+    skipped: tuple[str, ...] = ()
+    """JSON files of the folder that are not traces (:mod:`fsobs.trace._sniff`)."""
+
+
+def _traces(candidates: Sequence[Location], folder: Location) -> tuple[list[Location], list[str]]:
+    """The trace files among a folder's JSON files, and the names of the others; none a trace:
+    the error naming what was found."""
+    files: list[Location] = []
+    skipped: list[Location] = []
+    for file in candidates:
+        (files if is_trace_file(file) else skipped).append(file)
+    if not files and skipped:
+        raise EmptyRunError(
+            "no Kineto trace in this directory; "
+            + NOT_TRACE_NOTE.format(names=", ".join(f.name for f in skipped)),
+            path=folder,
+        )
+    return files, [f.name for f in skipped]
 
 
 def _discover(source: Source) -> _Found:
@@ -166,11 +187,15 @@ def _discover(source: Source) -> _Found:
             return _discover_remote(location)
         path = location
         if path.is_dir():
-            files = sorted(p for p in path.iterdir() if p.is_file() and is_trace_name(p.name))
-            if not files:
+            json_files = [
+                p for p in sorted(path.iterdir()) if p.is_file() and is_trace_name(p.name)
+            ]
+            if not json_files:
                 raise _no_traces(path, _run_folders(path))
+            traces, skipped = _traces(json_files, path)
+            local = [p for p in traces if isinstance(p, Path)]
             meta = read_run_meta(path / RUN_JSON) if (path / RUN_JSON).exists() else None
-            return _Found(path, list(files), _local_bytes(files), meta, is_dir=True)
+            return _Found(path, traces, _local_bytes(local), meta, True, tuple(skipped))
         if not path.exists():
             raise TraceReadError("no such file or directory", path=path)
         return _Found(path, [path], _local_bytes([path]), None, is_dir=False)
@@ -200,15 +225,16 @@ def _discover_remote(url: RemotePath) -> _Found:
     except OSError as exc:
         raise TraceReadError(f"cannot list this folder: {exc}", path=url) from exc
     entries = [e for e in listed if not e.is_dir]
-    files = [e for e in entries if is_trace_name(e.location.name)]
-    if not files:
+    candidates = [e for e in entries if is_trace_name(e.location.name)]
+    if not candidates:
         folders = [e.location.name for e in listed if e.is_dir]
         raise _no_traces(url, folders, checked=False)
-    sizes = [e.size for e in files]
+    files, skipped = _traces([e.location for e in candidates], url)
+    sizes = [e.size for e in candidates if e.location in files]
     total = None if None in sizes else sum(s for s in sizes if s is not None)
     has_meta = any(e.location.name == RUN_JSON for e in entries)
     meta = read_run_meta(url / RUN_JSON) if has_meta else None
-    return _Found(url, [e.location for e in files], total, meta, is_dir=True)
+    return _Found(url, files, total, meta, True, tuple(skipped))
 
 
 _RUNS_SHOWN = 8

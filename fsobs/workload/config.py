@@ -200,11 +200,24 @@ _STEPS = 20
 _TABLES = ("num_items", "num_categories", "num_users", "num_contexts")
 
 
-def job_profiler(steps: int, **fields: Any) -> ProfilerConfig:
+def job_profiler(steps: int, *, window: int | None = None, **fields: Any) -> ProfilerConfig:
     """The job's profiler: every step after one wait and one warm-up step, input shapes not
     recorded (they cost step time on CPU, BENCHMARKS.md "Profiler overhead"); ``fields`` set
-    the other knobs (``enabled``, ``record_shapes``, ...)."""
-    return ProfilerConfig.every_step(steps, **({"record_shapes": False} | fields))
+    the other knobs (``enabled``, ``record_shapes``, ...).
+
+    ``window``: profile in windows of that many steps instead, each one wait, one warm-up and
+    ``window - 2`` recorded steps, ``steps // window`` of them (steps ``k·window + 2`` to
+    ``(k + 1)·window - 1``); each is written when it closes, so a killed job keeps the windows
+    it finished."""
+    fields = {"record_shapes": False} | fields
+    if window is None:
+        return ProfilerConfig.every_step(steps, **fields)
+    if type(window) is not int or not 3 <= window <= steps:
+        raise ValueError(
+            f"profile_window: must be an integer from 3 (a wait, a warm-up and a recorded step) "
+            f"to the job's {steps} steps, got {window!r}"
+        )
+    return ProfilerConfig(active=window - 2, repeat=steps // window, **fields)
 
 
 def _default_data() -> DataConfig:

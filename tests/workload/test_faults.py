@@ -166,6 +166,42 @@ def test_a_killed_rank_leaves_the_windows_every_rank_finished(tmp_path):
     assert what_can_be_analyzed(out) == f"fsobs analyze {out} reads steps 2-3, 6-7 of rank(s) 0, 1"
 
 
+def test_fsobs_run_in_windows_keeps_the_first_window_of_a_killed_job(tmp_path, capsys):
+    """``fsobs run --steps 8 --profile-window 4``: windows 2-3 and 6-7. Rank 1 is killed with
+    SIGKILL at the start of step 5, after its step 4, whose collectives need rank 0 past the end
+    of step 3, where rank 0 wrote its first window: every rank's first window is on disk, and
+    ``fsobs analyze`` reports it."""
+    out = tmp_path / "run"
+    cmd = [*TINY, "--steps", "8", "--profile-window", "4", "--out", str(out)]
+    env = os.environ | {FAIL_ENV: "1:5:KILL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "fsobs.cli", "run", *cmd],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=WAIT_S,
+    )
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"the run is marked incomplete; fsobs analyze {out} reads steps 2-3 of rank(s) 0, 1\n"
+    ) in done.stderr
+    assert sorted(p.name for p in out.glob("rank*.trace.json.gz")) == [
+        "rank0.trace.json.gz",
+        "rank1.trace.json.gz",
+    ]
+    meta = json.loads((out / "run.json").read_text())
+    assert (meta["status"], meta["ranks_present"]) == ("incomplete", [0, 1])
+    assert meta["reason"].endswith("rank 1 failed first (exit code -9)"), meta["reason"]
+    assert (meta["workload"]["profile_active"], meta["workload"]["profile_repeat"]) == (2, 2)
+    assert _leftovers(out) == []
+    assert main(["analyze", "--json", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["run"]["steps"] == [2, 3]
+    assert sorted({(row["rank"], row["step"]) for row in report["steps"]}) == [
+        (0, 2), (0, 3), (1, 2), (1, 3)
+    ]  # fmt: skip
+
+
 def _namespaces_allowed() -> bool:
     if shutil.which("unshare") is None:
         return False

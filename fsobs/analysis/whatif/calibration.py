@@ -26,6 +26,8 @@ import pandas as pd
 from fsobs.analysis.costfit import CostFit, fit_points, nonnegative_lstsq
 from fsobs.analysis.pipeline import Analysis
 from fsobs.errors import RunError
+from fsobs.runformat.names import sidecar_file_name
+from fsobs.storage import Location
 from optim.balance import CostModel
 from optim.plan import BalanceConfig, StepPlan
 
@@ -83,6 +85,8 @@ class Calibration:
     contention_ns: np.ndarray
     fit: CostFit
     lengths: dict[tuple[int, int], np.ndarray]
+    run_path: Location
+    """The run's folder: an error names its step sidecars."""
 
     @property
     def residual_sigma(self) -> float:
@@ -121,6 +125,7 @@ def calibrate(analysis: Analysis, ranks: list[int], steps: list[int]) -> Calibra
         contention_ns=rank_step_ns(analysis.steps, "contention_ms", ranks, steps),
         fit=fit,
         lengths=sample_lengths(sidecar),
+        run_path=analysis.run.path,
     )
 
 
@@ -160,6 +165,7 @@ def resplit(
             f"balance needs the per-sample lengths of every rank and step; its step sidecar "
             f"has none for step {s} ({len(missing)} (rank, step) missing); predict the other "
             "toggles with --toggles priority_overlap,sm_free",
+            path=cal.run_path / sidecar_file_name(r),
             rank=r,
         )
     config = BalanceConfig(enabled=True, method=method)
