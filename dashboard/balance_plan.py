@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fsobs.errors import TraceReadError
+from fsobs.runformat.bounded import read_limited
 from fsobs.runformat.names import COST_MODEL
-from fsobs.storage import Location, read_text
-from optim.balance import CostModel, imbalance, partition
+from fsobs.storage import Location
+from optim.balance import MAX_COST_MODEL_BYTES, CostModel, imbalance, partition
 
 DEFAULT_MODEL = CostModel(c0=0.0, a=1.0, b=1.0)
 UNTRAINED = "untrained default c(L) = L + L²"
@@ -52,9 +54,11 @@ def stored_cost_model(run_dir: Location) -> tuple[CostChoice | None, str | None]
     ``run_dir`` may be a URL (a read-only store)."""
     path = run_dir / COST_MODEL
     try:
-        text = read_text(path)
+        text = read_limited(path, MAX_COST_MODEL_BYTES, "cost model").decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None, None
+    except TraceReadError as exc:
+        return None, str(exc).replace(f"{run_dir}/", "")
     try:
         model = CostModel.from_json_text(text, str(path))
     except ValueError as exc:

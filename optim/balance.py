@@ -52,6 +52,9 @@ import numpy as np
 
 __all__ = ["METHODS", "CostModel", "imbalance", "imbalance_bound", "partition"]
 
+MAX_COST_MODEL_BYTES = 2**20
+"""The largest cost-model file read (1 MiB; :meth:`CostModel.to_json` writes about 100 B)."""
+
 METHODS: tuple[str, ...] = ("kk", "lpt", "random")
 
 
@@ -108,9 +111,16 @@ class CostModel:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> CostModel:
-        """Read a file written by :meth:`to_json`; ValueError naming the file (and field)."""
+        """Read a file written by :meth:`to_json`; ValueError naming the file (and field),
+        also for a file over :data:`MAX_COST_MODEL_BYTES` (never read further)."""
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_COST_MODEL_BYTES + 1)
+        if len(data) > MAX_COST_MODEL_BYTES:
+            raise ValueError(
+                f"{path}: over the {MAX_COST_MODEL_BYTES / 2**20:g} MiB limit of a cost model file"
+            )
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from exc
         return cls.from_json_text(text, str(path))

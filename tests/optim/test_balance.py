@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -324,6 +325,26 @@ def test_cost_model_bad_file(tmp_path, text, match):
     with pytest.raises(ValueError, match=match) as info:
         CostModel.from_json(path)
     assert "bad.json" in str(info.value)
+
+
+def test_cost_model_file_over_the_limit_is_refused_unread(tmp_path):
+    """A 2 GiB (sparse) cost-model file: refused naming the file and the 1 MiB limit, after
+    reading at most the limit (tracemalloc's peak stays near it)."""
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as f:
+        f.truncate(2 * 2**30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"huge\.json: over the 1 MiB limit"):
+            CostModel.from_json(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * 2**20
+    exact = tmp_path / "exact.json"
+    text = json.dumps({"c0": 1.0, "a": 2.0, "b": 0.5})
+    exact.write_text(text + " " * (2**20 - len(text)))  # exactly at the limit: read
+    assert CostModel.from_json(exact) == CostModel(c0=1.0, a=2.0, b=0.5)
 
 
 def test_import_without_torch():

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dashboard.balance_plan import stored_cost_model
 from dashboard.store import list_runs
 from fsobs.cli import main
 from fsobs.errors import TraceReadError
@@ -130,3 +131,23 @@ def test_the_dashboard_store_reads_run_json_with_the_bound(tmp_path):
     (entry,) = list_runs(tmp_path / "store")
     assert entry.meta is None
     assert entry.meta_error == f"run.json unreadable: {path}: run metadata is over the 16 MiB limit"
+
+
+def test_a_2_gb_cost_model_is_refused_in_bounded_memory(tmp_path, capsys):
+    """``--cost-model`` and the dashboard's stored ``cost_model.json``: one line naming the file
+    and the 1 MiB limit, after reading at most the limit."""
+    root = _run(tmp_path / "run")
+    path = _sparse(root / "cost_model.json", b"{", 2 * GiB)
+    tracemalloc.start()
+    try:
+        choice, why = stored_cost_model(root)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * MiB
+    assert choice is None and why == "cost_model.json: cost model is over the 1 MiB limit"
+    assert main(["whatif", str(root), "--cost-model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err == f"fsobs: error: bad cost model: {path}: over the 1 MiB limit of a cost model file\n"
+    )
