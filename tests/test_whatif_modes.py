@@ -164,3 +164,8 @@ def test_cli_names_the_mode(baseline: Path, capsys: pytest.CaptureFixture[str]) 
         main([*args, "--balance-split", "window:1"])
     assert exc.value.code == 2
     assert "balance_split" in capsys.readouterr().err
+    # without the balance toggle the mode would be ignored: refused in one line
+    sm_free = ["whatif", str(baseline), "--toggles", "sm_free", "--balance-split", "lpt"]
+    assert main(sm_free) == 2
+    err = capsys.readouterr().err
+    assert "--balance-split needs the balance toggle" in err and err.count("\n") == 1

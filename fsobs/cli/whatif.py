@@ -61,7 +61,6 @@ def add_whatif(commands: Commands) -> None:
     cmd.add_argument(
         "--balance-split",
         type=_balance_split,
-        default=KK,
         metavar="|".join(SPLITS),
         help="the balance toggle's mode: kk (equal counts, default), lpt (unequal counts), "
         "kk-unequal, or window:K (K consecutive global batches dealt into K steps)",
@@ -79,6 +78,8 @@ def add_whatif(commands: Commands) -> None:
 def _whatif(args: argparse.Namespace) -> int:
     if args.draws < 1:
         raise FsobsError(f"--draws must be >= 1, got {args.draws}")
+    if args.balance_split is not None and "balance" not in args.toggles:
+        raise FsobsError("--balance-split needs the balance toggle (--toggles balance,...)")
     model = CostModel.from_json(cost_model_path(args.cost_model)) if args.cost_model else None
     analysis = analyze_with_progress(args.run, load_config(args))
     result = whatif(
@@ -86,7 +87,7 @@ def _whatif(args: argparse.Namespace) -> int:
         args.toggles,
         draws=args.draws,
         seed=args.seed,
-        balance_split=args.balance_split,
+        balance_split=args.balance_split or KK,
         cost_model=model,
     )
     if args.json:
