@@ -12,6 +12,14 @@ replay check (the replay of the unchanged graph against the measured run). Resul
 ``OUT/results.json`` and Markdown tables on stdout. Run it on a quiet machine:
 
     .venv/bin/python benchmarks/bench_whatif.py --world-sizes 2,4 --seeds 0,1,2 --steps 12
+
+``--modes`` validates each balance mode instead (issue 27, point 7): per world size and seed a
+baseline and one run per mode the reference job has (``--balance-method kk``, ``lpt``), each
+mode predicted from the baseline alone (``--balance-split``) and measured by ``fsobs compare``;
+then, on the simulator (where the reference job has no window yet), every mode with the
+windows 2, 4, 8, predicted from a simulated baseline against the simulated run in that mode:
+
+    .venv/bin/python benchmarks/bench_whatif.py --modes --world-sizes 2 --seeds 0,1,2
 """
 
 from __future__ import annotations
@@ -23,12 +31,16 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from fsobs.analysis import analyze_path, compare
 from fsobs.analysis.whatif.predict import whatif
+from fsobs.analysis.whatif.splits import BalanceSplit
 from fsobs.report import whatif_json
+from fsobs.simulate.simulator import SimConfig, simulate, write_run
+from fsobs.simulate.study import kpis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import fsobs_run  # noqa: E402
@@ -99,6 +111,133 @@ def one(args: argparse.Namespace, world: int, seed: int, toggle: str) -> dict[st
     }
 
 
+MODE_FLAGS = {
+    "kk": ["--balance", "--balance-method=kk"],
+    "lpt": ["--balance", "--balance-method=lpt"],
+}
+"""The balance modes the reference job trains (``fsobs run``)."""
+SIM_MODES = {
+    "kk": ("kk", 1),
+    "lpt": ("lpt", 1),
+    "window:2": ("lpt", 2),
+    "window:4": ("lpt", 4),
+    "window:8": ("lpt", 8),
+}
+"""The modes the simulator plays: ``--balance-split`` -> (balance_method, balance_window)."""
+SIM_JOBS = {
+    "noise-free, fixed kernels 7 µs/step": SimConfig(
+        world_size=8,
+        steps=16,
+        batch_per_rank=16,
+        noise_sigma=0.0,
+        speed_sigma=0.0,
+        host_sigma=0.0,
+        chunk_ns=1_000,
+        optimizer_ns=1_000,
+        memcpy_ns=1_000,
+    ),
+    "GPU-like default (noise, fixed kernels 3.5 ms/step)": SimConfig(world_size=8, steps=16),
+}
+
+
+def measured_modes(args: argparse.Namespace, world: int, seed: int) -> list[dict[str, Any]]:
+    """A baseline and one run per mode of :data:`MODE_FLAGS`; each mode predicted from the
+    baseline alone and measured against it."""
+    common = [
+        f"--world-size={world}",
+        f"--steps={args.steps}",
+        f"--seed={seed}",
+        f"--model-size={args.model_size}",
+    ]
+    root = Path(args.out) / f"w{world}" / f"seed{seed}" / "modes"
+    loads = {}
+    for name, flags in (("control", []), *MODE_FLAGS.items()):
+        if args.resume and complete(root / name):
+            continue
+        loads[name] = load_average()
+        if (root / name).exists():
+            shutil.rmtree(root / name)
+        started = time.monotonic()
+        fsobs_run(root / name, common + flags)
+        print(
+            f"  modes w{world} seed{seed} {name}: {time.monotonic() - started:.0f} s "
+            f"(load {loads[name]:.2f})",
+            file=sys.stderr,
+        )
+    control = analyze_path(root / "control")
+    rows = []
+    for mode in MODE_FLAGS:
+        split = BalanceSplit.parse(mode)
+        w = whatif(control, ("balance",), draws=args.draws, seed=seed, balance_split=split)
+        pred = w.predictions[0]
+        measured = compare(control, analyze_path(root / mode))
+        lo, hi = pred.bubble_reduction_interval
+        rows.append(
+            {
+                "world_size": world,
+                "seed": seed,
+                "toggle": f"balance {mode}",
+                "predicted": pred.bubble_reduction,
+                "interval": [lo, hi],
+                "measured": measured.bubble_reduction,
+                "measured_ci": list(measured.bubble_reduction_ci),
+                "error_pp": 100 * (pred.bubble_reduction - measured.bubble_reduction),
+                "inside": lo <= measured.bubble_reduction <= hi,
+                "same_batches": measured.same_batches,
+                "replay": whatif_json(w)["replay"],
+                "loads": loads,
+            }
+        )
+    return rows
+
+
+def simulated_modes(seeds: list[int], draws: int, out: Path) -> list[dict[str, Any]]:
+    """Every mode of :data:`SIM_MODES` on each job of :data:`SIM_JOBS`: predicted from the
+    simulated baseline (written and analyzed), against the simulator's truth in that mode."""
+    rows = []
+    for job, cfg in SIM_JOBS.items():
+        for seed in seeds:
+            base_cfg = replace(cfg, seed=seed)
+            base = simulate(base_cfg)
+            path = out / "sim" / f"{list(SIM_JOBS).index(job)}" / f"seed{seed}"
+            if path.exists():
+                shutil.rmtree(path)
+            write_run(base, path, workers=1)
+            analysis = analyze_path(path)
+            bubble = kpis(base)["bubble_ms_per_step"]
+            for mode, (method, window) in SIM_MODES.items():
+                run_cfg = replace(base_cfg, balance_method=method, balance_window=window)
+                truth = 1 - kpis(simulate(run_cfg, {"balance"}))["bubble_ms_per_step"] / bubble
+                split = BalanceSplit.parse(mode)
+                w = whatif(analysis, ("balance",), draws=draws, seed=seed, balance_split=split)
+                pred = w.predictions[0].bubble_reduction
+                rows.append(
+                    {"job": job, "seed": seed, "mode": mode, "predicted": pred, "truth": truth}
+                )
+    return rows
+
+
+def sim_table(rows: list[dict[str, Any]]) -> str:
+    """Per job and mode: mean predicted and true reduction over the seeds, the errors."""
+    lines = [
+        "| simulated job | mode | seeds | mean predicted | mean true | error of the means | "
+        "max abs error |",
+        "|---|---|--:|--:|--:|--:|--:|",
+    ]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["job"], r["mode"]), []).append(r)
+    for (job, mode), group in groups.items():
+        p = statistics.mean(r["predicted"] for r in group)
+        t = statistics.mean(r["truth"] for r in group)
+        worst = max(abs(r["predicted"] - r["truth"]) for r in group)
+        lines.append(
+            f"| {job} | {mode} | {len(group)} | {p:.1%} | {t:.1%} | {100 * (p - t):+.1f} pp | "
+            f"{100 * worst:.1f} pp |"
+        )
+    return "\n".join(lines)
+
+
 def tables(results: list[dict[str, Any]]) -> str:
     lines = [
         "| toggle | ranks | seed | predicted (95% interval) | measured (95% CI) | error |",
@@ -158,10 +297,15 @@ def main() -> int:
     parser.add_argument(
         "--resume", action="store_true", help="keep the complete runs a previous call wrote"
     )
+    parser.add_argument(
+        "--modes", action="store_true", help="validate each balance mode (module docstring)"
+    )
     args = parser.parse_args()
     results = []
     started = time.monotonic()
     out = Path(args.out)
+    if args.modes:
+        return modes_main(args, out)
     for world in (int(w) for w in args.world_sizes.split(",")):
         for seed in (int(s) for s in args.seeds.split(",")):
             for toggle in args.toggles.split(","):
@@ -173,6 +317,20 @@ def main() -> int:
         f"{(time.monotonic() - started) / 60:.1f} min",
         file=sys.stderr,
     )
+    return 0
+
+
+def modes_main(args: argparse.Namespace, out: Path) -> int:
+    """``--modes``: the measured modes, then the simulated ones (module docstring)."""
+    seeds = [int(s) for s in args.seeds.split(",")]
+    results: list[dict[str, Any]] = []
+    for world in (int(w) for w in args.world_sizes.split(",")):
+        for seed in seeds:
+            results += measured_modes(args, world, seed)
+            (out / "modes.json").write_text(json.dumps(results, indent=1, default=str))
+    sim = simulated_modes(seeds, args.draws, out)
+    (out / "modes_sim.json").write_text(json.dumps(sim, indent=1))
+    print(tables(results) + "\n\n" + sim_table(sim))
     return 0
 
 

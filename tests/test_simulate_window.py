@@ -1,8 +1,10 @@
 """The simulator's balance modes (``SimConfig.balance_method`` / ``balance_window``): a window
-keeps each window's samples, `compare` sees the same batches, and the balance-mode study."""
+keeps each window's samples, `compare` sees the same batches, the balance-mode study, and
+``fsobs simulate``'s balance flags."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 
 from fsobs.analysis import analyze_path, compare
+from fsobs.cli import main
 from fsobs.simulate.simulator import SimConfig, simulate, write_run
 from fsobs.simulate.study import BALANCE_MODES, balance_study
 
@@ -57,3 +60,43 @@ def test_sim_config_checks_the_balance_mode() -> None:
         SimConfig(balance_window=2)  # kk cannot move samples between steps
     with pytest.raises(ValueError, match="method"):
         SimConfig(balance_method="best")
+
+
+def test_cli_simulate_balance_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fsobs simulate --balance-method --balance-window`` plays that mode and records it in
+    run.json's workload as a real run does (``balance``, ``balance_method``,
+    ``balance_window``); the toggle off records BalanceConfig's defaults."""
+    common = ["simulate", "--world-size", "4", "--steps", "4", "--seed", "3", "--workers", "1"]
+    flags = ["--toggles", "balance", "--balance-method", "lpt", "--balance-window", "2"]
+    assert main([*common, *flags, "--out", str(tmp_path / "win")]) == 0
+    assert "balance (lpt, window 2)" in capsys.readouterr().out
+    assert main([*common, "--out", str(tmp_path / "base")]) == 0
+    workload = {
+        name: json.loads((tmp_path / name / "run.json").read_text())["workload"]
+        for name in ("win", "base")
+    }
+    keys = ("balance", "balance_method", "balance_window")
+    assert tuple(workload["win"][k] for k in keys) == (True, "lpt", 2)
+    assert tuple(workload["base"][k] for k in keys) == (False, "kk", 1)
+    # the same run as the library's: each window of 2 steps keeps its samples, the steps'
+    # sizes differ (4 ranks x 32 samples per step in the baseline)
+    win, base = analyze_path(tmp_path / "win"), analyze_path(tmp_path / "base")
+    sizes = win.run.sidecar.groupby("step")["num_samples"].sum()
+    assert sizes.sum() == 4 * 4 * 32 and sizes.nunique() > 1
+    assert compare(base, win).same_batches is True
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--balance-method", "lpt"], "--balance-method needs --toggles balance"),
+        (["--toggles", "balance", "--balance-window", "2"], "window"),
+    ],
+)
+def test_cli_simulate_balance_flag_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    args = ["simulate", "--world-size", "2", "--steps", "2", "--out", str(tmp_path / "x")]
+    assert main([*args, *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

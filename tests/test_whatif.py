@@ -14,7 +14,7 @@ import pytest
 
 from fsobs.analysis import analyze_path
 from fsobs.analysis.costfit import CostFit
-from fsobs.analysis.whatif.calibration import Calibration, partition_model, resplit
+from fsobs.analysis.whatif.calibration import Calibration, partition_model
 from fsobs.analysis.whatif.predict import TOGGLES, whatif
 from fsobs.analysis.whatif.priority import embedding_blocked_ms, pec_overlap, prioritize
 from fsobs.analysis.whatif.replay import (
@@ -30,6 +30,7 @@ from fsobs.analysis.whatif.replay import (
     replay,
     replay_error,
 )
+from fsobs.analysis.whatif.splits import resplit
 from fsobs.cli import main
 from fsobs.errors import RunError
 from fsobs.report import whatif_json
@@ -304,7 +305,8 @@ def test_whatif_json_shape(sims: dict) -> None:
         "data_share",
     ]
     balanced = whatif_json(whatif(analyze_path(sims["base"]), ("balance",), draws=3))
-    assert list(balanced["calibration"])[-3:] == [
+    assert list(balanced["calibration"])[-4:] == [
+        "balance_split",
         "imbalance_before",
         "imbalance_after",
         "planner_ms",

@@ -23,12 +23,14 @@ from dashboard.widgets import (
 from fsobs import Analysis, FsobsError
 from fsobs.analysis import WhatIf
 from fsobs.analysis.whatif.predict import TOGGLES, available_toggles, whatif
+from fsobs.analysis.whatif.splits import BalanceSplit
 from fsobs.simulate.config import SimConfig, calibrate
 from fsobs.simulate.study import WORLD_SIZES, scale_curve, toggle_study
 
 STUDY_WORLD_SIZE = 256
 STUDY_STEPS = 10
 DRAWS = (50, 200)
+BALANCE_SPLITS = ("kk", "lpt", "kk-unequal", "window:2", "window:4", "window:8")
 
 
 @st.cache_resource(max_entries=16, show_spinner="Replaying the run with each toggle...")
@@ -38,10 +40,12 @@ def _predict(
     signature: Signature,
     toggles: tuple[str, ...],
     draws: int,
+    split: str,
     _analysis: Analysis,
 ) -> tuple[WhatIf | None, str | None]:
     try:
-        return whatif(_analysis, toggles, draws=draws), None
+        mode = BalanceSplit.parse(split)
+        return whatif(_analysis, toggles, draws=draws, balance_split=mode), None
     except FsobsError as exc:
         return None, str(exc).replace(f"{store}/", "")
 
@@ -181,15 +185,16 @@ def render() -> None:
     st.title("What-if")
     entry, analysis = open_run("Baseline run", want=has_sidecar)
     possible = available_toggles(analysis)
-    left, right = st.columns([3, 1])
+    left, middle, right = st.columns([3, 1, 1])
     chosen = left.multiselect("Toggles (every combination is predicted)", possible, possible)
+    split = middle.selectbox("Balance mode", BALANCE_SPLITS, key="balance_split")
     draws = right.selectbox("Noise draws", DRAWS, key="draws")
     if not chosen:
         st.info("Choose at least one toggle.")
         st.stop()
     toggles = tuple(t for t in TOGGLES if t in chosen)
     result, error = _predict(
-        str(current_store()), entry.run_id, entry.signature, toggles, draws, analysis
+        str(current_store()), entry.run_id, entry.signature, toggles, draws, split, analysis
     )
     if result is None:
         stop_on_error(error or "unknown error", "No prediction")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from fsobs.analysis.whatif.predict import TOGGLES, whatif
+from fsobs.analysis.whatif.splits import KK, SPLITS, BalanceSplit
 from fsobs.cli.common import (
     Commands,
     add_load_options,
@@ -19,7 +21,7 @@ from fsobs.cli.common import (
 from fsobs.errors import FsobsError
 from fsobs.report import render_whatif, whatif_json
 from fsobs.trace import LoadConfig
-from optim.balance import CostModel
+from optim.balance import METHODS, CostModel
 
 
 def _toggle_list(text: str) -> tuple[str, ...]:
@@ -30,6 +32,13 @@ def _toggle_list(text: str) -> tuple[str, ...]:
             f"unknown toggle(s) {unknown}, expected some of {','.join(TOGGLES)}"
         )
     return names
+
+
+def _balance_split(text: str) -> BalanceSplit:
+    try:
+        return BalanceSplit.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_whatif(commands: Commands) -> None:
@@ -49,6 +58,13 @@ def add_whatif(commands: Commands) -> None:
         help="comma-separated toggles; every combination of them is predicted "
         "(default: %(default)s)",
     )
+    cmd.add_argument(
+        "--balance-split",
+        type=_balance_split,
+        metavar="|".join(SPLITS),
+        help="the balance toggle's mode: kk (equal counts, default), lpt (unequal counts), "
+        "kk-unequal, or window:K (K consecutive global batches dealt into K steps)",
+    )
     cmd.add_argument("--json", action="store_true", help="print one JSON object")
     cmd.add_argument("--draws", type=int, default=200, help="noise draws (default: %(default)s)")
     cmd.add_argument("--seed", type=int, default=0, help="of the draws (default: %(default)s)")
@@ -62,9 +78,18 @@ def add_whatif(commands: Commands) -> None:
 def _whatif(args: argparse.Namespace) -> int:
     if args.draws < 1:
         raise FsobsError(f"--draws must be >= 1, got {args.draws}")
+    if args.balance_split is not None and "balance" not in args.toggles:
+        raise FsobsError("--balance-split needs the balance toggle (--toggles balance,...)")
     model = CostModel.from_json(cost_model_path(args.cost_model)) if args.cost_model else None
     analysis = analyze_with_progress(args.run, load_config(args))
-    result = whatif(analysis, args.toggles, draws=args.draws, seed=args.seed, cost_model=model)
+    result = whatif(
+        analysis,
+        args.toggles,
+        draws=args.draws,
+        seed=args.seed,
+        balance_split=args.balance_split or KK,
+        cost_model=model,
+    )
     if args.json:
         print(json.dumps(whatif_json(result), indent=2, allow_nan=False))
     else:
@@ -93,9 +118,34 @@ def add_simulate(commands: Commands) -> None:
         "this measured run (default: a GPU-like job)",
     )
     cmd.add_argument("--toggles", type=_toggle_list, default=(), help="policies to simulate")
+    cmd.add_argument(
+        "--balance-method",
+        choices=METHODS,
+        help="partitioner of the balance policy (default: kk, Karmarkar-Karp)",
+    )
+    cmd.add_argument(
+        "--balance-window",
+        type=int,
+        metavar="K",
+        help="global batches the balance policy plans together (default: 1; K > 1 needs "
+        "--balance-method lpt)",
+    )
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--workers", type=int, default=None, help="writer processes (default: CPUs)")
     cmd.set_defaults(handler=_simulate)
+
+
+def _balance(args: argparse.Namespace) -> dict[str, Any]:
+    """``SimConfig``'s balance fields from the flags given (they need ``--toggles balance``)."""
+    given = {
+        "balance_method": args.balance_method,
+        "balance_window": args.balance_window,
+    }
+    chosen = {k: v for k, v in given.items() if v is not None}
+    if chosen and "balance" not in args.toggles:
+        flags = ", ".join("--" + k.replace("_", "-") for k in chosen)
+        raise FsobsError(f"{flags} needs --toggles balance")
+    return chosen
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -106,6 +156,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     if args.world_size < 2 or args.steps < 1:
         raise FsobsError("--world-size must be >= 2 and --steps >= 1")
+    balance = _balance(args)
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise FsobsError("the output directory is not empty", path=out)
@@ -113,13 +164,20 @@ def _simulate(args: argparse.Namespace) -> int:
         base = calibrate(analyze_with_progress(args.calibrate, LoadConfig()))
     else:
         base = SimConfig()
-    cfg = replace(base, world_size=args.world_size, steps=args.steps, seed=args.seed)
+    try:
+        cfg = replace(base, world_size=args.world_size, steps=args.steps, seed=args.seed, **balance)
+    except ValueError as exc:  # SimConfig names the field
+        raise FsobsError(f"bad simulate option: {exc}") from None
     sched = simulate(cfg, args.toggles)
     write_run(sched, out, workers=args.workers)
     k = kpis(sched)
+    toggles = [
+        f"balance ({cfg.balance_method}, window {cfg.balance_window})" if t == "balance" else t
+        for t in args.toggles
+    ]
     print(
         f"wrote {out}: simulated, {args.world_size} ranks x {args.steps} steps, toggles: "
-        f"{', '.join(args.toggles) or 'none'} ({cfg.source})\n"
+        f"{', '.join(toggles) or 'none'} ({cfg.source})\n"
         f"truth: bubble {k['bubble_ratio']:.1%} of step time, {k['bubble_ms_per_step']:.2f} ms "
         f"per rank and step (straggler wait {k['straggler_wait_ms_per_step']:.2f}, exposed comm "
         f"{k['exposed_comm_ms_per_step']:.2f}, host idle {k['host_idle_ms_per_step']:.2f}); "

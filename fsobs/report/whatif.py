@@ -122,9 +122,12 @@ def _table(w: WhatIf) -> Table:
         "step p50 ms",
     ):
         table.add_column(header, justify="left" if header == "toggles" else "right")
+    resplit = w.calibration.resplit if w.calibration is not None else None
+    mode = f"balance ({resplit.balance_split})" if resplit is not None else "balance"
     for p in w.predictions:
         by_class_ms = {c: v["ms_per_step"] for c, v in p.by_class.items()}
-        table.add_row(*_row(" + ".join(p.toggles), p, by_class_ms))
+        label = " + ".join(mode if t == "balance" else t for t in p.toggles)
+        table.add_row(*_row(label, p, by_class_ms))
     table.add_row(*_row("oracle: equal compute", w.oracle, w.oracle.by_class))
     return table
 
@@ -166,7 +169,8 @@ def _bound_lines(w: WhatIf, bound: BoundSummary) -> list[str]:
     line = bound_line(bound)
     resplit = w.calibration.resplit if w.calibration is not None else None
     if resplit is not None:
-        line += f"; the planner's split (balance) {resplit.imbalance_after:.2f}"
+        mode, after = resplit.balance_split, resplit.imbalance_after
+        line += f"; the planner's split (balance {mode}) {after:.2f}"
     reach = (
         f"the oracle's equal compute is out of reach in {bound.num_whale_steps} of "
         f"{bound.num_steps} step(s): their costliest sample alone outweighs the mean rank load"

@@ -40,7 +40,7 @@ from fsobs.simulate.kineto_writer import (
 )
 from fsobs.simulate.schedule import START_NS, TRUTH_CLASSES, Schedule
 from optim.markers import DENSE_DESC, EMB_DESC, PEC_MASK_RANGE, PEC_RANGES, comm_marker
-from optim.plan import batch_digest
+from optim.plan import BalanceConfig, batch_digest
 
 BASE_NS = START_NS - 1_000_000_000
 COMPUTE, PREFETCH, COMM, DENSE_COMM = 7, 21, 20, 24
@@ -279,6 +279,7 @@ def run_meta(sched: Schedule, name: str) -> RunMeta:
     """``run.json`` of a simulated run (``simulated: true``; no torch ran it)."""
     n = sched.cfg.world_size
     hosts = sorted({host_name(r, sched.cfg.ranks_per_host) for r in range(n)})
+    balance = sched.cfg.balance(enabled="balance" in sched.toggles)
     toggles = {
         t: ToggleStatus(
             requested=t in sched.toggles,
@@ -297,7 +298,10 @@ def run_meta(sched: Schedule, name: str) -> RunMeta:
         workload={
             "simulator": sched.cfg.describe(),
             "steps": sched.cfg.steps,
-            "balance_window": sched.cfg.balance_window if "balance" in sched.toggles else 1,
+            # as a real run's (fsobs.workload.config); the toggle off: BalanceConfig's defaults
+            "balance": balance.enabled,
+            "balance_method": balance.method if balance.enabled else BalanceConfig().method,
+            "balance_window": balance.window if balance.enabled else 1,
         },
         toggles=toggles,
         simulated=True,

@@ -1,5 +1,5 @@
 """What the what-if learns from one baseline run: compute per rank and step, explained by the
-data and by noise, and the balance toggle's re-split (no torch).
+data and by noise (no torch).
 
 Per rank r and step s the run measured a busy time ``B_rs``. The cost model fitted on the run
 (:func:`fsobs.analysis.costfit.fit_points`, busy ns per sample) predicts ``P_rs`` from the
@@ -7,16 +7,14 @@ rank's samples; what it does not explain is a per-rank speed and a residual::
 
     B_rs = s_r · P_rs · eta_rs        s_r = median_s(B_rs / P_rs),   eta_rs = B_rs / (s_r P_rs)
 
-**balance** re-splits every step's global batch with optim's own planner
-(:class:`optim.plan.StepPlan`, the same call the training job makes, on the lengths in rank
-order, which is the order of the global batch under the random split) and the job's partition
-cost model (:func:`partition_model`); the rank's new busy time is ``s_r · P(new share) · eta``,
-with ``eta`` resampled from the run's residuals (:func:`noise_draws`).
+**balance** re-splits every step's global batch with optim's own planner and the job's
+partition cost model (:func:`partition_model`; :mod:`.splits`); the rank's new busy time is
+``s_r · P(new share) · eta``, with ``eta`` resampled from the run's residuals
+(:func:`noise_draws`).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import cast
 
@@ -26,10 +24,8 @@ import pandas as pd
 from fsobs.analysis.costfit import CostFit, fit_points, nonnegative_lstsq
 from fsobs.analysis.pipeline import Analysis
 from fsobs.errors import RunError
-from fsobs.runformat.names import sidecar_file_name
 from fsobs.storage import Location
 from optim.balance import CostModel
-from optim.plan import BalanceConfig, StepPlan
 
 _EXACT = 1e-6
 """Relative residual under which a cost model reproduces the sidecar's ``est_cost``."""
@@ -139,51 +135,3 @@ def noise_draws(cal: Calibration, draws: int, rng: np.random.Generator) -> np.nd
     pool = (log - common).reshape(-1)
     spread = pool[rng.integers(len(pool), size=(draws, *cal.eta.shape))]
     return cast(np.ndarray, np.exp(common[None] + spread))
-
-
-@dataclass
-class Resplit:
-    """The balance toggle's split of every step, and what the cost model says of it."""
-
-    predicted_ns: np.ndarray
-    """``[rank, step]``: fitted busy model on each rank's new share."""
-    imbalance_before: np.ndarray
-    imbalance_after: np.ndarray
-    """Per step, max / mean partition cost."""
-    planner_ns: float
-    """Median time of one planning call (every rank plans in plan mode)."""
-
-
-def resplit(
-    cal: Calibration, model: CostModel, method: str = "kk", planner_ns: float | None = None
-) -> Resplit:
-    """Run optim's planner on every recorded step (see the module docstring)."""
-    missing = [(r, s) for r in cal.ranks for s in cal.steps if (r, s) not in cal.lengths]
-    if missing:
-        r, s = missing[0]
-        raise RunError(
-            f"balance needs the per-sample lengths of every rank and step; its step sidecar "
-            f"has none for step {s} ({len(missing)} (rank, step) missing); predict the other "
-            "toggles with --toggles priority_overlap,sm_free",
-            path=cal.run_path / sidecar_file_name(r),
-            rank=r,
-        )
-    config = BalanceConfig(enabled=True, method=method)
-    fitted = cal.fit.model
-    predicted = np.zeros_like(cal.predicted_ns)
-    before, after, timings = [], [], []
-    for si, step in enumerate(cal.steps):
-        batch = np.concatenate([cal.lengths[(r, step)] for r in cal.ranks])
-        started = time.perf_counter()
-        plan = StepPlan.make(model(batch), len(cal.ranks), config)
-        timings.append((time.perf_counter() - started) * 1e9)
-        before.append(plan.imbalance_before)
-        after.append(plan.imbalance_after)
-        for ri, part in enumerate(plan.parts):
-            predicted[ri, si] = float(fitted(batch[part]).sum())
-    return Resplit(
-        predicted_ns=predicted,
-        imbalance_before=np.array(before),
-        imbalance_after=np.array(after),
-        planner_ns=float(np.median(timings)) if planner_ns is None else planner_ns,
-    )

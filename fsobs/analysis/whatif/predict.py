@@ -14,10 +14,12 @@ graph and the graph is replayed; a combination applies all of its changes in one
 effect is never the sum of single ones:
 
 - ``balance``: optim's planner re-splits every recorded global batch (the job's own cost
-  model); each rank's busy time becomes ``s_r · P(new share) · eta``, with ``P`` the cost
-  model fitted on the run, ``s_r`` the rank's speed and ``eta`` a residual resampled from the
-  run's (:mod:`fsobs.analysis.whatif.calibration`); on a CPU run the planner's time is added as host
-  time (the training thread plans).
+  model) in one of the toggle's modes (:mod:`fsobs.analysis.whatif.splits`: ``kk``, ``lpt``,
+  ``kk-unequal``, or a window of ``K`` batches dealt into ``K`` steps); each rank's busy time
+  becomes ``s_r · P(new share) · eta``, with ``P`` the cost model fitted on the run, ``s_r``
+  the rank's speed and ``eta`` a residual resampled from the run's
+  (:mod:`fsobs.analysis.whatif.calibration`); on a CPU run the planner's time is added as
+  host time (the training thread plans).
 - ``priority_overlap``: torchrec's PEC from the sidecars' ``id_overlap`` (the non-overlapped
   share of the embedding all-to-alls hidden, the mask exchange and extra lookups added) and
   embedding communication ahead of dense communication (:mod:`fsobs.analysis.whatif.priority`).
@@ -49,12 +51,10 @@ from fsobs.analysis.pipeline import Analysis
 from fsobs.analysis.stragglers.whales import BoundSummary, run_bounds
 from fsobs.analysis.whatif.calibration import (
     Calibration,
-    Resplit,
     calibrate,
     noise_draws,
     partition_model,
     rank_step_ns,
-    resplit,
 )
 from fsobs.analysis.whatif.priority import embedding_blocked_ms, pec_overlap, prioritize
 from fsobs.analysis.whatif.replay import (
@@ -78,6 +78,7 @@ from fsobs.analysis.whatif.results import (
     WhatIfCalibration,
     WhatIfRun,
 )
+from fsobs.analysis.whatif.splits import KK, BalanceSplit, Resplit, resplit
 from fsobs.errors import RunError
 from optim.balance import CostModel
 
@@ -114,13 +115,14 @@ def whatif(
     draws: int = 200,
     seed: int = 0,
     confidence: float = 0.95,
-    method: str = "kk",
+    balance_split: BalanceSplit = KK,
     cost_model: CostModel | None = None,
     planner_ns: float | None = None,
 ) -> WhatIf:
     """Predict every non-empty combination of ``toggles`` (see the module docstring).
 
-    ``cost_model``: the balancer's model (default: the run's own, else the fitted one);
+    ``balance_split``: the ``balance`` toggle's mode; ``cost_model``: the balancer's model
+    (default: the run's own, else the fitted one);
     ``planner_ns``: the planner's time per step, added to every rank's step (default: timed
     here on a CPU run, where it holds up the training thread; 0 on a GPU run, where the host
     plans while the GPU works).
@@ -134,7 +136,8 @@ def whatif(
         model = cost_model or setup.partition or setup.cal.fit.model
         if planner_ns is None and analysis.run.device == "gpu":
             planner_ns = 0.0
-        split = resplit(setup.cal, model, method, planner_ns)
+        split = resplit(setup.cal, model, balance_split, planner_ns)
+        notes += _split_notes(split)
     prio_graph = None
     if "priority_overlap" in toggles:
         overlap = pec_overlap(analysis.run.sidecar)
@@ -434,6 +437,7 @@ def _calibration(setup: _Setup, split: Resplit | None) -> WhatIfCalibration | No
     effect = None
     if split is not None:
         effect = ResplitEffect(
+            balance_split=split.split.name,
             imbalance_before=float(split.imbalance_before.mean()),
             imbalance_after=float(split.imbalance_after.mean()),
             planner_ms=split.planner_ns / 1e6,
@@ -445,6 +449,25 @@ def _calibration(setup: _Setup, split: Resplit | None) -> WhatIfCalibration | No
         partition_model=setup.partition,
         resplit=effect,
     )
+
+
+def _split_notes(split: Resplit) -> list[str]:
+    """What a window's prediction assumes (:mod:`fsobs.analysis.whatif.splits`)."""
+    k = split.split.window
+    if k == 1:
+        return []
+    notes = [
+        f"balance {split.split.name}: {k} consecutive recorded global batches dealt into {k} "
+        "steps (optim.plan.plan_window, windows from step 0); each step keeps its measured "
+        "host time and transfers, its busy time follows the fitted cost model on its new "
+        "samples (c0 per sample; fixed kernels scaled with the rest)"
+    ]
+    if split.short_windows:
+        notes.append(
+            f"balance {split.split.name}: {split.short_windows} window(s) dealt over fewer "
+            f"than {k} steps (the sidecars have no lengths for the others)"
+        )
+    return notes
 
 
 def _notes(analysis: Analysis, toggles: tuple[str, ...], setup: _Setup) -> list[str]:

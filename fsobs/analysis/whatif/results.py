@@ -72,12 +72,15 @@ class FittedCost:
 class ResplitEffect:
     """What the ``balance`` toggle's re-split does, by the cost model."""
 
+    balance_split: str
+    """The toggle's mode: ``kk``, ``lpt``, ``kk-unequal`` or ``window:K``
+    (:mod:`fsobs.analysis.whatif.splits`)."""
     imbalance_before: float
     """Mean over steps of max / mean partition cost of the recorded split."""
     imbalance_after: float
     """The same of the planner's split."""
     planner_ms: float
-    """Time of one planning call added to every rank's step (0 on a GPU run)."""
+    """Planning time per step added to every rank's step (0 on a GPU run)."""
 
 
 @dataclass(frozen=True, kw_only=True)
