@@ -69,15 +69,20 @@ def test_cli_simulate_balance_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     common = ["simulate", "--world-size", "4", "--steps", "4", "--seed", "3", "--workers", "1"]
     flags = ["--toggles", "balance", "--balance-method", "lpt", "--balance-window", "2"]
     assert main([*common, *flags, "--out", str(tmp_path / "win")]) == 0
-    assert "balance (lpt, window 2)" in capsys.readouterr().out
+    assert "balance (lpt, unequal counts, window 2)" in capsys.readouterr().out
     assert main([*common, "--out", str(tmp_path / "base")]) == 0
     workload = {
         name: json.loads((tmp_path / name / "run.json").read_text())["workload"]
         for name in ("win", "base")
     }
-    keys = ("balance", "balance_method", "balance_window")
-    assert tuple(workload["win"][k] for k in keys) == (True, "lpt", 2)
-    assert tuple(workload["base"][k] for k in keys) == (False, "kk", 1)
+    keys = ("balance", "balance_method", "balance_counts", "balance_window")
+    assert tuple(workload["win"][k] for k in keys) == (True, "lpt", "unequal", 2)
+    assert tuple(workload["base"][k] for k in keys) == (False, "kk", "equal", 1)
+    flags = ["--toggles", "balance", "--balance-counts", "unequal", "--out", str(tmp_path / "u")]
+    assert main([*common, *flags]) == 0
+    assert "balance (kk, unequal counts, window 1)" in capsys.readouterr().out
+    sizes = analyze_path(tmp_path / "u").run.sidecar.groupby(["step", "rank"])["num_samples"]
+    assert sizes.sum().nunique() > 1  # unequal counts: ranks of a step hold different numbers
     # the same run as the library's: each window of 2 steps keeps its samples, the steps'
     # sizes differ (4 ranks x 32 samples per step in the baseline)
     win, base = analyze_path(tmp_path / "win"), analyze_path(tmp_path / "base")

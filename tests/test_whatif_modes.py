@@ -117,8 +117,14 @@ QUIET = dict(
     batch_per_rank=16,
 )
 CFG = SimConfig(world_size=4, steps=8, seed=3, **QUIET)
-MODES = {"kk": ("kk", 1), "lpt": ("lpt", 1), "window:2": ("lpt", 2), "window:4": ("lpt", 4)}
-"""The modes the simulator plays (``kk-unequal`` needs BalanceConfig's unequal kk counts)."""
+MODES = {
+    "kk": ("kk", None, 1),
+    "lpt": ("lpt", None, 1),
+    "kk-unequal": ("kk", "unequal", 1),
+    "window:2": ("lpt", None, 2),
+    "window:4": ("lpt", None, 4),
+}
+"""The modes the simulator plays: method, counts, window."""
 
 
 def _bubble(sched: Schedule) -> float:
@@ -137,8 +143,9 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_each_mode_predicted_from_a_simulated_baseline(baseline: Path, name: str) -> None:
     """Noise-free, the prediction from the baseline alone is within 1 pp of the simulator's run
     in that mode on the same batches (its truth)."""
-    method, window = MODES[name]
-    run = simulate(replace(CFG, balance_method=method, balance_window=window), {"balance"})
+    method, counts, window = MODES[name]
+    cfg = replace(CFG, balance_method=method, balance_counts=counts, balance_window=window)
+    run = simulate(cfg, {"balance"})
     measured = 1 - _bubble(run) / _bubble(simulate(CFG))
     w = whatif(
         analyze_path(baseline),

@@ -22,6 +22,7 @@ from fsobs.errors import FsobsError
 from fsobs.report import render_whatif, whatif_json
 from fsobs.trace import LoadConfig
 from optim.balance import METHODS, CostModel
+from optim.plan import COUNTS
 
 
 def _toggle_list(text: str) -> tuple[str, ...]:
@@ -124,11 +125,17 @@ def add_simulate(commands: Commands) -> None:
         help="partitioner of the balance policy (default: kk, Karmarkar-Karp)",
     )
     cmd.add_argument(
+        "--balance-counts",
+        choices=COUNTS,
+        help="equal or unequal sample counts per rank (default: the method's: kk equal, "
+        "lpt unequal)",
+    )
+    cmd.add_argument(
         "--balance-window",
         type=int,
         metavar="K",
         help="global batches the balance policy plans together (default: 1; K > 1 needs "
-        "--balance-method lpt)",
+        "unequal counts)",
     )
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--workers", type=int, default=None, help="writer processes (default: CPUs)")
@@ -139,6 +146,7 @@ def _balance(args: argparse.Namespace) -> dict[str, Any]:
     """``SimConfig``'s balance fields from the flags given (they need ``--toggles balance``)."""
     given = {
         "balance_method": args.balance_method,
+        "balance_counts": args.balance_counts,
         "balance_window": args.balance_window,
     }
     chosen = {k: v for k, v in given.items() if v is not None}
@@ -172,7 +180,10 @@ def _simulate(args: argparse.Namespace) -> int:
     write_run(sched, out, workers=args.workers)
     k = kpis(sched)
     toggles = [
-        f"balance ({cfg.balance_method}, window {cfg.balance_window})" if t == "balance" else t
+        f"balance ({cfg.balance(enabled=True).method}, {cfg.balance(enabled=True).counts} counts, "
+        f"window {cfg.balance_window})"
+        if t == "balance"
+        else t
         for t in args.toggles
     ]
     print(

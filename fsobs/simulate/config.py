@@ -46,8 +46,12 @@ class SimConfig:
     """The balancer's model (default: ``cost``)."""
     balance_method: str = "kk"
     """The ``balance`` toggle's partitioner (:attr:`optim.plan.BalanceConfig.method`)."""
+    balance_counts: str | None = None
+    """Equal or unequal counts per rank (:attr:`optim.plan.BalanceConfig.counts`; None: the
+    method's default)."""
     balance_window: int = 1
-    """Steps it plans together (:attr:`optim.plan.BalanceConfig.window`; > 1 needs ``lpt``)."""
+    """Steps it plans together (:attr:`optim.plan.BalanceConfig.window`; > 1 needs unequal
+    counts)."""
     embedding_share: float = 0.15
     """Share of that compute before the embedding output all-to-all (the lookup)."""
     speed_sigma: float = 0.01
@@ -103,7 +107,10 @@ class SimConfig:
     def balance(self, *, enabled: bool) -> BalanceConfig:
         """The ``balance`` toggle's config, on or off."""
         return BalanceConfig(
-            enabled=enabled, method=self.balance_method, window=self.balance_window
+            enabled=enabled,
+            method=self.balance_method,
+            counts=self.balance_counts,
+            window=self.balance_window,
         )
 
     def draw_lengths(self, rng: np.random.Generator, size: int) -> np.ndarray:

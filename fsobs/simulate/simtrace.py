@@ -301,6 +301,7 @@ def run_meta(sched: Schedule, name: str) -> RunMeta:
             # as a real run's (fsobs.workload.config); the toggle off: BalanceConfig's defaults
             "balance": balance.enabled,
             "balance_method": balance.method if balance.enabled else BalanceConfig().method,
+            "balance_counts": balance.counts if balance.enabled else BalanceConfig().counts,
             "balance_window": balance.window if balance.enabled else 1,
         },
         toggles=toggles,
