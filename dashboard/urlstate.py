@@ -9,8 +9,8 @@ neither survives a reload or a page switch by itself. Instead:
   URL, the session's last value (:data:`MEMORY_KEY`), the page's default (:func:`wanted`);
 - the value a page shows is written back to its URL at once and remembered (:func:`keep`), so
   a reload or a shared link opens the same thing, and the next page starts from it;
-- the sidebar links carry the parameters of the page they open (:func:`sidebar`), so a link
-  can be opened in a new tab or shared too.
+- the sidebar links carry the parameters of the page they open (:func:`sidebar`; drawn again
+  when a page picks a value), so a link can be opened in a new tab or shared too.
 
 The rank filter of the Bubbles page (``ranks``, ``rank_list``) stays bound to the URL by its
 widgets; it is remembered here so that the sidebar's link back to Bubbles restores it.
@@ -22,11 +22,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.navigation.page import StreamlitPage
 
 from dashboard.ranks import MODES
 
 MEMORY_KEY = "fsobs_url_memory"
+SIDEBAR_KEY = "fsobs_sidebar"
+Links = Sequence[tuple[StreamlitPage, tuple[str, ...]]]
+"""Each page of the sidebar, with the query parameters it reads."""
 LIST_SEPARATOR = ","
 """Between the ids of a list parameter: ``/arms?runs=a,b,c``."""
 OBSERVED: dict[str, Callable[[Any], str]] = {"ranks": MODES.__getitem__, "rank_list": str}
@@ -58,19 +62,28 @@ def wanted(key: str, widget_key: str | None = None) -> str | None:
 
 
 def keep(key: str, value: str) -> None:
-    """Put ``value`` in the page's URL and remember it for the next pages."""
-    _memory()[key] = value
+    """Put ``value`` in the page's URL and remember it for the next pages; the sidebar, drawn
+    before the page chose it, is drawn again when it changed."""
+    memory = _memory()
+    changed = memory.get(key) != value
+    memory[key] = value
     if st.query_params.get(key) != value:
         st.query_params[key] = value
+    drawn = st.session_state.get(SIDEBAR_KEY)
+    if changed and drawn is not None:
+        _draw(*drawn)
 
 
 def observe() -> None:
-    """Remember the values of the bound widgets of :data:`OBSERVED` while they are shown."""
+    """Remember the values of the bound widgets of :data:`OBSERVED`: the widget's while it is
+    shown, else the URL's (a page opened from a link has not drawn its widgets yet)."""
     memory = _memory()
     for key, to_url in OBSERVED.items():
         value = st.session_state.get(key)
         if value is not None:
             memory[key] = to_url(value)
+        elif url := st.query_params.get(key):
+            memory[key] = url
 
 
 def split(value: str) -> list[str]:
@@ -82,10 +95,17 @@ def _carried(key: str) -> str | None:
     return remembered(key) if key in OBSERVED else wanted(key)
 
 
-def sidebar(links: Sequence[tuple[StreamlitPage, tuple[str, ...]]]) -> None:
+def sidebar(links: Links) -> None:
     """The navigation: one link per page, carrying the parameters it reads (``links``: page,
-    parameter keys) as the session has them."""
-    with st.sidebar:
+    parameter keys) as the session has them. Its placeholder is kept for this run's
+    :func:`keep` (overwritten by the next run's)."""
+    slot = st.sidebar.empty()
+    st.session_state[SIDEBAR_KEY] = (slot, links)
+    _draw(slot, links)
+
+
+def _draw(slot: DeltaGenerator, links: Links) -> None:
+    with slot.container():
         for page, keys in links:
             params = {k: v for k in keys if (v := _carried(k)) is not None}
             st.page_link(page, query_params=params)

@@ -87,8 +87,6 @@ def pick_run(
     st.session_state[key] = chosen or default()
     choice = st.selectbox(label, ids, key=key)
     urlstate.keep(key, choice)
-    if chosen is None:
-        st.rerun()  # the sidebar, drawn before this page, did not carry the default yet
     entry = find_run(entries, choice)
     assert entry is not None  # the options are the store's ids
     return entry

@@ -63,9 +63,8 @@ def _pick_arms(store: Path, entries: list[RunEntry]) -> list[RunEntry]:
     st.session_state[ARMS_KEY] = arms
     chosen = st.multiselect("Arms (runs side by side)", ids, key=ARMS_KEY)
     urlstate.keep(ARMS_KEY, urlstate.LIST_SEPARATOR.join(chosen))
-    if value is None:
-        st.rerun()  # the sidebar, drawn before this page, did not carry the default yet
-    return [e for e in entries if e.run_id in chosen]
+    by_id = {e.run_id: e for e in entries}
+    return [by_id[a] for a in chosen]  # in the order chosen
 
 
 def render() -> None:
