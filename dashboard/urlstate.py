@@ -47,18 +47,24 @@ def remembered(key: str) -> str | None:
     return _memory().get(key)
 
 
-def wanted(key: str, widget_key: str | None = None) -> str | None:
-    """The value the page should show for ``key``: the widget's (``widget_key``, default
-    ``key``) when the user just changed it, else the URL's, else the session's last one; None
-    when none of them names one. A list parameter is its URL form (ids joined by ``,``)."""
+def wanted(key: str) -> str | None:
+    """The value the page should show for ``key``: its widget's (keyed ``key``) when the user
+    just changed it, else the URL's, else the session's last one; None when none of them names
+    one. A list parameter is its URL form (ids joined by ``,``)."""
     memory = remembered(key)
-    widget = st.session_state.get(widget_key or key)
+    widget = st.session_state.get(key)
     if isinstance(widget, list):
         widget = LIST_SEPARATOR.join(widget)
     if widget is not None and widget != memory:
         return str(widget)
     url = st.query_params.get(key)
     return url if url else memory
+
+
+def in_url(key: str, value: str) -> bool:
+    """Whether the URL says ``value`` for ``key`` (an id the store lacks is an error only then:
+    one the session remembers may have been deleted since)."""
+    return st.query_params.get(key) == value
 
 
 def keep(key: str, value: str) -> None:

@@ -77,13 +77,15 @@ def pick_run(
 
     The run is the one the user just picked, else the URL's, else the session's last one
     (:func:`dashboard.urlstate.wanted`); ``default()`` is called only when none names one
-    (finding a default may analyze runs). An id the store does not have ends the page with one
-    line saying so. Ids are only matched against the store's runs, never opened as paths.
+    (finding a default may analyze runs). An id of the URL the store does not have ends the page
+    with one line saying so. Ids are only matched against the store's runs, never opened as paths.
     """
     ids = [e.run_id for e in entries]
     chosen = urlstate.wanted(key)
     if chosen is not None and chosen not in ids:
-        stop_unknown(key, [chosen])
+        if urlstate.in_url(key, chosen):
+            stop_unknown(key, [chosen])
+        chosen = None  # remembered, deleted since
     st.session_state[key] = chosen or default()
     choice = st.selectbox(label, ids, key=key)
     urlstate.keep(key, choice)

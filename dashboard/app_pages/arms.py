@@ -45,22 +45,22 @@ def _default_arms(store: Path, entries: list[RunEntry], control: str) -> list[st
 
 def _pick_arms(store: Path, entries: list[RunEntry]) -> list[RunEntry]:
     """The arms: a multiselect whose choice is the ``runs`` query parameter (ids joined by
-    ``,``; default: the control and its folder's runs); the control is one of them."""
+    ``,``; default: the control and its folder's runs)."""
     ids = [e.run_id for e in entries]
     control = urlstate.wanted("control")
     if control is not None and control not in ids:
-        stop_unknown("control", [control])
+        if urlstate.in_url("control", control):
+            stop_unknown("control", [control])
+        control = None  # remembered, deleted since
     value = urlstate.wanted(ARMS_KEY)
     if value is None:
         arms = _default_arms(store, entries, control or default_control(store, entries))
     else:
         arms = urlstate.split(value)
-    if control is not None and control not in arms:
-        arms = [control, *arms]
     unknown = [a for a in arms if a not in ids]
-    if unknown:
+    if unknown and value is not None and urlstate.in_url(ARMS_KEY, value):
         stop_unknown(ARMS_KEY, unknown)
-    st.session_state[ARMS_KEY] = arms
+    st.session_state[ARMS_KEY] = [a for a in arms if a in ids]
     chosen = st.multiselect("Arms (runs side by side)", ids, key=ARMS_KEY)
     urlstate.keep(ARMS_KEY, urlstate.LIST_SEPARATOR.join(chosen))
     by_id = {e.run_id: e for e in entries}
@@ -80,6 +80,8 @@ def render() -> None:
     arms = _pick_arms(store, entries)
     if len(arms) < 2:
         stop("Choose at least two arms: a control and a run to judge against it.")
+    if urlstate.wanted("control") not in {None, *(a.run_id for a in arms)}:
+        st.session_state["control"] = control_among(arms)  # the control is one of the arms
     control = pick_run("Control", "control", arms, lambda: control_among(arms))
     loaded = {arm.run_id: load(store, arm) for arm in arms}
     for run_id, item in loaded.items():

@@ -182,6 +182,11 @@ def _named_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str] | None:
     return None
 
 
+def _other(pair: tuple[str, str], control: str) -> str:
+    """The default test: the pair's, unless the control chosen is that run."""
+    return pair[0] if pair[1] == control else pair[1]
+
+
 def render() -> None:
     """The page."""
     st.title("Compare")
@@ -195,7 +200,7 @@ def render() -> None:
     with left:
         control = pick_run("Control", "control", entries, lambda: pair()[0])
     with right:
-        test = pick_run("Test", "test", entries, lambda: pair()[1])
+        test = pick_run("Test", "test", entries, lambda: _other(pair(), control.run_id))
     loaded = (load(store, control), load(store, test))
     for role, item in zip(("control", "test"), loaded, strict=True):
         if item.error is not None:

@@ -220,6 +220,15 @@ def test_the_session_carries_the_run_to_a_page_opened_without_one(shared_app_env
     assert _links(at)["Compare"] == {"control": ["sim/control"], "test": ["sim/test"]}
 
 
+def test_a_remembered_run_deleted_since_gives_the_default_not_an_error(app_env):
+    at = _open("bubbles", run="sim/test")
+    shutil.rmtree(app_env / "sim" / "test")
+    at.query_params.clear()
+    at.switch_page("app_pages/optimizer.py").run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="run").value == "sim/control"  # the first run with sidecars left
+
+
 def test_arms_page_each_arm_against_the_run_with_every_toggle_off(shared_app_env):
     """Bare /arms: the control is sim/control (every toggle applied off) and the arms are its
     folder's runs; the bar and the table row of sim/test are its reduction against the control,
@@ -251,6 +260,18 @@ def test_arms_page_each_arm_against_the_run_with_every_toggle_off(shared_app_env
     table = at.dataframe[0].value
     assert list(table["arm"]) == ["sim/test", "sim/control", GLOO]
     assert any("simulated and the other is not" in w.value for w in at.warning)
+    # The control is one of the arms: removing it from the arms makes the first with every
+    # toggle off (sim/control) the control.
+    at.multiselect(key="runs").set_value(["sim/control", GLOO]).run()
+    assert at.selectbox(key="control").value == "sim/control"
+    assert list(at.dataframe[0].value["arm"]) == ["sim/control", GLOO]
+
+
+def test_compare_from_a_control_link_defaults_the_test_to_another_run(shared_app_env):
+    """Runs' "Compare (as control)" link names only the control: when it is the default pair's
+    test, the test is the pair's control instead of the same run."""
+    at = _open("compare", control="sim/test")
+    assert at.selectbox(key="test").value == "sim/control"
 
 
 def test_compare_page_op_diff_of_cpu_runs_comes_from_fsobs(shared_app_env):

@@ -291,9 +291,14 @@ def test_an_unknown_id_says_so_and_shows_nothing_else(
     browser: Browser, server: StreamlitServer, path: str, title: str, query: dict, named: str
 ) -> None:
     _open(browser, server, path, title, **query)
-    alerts = browser.evaluate(
+    alerts_js = (
         "Array.from(document.querySelectorAll('[data-testid=\"stAlert\"]')).map((a) => a.innerText)"
     )
+    try:
+        browser.wait_for(f"{alerts_js}.length > 0", timeout_s=30)
+    except TimeoutError:
+        pass  # the assert says what is shown
+    alerts = browser.evaluate(alerts_js)
     assert len(alerts) == 1 and f"No run {named.split('`')[1]} in the store" in alerts[0], alerts
     assert named.split("(")[1] in alerts[0], alerts
     state = browser.evaluate(PAGE_STATE_JS)
