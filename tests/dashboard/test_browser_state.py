@@ -72,6 +72,20 @@ def _picked(browser: Browser) -> dict[str, str]:
     return {k: v for k, v in shown.items() if k in PICKERS}
 
 
+def _assert_picked(browser: Browser, expected: dict[str, str]) -> None:
+    """The run pickers show ``expected`` (waited for: a picker whose default analyzes runs is
+    drawn a moment after the others)."""
+    try:
+        browser.wait_for(
+            f"(() => {{ const s = {SELECTS_JS}; const want = {json.dumps(expected)};"
+            " return Object.keys(want).every((k) => s[k] === want[k]); })()",
+            timeout_s=30,
+        )
+    except TimeoutError:
+        pass  # the assert says what is shown
+    assert _picked(browser) == expected
+
+
 def _plot(browser: Browser, title: str) -> dict | None:
     return browser.evaluate(PLOT_JS.replace("TITLE", json.dumps(title)))
 
@@ -256,7 +270,7 @@ def test_the_sidebar_carries_the_run_and_the_rank_filter(
     ):
         _click_sidebar(browser, label, title)
         assert _where(browser) == (path, {"run": FREESCALE}), label
-        assert _picked(browser) == {"Baseline run" if title == "What-if" else "Run": FREESCALE}
+        _assert_picked(browser, {"Baseline run" if title == "What-if" else "Run": FREESCALE})
     _click_sidebar(browser, "Bubbles", "Bubbles")
     assert _where(browser) == ("/bubbles", filtered)
     assert _wait_heatmap(browser, ["1", "3"]) == ["1", "3"]
@@ -264,13 +278,13 @@ def test_the_sidebar_carries_the_run_and_the_rank_filter(
     assert _wait_heatmap(browser, ["1", "3"]) == ["1", "3"]
     # The Runs page opens on the session's run, and Compare keeps its pair across pages.
     _click_sidebar(browser, "Runs", "Runs")
-    assert _picked(browser) == {"Open a run": FREESCALE}
+    _assert_picked(browser, {"Open a run": FREESCALE})
     pair = {"control": BALANCED, "test": FREESCALE}
     _open(browser, server, "compare", "Compare", **pair)
     _click_sidebar(browser, "Bubbles", "Bubbles")
     _click_sidebar(browser, "Compare", "Compare")
     assert _where(browser) == ("/compare", pair)
-    assert _picked(browser) == {"Control": BALANCED, "Test": FREESCALE}
+    _assert_picked(browser, {"Control": BALANCED, "Test": FREESCALE})
 
 
 @pytest.mark.parametrize(
@@ -314,15 +328,15 @@ def test_compare_and_arms_open_on_the_run_with_every_toggle_off(
     folder with the most toggles applied; bare ``/arms``: the three arms against the baseline,
     each bar the reduction ``1 - bubble(arm) / bubble(baseline)`` with its bootstrap interval."""
     _open(browser, server, "compare", "Compare")
-    assert _picked(browser) == {"Control": BASELINE, "Test": FREESCALE}
+    _assert_picked(browser, {"Control": BASELINE, "Test": FREESCALE})
     assert _where(browser) == ("/compare", {"control": BASELINE, "test": FREESCALE})
     _reload(browser, "Compare")
-    assert _picked(browser) == {"Control": BASELINE, "Test": FREESCALE}
+    _assert_picked(browser, {"Control": BASELINE, "Test": FREESCALE})
 
     _open(browser, server, "arms", "Arms")
     browser.wait_for(f"!!{PLOT_JS.replace('TITLE', json.dumps('Bubble reduction of each'))}")
     assert browser.evaluate(ARMS_JS) == [BASELINE, BALANCED, FREESCALE]
-    assert _picked(browser) == {"Control": BASELINE}
+    _assert_picked(browser, {"Control": BASELINE})
     assert _where(browser) == (
         "/arms",
         {"control": BASELINE, "runs": f"{BASELINE},{BALANCED},{FREESCALE}"},
@@ -338,10 +352,15 @@ def test_compare_and_arms_open_on_the_run_with_every_toggle_off(
         assert not math.isnan(lo) and lo <= reduction <= hi, (arm, lo, reduction, hi)
         assert plot["up"][i] == pytest.approx(100 * (hi - reduction)), arm
         assert plot["down"][i] == pytest.approx(100 * (reduction - lo)), arm
-    rows = browser.evaluate(
+    rows_js = (
         'Array.from(document.querySelectorAll(\'[data-testid="stDataFrame"] table[role="grid"]'
         " tbody tr')).map((tr) => tr.children[0].textContent.trim())"
     )
+    try:  # the grid's accessible copy follows its canvas a moment later
+        browser.wait_for(f"{rows_js}.length === 3", timeout_s=30)
+    except TimeoutError:
+        pass  # the assert says what is shown
+    rows = browser.evaluate(rows_js)
     assert rows == [BASELINE, BALANCED, FREESCALE], rows
     _reload(browser, "Arms")
     assert browser.evaluate(ARMS_JS) == [BASELINE, BALANCED, FREESCALE]
@@ -370,7 +389,7 @@ def test_an_upload_is_selected_and_linked(
     )
     _settled(browser, "Runs")
     assert (demo_store / stored).is_dir()
-    assert _picked(browser) == {"Open a run": stored}
+    _assert_picked(browser, {"Open a run": stored})
     assert _where(browser) == ("/runs", {"run": stored})
     hrefs = browser.evaluate(
         "Array.from(document.querySelectorAll('[data-testid=\"stMain\"] a'))"
@@ -386,5 +405,5 @@ def test_an_upload_is_selected_and_linked(
     browser.wait_for("location.href !== window.__fsobsLeft")
     _settled(browser, "Bubbles")
     assert _where(browser) == ("/bubbles", {"run": stored})
-    assert _picked(browser) == {"Run": stored}
+    _assert_picked(browser, {"Run": stored})
     shutil.rmtree(demo_store / stored)
