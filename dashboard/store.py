@@ -221,3 +221,19 @@ def toggles_summary(meta: RunMeta | None) -> str:
         elif row["requested"]:
             parts.append(f"{row['toggle']} (requested, not applied)")
     return ", ".join(parts) if parts else "none"
+
+
+def applied_toggles(meta: RunMeta | None) -> list[str]:
+    """The toggles ``run.json`` records as applied, sorted."""
+    return [] if meta is None else sorted(n for n, t in meta.toggles.items() if t.applied)
+
+
+def every_toggle_off(meta: RunMeta | None) -> bool:
+    """Whether ``run.json`` records toggles and none of them applied (a baseline: nothing of
+    the optimizer acted, whatever was requested); False without ``run.json`` or toggles."""
+    return meta is not None and bool(meta.toggles) and not applied_toggles(meta)
+
+
+def parent_of(run_id: str) -> str:
+    """The folder of a run id: ``demo`` for ``demo/baseline``, ``""`` at the top."""
+    return run_id.rpartition("/")[0]

@@ -12,9 +12,16 @@ from typing import NoReturn
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import numbers
+from dashboard import numbers, urlstate
 from dashboard.cache import first_with_data, load, runs
-from dashboard.store import RunEntry, find_run, resolve_store, toggles_table
+from dashboard.store import (
+    RunEntry,
+    every_toggle_off,
+    find_run,
+    resolve_store,
+    toggles_table,
+)
+from dashboard.tables import has_data
 from fsobs import Analysis
 from fsobs.runformat import RunMeta
 from fsobs.storage import Location, as_location
@@ -64,19 +71,43 @@ def stop_without_runs(entries: Sequence[RunEntry]) -> None:
 def pick_run(
     label: str, key: str, entries: Sequence[RunEntry], default: Callable[[], str]
 ) -> RunEntry:
-    """A run selectbox bound to the ``key`` query parameter (``/bubbles?run=<id>``).
+    """A run selectbox whose choice is the ``key`` query parameter (``/bubbles?run=<id>``).
 
-    ``default()`` is called only when neither the URL nor the session names one of the store's
-    runs (finding a default may analyze runs). Ids in the URL are only matched against the
-    store's runs, never opened as paths.
+    The run is the one the user just picked, else the URL's, else the session's last one
+    (:func:`dashboard.urlstate.wanted`); ``default()`` is called only when none names one
+    (finding a default may analyze runs). An id of the URL the store does not have ends the page
+    with one line saying so. Ids are only matched against the store's runs, never opened as paths.
     """
     ids = [e.run_id for e in entries]
-    chosen = st.session_state.get(key) or st.query_params.get(key)
-    default_id = chosen if chosen in ids else default()
-    choice = st.selectbox(label, ids, index=ids.index(default_id), key=key, bind="query-params")
+    chosen = urlstate.wanted(key)
+    if chosen is not None and chosen not in ids:
+        if urlstate.in_url(key, chosen):
+            stop_unknown(key, [chosen])
+        chosen = None  # remembered, deleted since
+    st.session_state[key] = chosen or default()
+    choice = st.selectbox(label, ids, key=key)
+    urlstate.keep(key, choice)
     entry = find_run(entries, choice)
     assert entry is not None  # the options are the store's ids
     return entry
+
+
+def stop_unknown(key: str, run_ids: Sequence[str]) -> NoReturn:
+    """Say that the URL names runs the store does not have, and end the page."""
+    names = ", ".join(f"`{r}`" for r in run_ids)
+    st.error(f"No run {names} in the store ({key}= in the URL).")
+    st.page_link("app_pages/runs.py", label="See the stored runs")
+    st.stop()
+
+
+def default_control(store: Location, entries: Sequence[RunEntry]) -> str:
+    """The control a comparison opens on: the first run with data whose ``run.json`` has every
+    toggle off (:func:`dashboard.store.every_toggle_off`), else the first run with data."""
+    return first_with_data(store, entries, want=_baseline)
+
+
+def _baseline(analysis: Analysis | None) -> bool:
+    return analysis is not None and has_data(analysis) and every_toggle_off(analysis.run.meta)
 
 
 def open_run(

@@ -17,10 +17,16 @@ from dashboard.cache import (
     runs,
     trace_diff,
 )
-from dashboard.store import RunEntry, find_run
+from dashboard.store import RunEntry, applied_toggles, every_toggle_off, find_run, parent_of
 from dashboard.tables import has_data
 from dashboard.tracediff import change_counts
-from dashboard.widgets import chart, current_store, pick_run, stop_without_runs
+from dashboard.widgets import (
+    chart,
+    current_store,
+    default_control,
+    pick_run,
+    stop_without_runs,
+)
 from fsobs.analysis.ab import Comparison
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL
 from fsobs.report import toggles_line
@@ -130,8 +136,35 @@ def _op_diff(control: Loaded, test: Loaded) -> None:
 
 
 def _default_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str]:
-    """A ``<dir>/control`` + ``<dir>/test`` pair with data if the store has one, else the first
-    two runs with data."""
+    """The control has every toggle off (:func:`dashboard.widgets.default_control`) and the
+    test is the run of its folder with the most toggles applied (else of the store). Without
+    such a control: a ``<dir>/control`` + ``<dir>/test`` pair with data, else the first two runs
+    with data."""
+    control = default_control(store, entries)
+    entry = find_run(entries, control)
+    if entry is not None and every_toggle_off(entry.meta):
+        test = _most_toggles(store, entries, control)
+        if test is not None:
+            return control, test
+    named = _named_pair(store, entries)
+    if named is not None:
+        return named
+    return control, first_with_data(store, entries, skip=control)
+
+
+def _most_toggles(store: Path, entries: list[RunEntry], control: str) -> str | None:
+    """The cheap run with data and applied toggles that is most like a test of ``control``:
+    in its folder first, then with the most toggles applied, then by id."""
+    folder = parent_of(control)
+    candidates = [
+        e for e in entries if e.run_id != control and applied_toggles(e.meta) and is_cheap(store, e)
+    ]
+    candidates.sort(key=lambda e: (parent_of(e.run_id) != folder, -len(applied_toggles(e.meta))))
+    return next((e.run_id for e in candidates if has_data(load(store, e).analysis)), None)
+
+
+def _named_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str] | None:
+    """A ``<dir>/control`` + ``<dir>/test`` pair whose runs both have data."""
     ids = {e.run_id for e in entries}
     for entry in entries:
         parent, _, leaf = entry.run_id.rpartition("/")
@@ -143,8 +176,12 @@ def _default_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str]:
                 for p in pair
             ):
                 return entry.run_id, sibling
-    control = first_with_data(store, entries)
-    return control, first_with_data(store, entries, skip=control)
+    return None
+
+
+def _other(pair: tuple[str, str], control: str) -> str:
+    """The default test: the pair's, unless the control chosen is that run."""
+    return pair[0] if pair[1] == control else pair[1]
 
 
 def render() -> None:
@@ -160,7 +197,7 @@ def render() -> None:
     with left:
         control = pick_run("Control", "control", entries, lambda: pair()[0])
     with right:
-        test = pick_run("Test", "test", entries, lambda: pair()[1])
+        test = pick_run("Test", "test", entries, lambda: _other(pair(), control.run_id))
     loaded = (load(store, control), load(store, test))
     for role, item in zip(("control", "test"), loaded, strict=True):
         if item.error is not None:

@@ -16,9 +16,9 @@ from dashboard.cache import (
     remember_upload,
     runs,
 )
-from dashboard.store import READ_ONLY_NOTE, is_read_only
+from dashboard.store import READ_ONLY_NOTE, RunEntry, is_read_only
 from dashboard.upload import MAX_UPLOAD_BYTES, UPLOADER_MB, UploadError, store_upload
-from dashboard.widgets import current_store
+from dashboard.widgets import current_store, pick_run
 from fsobs import Analysis, analyze_path
 
 RESULT_KEY = "upload_result"
@@ -39,7 +39,8 @@ def _store_upload(store: Path) -> None:
     fingerprint = (name, tuple(f.file_id for f in files))
     last = st.session_state.get(LAST_KEY)
     if files and last is not None and last[0] == fingerprint:  # a second click, same files
-        st.session_state[RESULT_KEY] = ("info", f"These files are already stored as `{last[1]}`.")
+        already = f"These files are already stored as `{last[1]}`."
+        st.session_state[RESULT_KEY] = ("info", already, last[1])
         return
     for file in files:
         file.seek(0)
@@ -52,7 +53,7 @@ def _store_upload(store: Path) -> None:
             validate=lambda folder: analyses.append(analyze_path(folder)),
         )
     except UploadError as exc:
-        st.session_state[RESULT_KEY] = ("error", f"Upload refused: {exc}")
+        st.session_state[RESULT_KEY] = ("error", f"Upload refused: {exc}", None)
         return
     except Exception as exc:  # a bug must not take the page down (the store is unchanged)
         logger.exception("upload failed")
@@ -60,6 +61,7 @@ def _store_upload(store: Path) -> None:
         st.session_state[RESULT_KEY] = (
             "error",
             f"Upload failed: unexpected error ({type(exc).__name__}): {reason}; nothing was stored",
+            None,
         )
         return
     remember_upload(store, stored.run_id, analyses[-1])
@@ -67,10 +69,11 @@ def _store_upload(store: Path) -> None:
     message = f"Stored as `{stored.run_id}`: {', '.join(stored.files)}."
     if stored.skipped:
         message += f" Skipped (not run files): {', '.join(stored.skipped[:10])}."
-    st.session_state[RESULT_KEY] = ("success", message)
+    st.session_state[RESULT_KEY] = ("success", message, stored.run_id)
+    st.session_state["run"] = stored.run_id  # "Open a run" selects it (dashboard.urlstate)
 
 
-def _runs_table(store: Path) -> list[str]:
+def _runs_table(store: Path) -> list[RunEntry]:
     entries = runs(store)
     if not entries:
         st.info(f"No run in the store yet ({store}). Upload one below.")
@@ -93,11 +96,16 @@ def _runs_table(store: Path) -> list[str]:
             "simulated": st.column_config.CheckboxColumn(),
         },
     )
-    return [e.run_id for e in entries]
+    return entries
 
 
-def _open_links(ids: list[str], default_id: str) -> None:
-    run_id = st.selectbox("Open a run", ids, index=ids.index(default_id), key="open_run")
+def _open_links(store: Path, entries: list[RunEntry]) -> None:
+    """The session's run (after an upload: the uploaded one) and links to its pages."""
+    entry = pick_run("Open a run", "run", entries, lambda: first_with_data(store, entries))
+    _links(entry.run_id)
+
+
+def _links(run_id: str) -> None:
     left, middle, right = st.columns(3)
     left.page_link("app_pages/bubbles.py", label="Bubbles", query_params={"run": run_id})
     middle.page_link("app_pages/optimizer.py", label="Optimizer", query_params={"run": run_id})
@@ -129,17 +137,19 @@ def _upload_form(store: Path) -> None:
     st.button("Store the run", key="upload_store", on_click=_store_upload, args=(store,))
     result = st.session_state.get(RESULT_KEY)
     if result is not None:
-        kind, message = result
+        kind, message, run_id = result
         {"success": st.success, "info": st.info, "error": st.error}[kind](message)
+        if run_id is not None:
+            _links(run_id)
 
 
 def render() -> None:
     """The page."""
     st.title("Runs")
     store = current_store()
-    ids = _runs_table(store)
-    if ids:
-        _open_links(ids, first_with_data(store, runs(store)))
+    entries = _runs_table(store)
+    if entries:
+        _open_links(store, entries)
     _upload_form(store)
     st.caption(f"Run store: `{store}`")
 

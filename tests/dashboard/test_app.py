@@ -7,6 +7,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import numpy as np
 import pytest
@@ -143,9 +144,11 @@ def test_stragglers_tab_says_why_or_that_it_is_unknown_and_compare_shows_toggles
 
 
 def test_a_run_id_from_the_url_is_only_matched_never_opened(shared_app_env):
+    """An id the store does not list is named in one error, and nothing else is shown (issue
+    26: it used to open another run silently)."""
     at = _open("bubbles", run="../../../etc")
-    assert at.selectbox(key="run").value == GLOO
-    assert not at.error
+    assert [e.value for e in at.error] == ["No run `../../../etc` in the store (run= in the URL)."]
+    assert not at.selectbox and not at.metric and not at.get("plotly_chart")
 
 
 def test_a_broken_run_shows_its_error_and_the_app_keeps_working(shared_app_env):
@@ -188,6 +191,87 @@ def test_compare_page_defaults_to_a_control_test_pair(shared_app_env):
         "sim/control",
         "sim/test",
     )
+
+
+def _links(at: AppTest) -> dict[str, dict[str, list[str]]]:
+    """The sidebar's (and the page's) links: label -> query parameters."""
+    return {link.proto.label: parse_qs(link.proto.query_string) for link in at.get("page_link")}
+
+
+def test_the_session_carries_the_run_to_a_page_opened_without_one(shared_app_env):
+    """Bubbles of sim/test, then What-if by a bare URL: still sim/test (What-if's own default
+    is the first run with sidecars, sim/control); every sidebar link that reads a run carries it,
+    and Compare's carries the pair once Compare chose one."""
+    at = _open("bubbles", run="sim/test")
+    at.query_params.clear()
+    at.switch_page("app_pages/whatif.py").run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="run").value == "sim/test"
+    links = _links(at)
+    for page in ("Runs", "Optimizer", "What-if"):
+        assert links[page] == {"run": ["sim/test"]}, (page, links)
+    assert links["Bubbles"] == {"run": ["sim/test"], "ranks": ["All"]}  # its rank filter too
+    assert links["Compare"] == {} and links["Arms"] == {}
+    at.switch_page("app_pages/compare.py").run()
+    assert (at.selectbox(key="control").value, at.selectbox(key="test").value) == (
+        "sim/control",
+        "sim/test",
+    )
+    assert _links(at)["Compare"] == {"control": ["sim/control"], "test": ["sim/test"]}
+
+
+def test_a_remembered_run_deleted_since_gives_the_default_not_an_error(app_env):
+    at = _open("bubbles", run="sim/test")
+    shutil.rmtree(app_env / "sim" / "test")
+    at.query_params.clear()
+    at.switch_page("app_pages/optimizer.py").run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="run").value == "sim/control"  # the first run with sidecars left
+
+
+def test_arms_page_each_arm_against_the_run_with_every_toggle_off(shared_app_env):
+    """Bare /arms: the control is sim/control (every toggle applied off) and the arms are its
+    folder's runs; the bar and the table row of sim/test are its reduction against the control,
+    ``1 - bubble(test) / bubble(control)``, with that pair's bootstrap interval."""
+    at = _open("arms")
+    assert at.multiselect(key="runs").value == ["sim/control", "sim/test"]
+    assert at.selectbox(key="control").value == "sim/control"
+    control = analyze_path(shared_app_env / "sim" / "control")
+    test = analyze_path(shared_app_env / "sim" / "test")
+    bubble = (control.summary["bubble_ms_per_step"], test.summary["bubble_ms_per_step"])
+    reduction = 1 - bubble[1] / bubble[0]
+    lo, hi = compare(control, test).bubble_reduction_ci
+    bars = _chart(at, "Bubble reduction of each arm against sim/control")
+    assert bars["data"][0]["x"] == ["sim/test"]
+    assert _values(bars["data"][0]["y"])[0] == pytest.approx(100 * reduction)
+    errors = bars["data"][0]["error_y"]
+    assert _values(errors["array"])[0] == pytest.approx(100 * (hi - reduction))
+    assert _values(errors["arrayminus"])[0] == pytest.approx(100 * (reduction - lo))
+    table = at.dataframe[0].value.set_index("arm")
+    assert list(table.index) == ["sim/control", "sim/test"]
+    assert list(table["role"]) == ["control", "test"]
+    assert list(table["toggles"]) == ["none", "balance"]
+    assert list(table["bubble_ms"]) == pytest.approx(list(bubble))
+    assert table.loc["sim/test", "reduction"] == pytest.approx(reduction)
+    assert (table.loc["sim/test", "ci_lo"], table.loc["sim/test", "ci_hi"]) == (lo, hi)
+    assert np.isnan(table.loc["sim/control", "reduction"])
+    # A third arm by URL, with another control: the control's row comes first.
+    at = _open("arms", control="sim/test", runs=f"sim/control,sim/test,{GLOO}")
+    table = at.dataframe[0].value
+    assert list(table["arm"]) == ["sim/test", "sim/control", GLOO]
+    assert any("simulated and the other is not" in w.value for w in at.warning)
+    # The control is one of the arms: removing it from the arms makes the first with every
+    # toggle off (sim/control) the control.
+    at.multiselect(key="runs").set_value(["sim/control", GLOO]).run()
+    assert at.selectbox(key="control").value == "sim/control"
+    assert list(at.dataframe[0].value["arm"]) == ["sim/control", GLOO]
+
+
+def test_compare_from_a_control_link_defaults_the_test_to_another_run(shared_app_env):
+    """Runs' "Compare (as control)" link names only the control: when it is the default pair's
+    test, the test is the pair's control instead of the same run."""
+    at = _open("compare", control="sim/test")
+    assert at.selectbox(key="test").value == "sim/control"
 
 
 def test_compare_page_op_diff_of_cpu_runs_comes_from_fsobs(shared_app_env):
