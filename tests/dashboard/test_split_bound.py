@@ -32,7 +32,7 @@ def test_stragglers_tab_shows_the_bound(shared_app_env):
         loads = [c.sum() for c in np.array_split(costs, NUM_RANKS)]
         imbalances.append(max(loads) / mean)
     assert metrics["Steps with a whale"] == f"{whales} of {len(batches)}"
-    assert metrics["Imbalance of the split (max / mean)"] == f"{np.mean(imbalances):.2f}"
+    assert metrics["Imbalance of the split (max / mean)"] == f"{np.mean(imbalances):.3f}×"
     bounds = run_bounds(analyze_path(shared_app_env / "sim" / "control"))
     assert bounds is not None
-    assert metrics["No split can go below"] == f"{bounds.summary().equal_bound:.2f}"
+    assert metrics["No split can go below"] == f"{bounds.summary().equal_bound:.3f}×"
