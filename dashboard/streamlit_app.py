@@ -18,9 +18,6 @@ import streamlit as st  # noqa: E402
 from dashboard import urlstate  # noqa: E402
 from dashboard.widgets import init_store  # noqa: E402
 
-st.set_page_config(
-    page_title="FreeScale bubbles", page_icon=":material/bubble_chart:", layout="wide"
-)
 init_store()
 # The default page is served at "/" only; its hidden twin also serves it at "/runs" (and is the
 # sidebar's link: a link to the default page would point at the current page's path).
@@ -73,6 +70,10 @@ LINKS = (
     ),
 )
 page = st.navigation([HOME, *(p for p, _ in LINKS)], position="hidden")
+# The browser tab names the page ("Bubbles · FreeScale"), so two open pages can be told apart.
+st.set_page_config(
+    page_title=f"{page.title} · FreeScale", page_icon=":material/bubble_chart:", layout="wide"
+)
 urlstate.observe()
 urlstate.sidebar(LINKS)
 page.run()

@@ -270,6 +270,8 @@ def test_the_sidebar_carries_the_run_and_the_rank_filter(
     ):
         _click_sidebar(browser, label, title)
         assert _where(browser) == (path, {"run": FREESCALE}), label
+        # the browser tab names the page
+        browser.wait_for(f"document.title === {json.dumps(title + ' · FreeScale')}")
         _assert_picked(browser, {"Baseline run" if title == "What-if" else "Run": FREESCALE})
     _click_sidebar(browser, "Bubbles", "Bubbles")
     assert _where(browser) == ("/bubbles", filtered)
