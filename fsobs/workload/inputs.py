@@ -2,9 +2,12 @@
 
 :class:`StepInputs` turns the run's global batches into this rank's batches, one per step, and
 records a :class:`StepInput` for each (what the step sidecar logs). Every rank knows the lengths
-of all samples (``SyntheticHistories.lengths``), so plan mode asks ``FreeScale.split`` for this
+of all samples (``SyntheticHistories.lengths``), so plan mode asks ``FreeScale.shares`` for this
 rank's positions and materializes only those samples; with ``balance`` off that is the random
-split (contiguous chunks), no communication, loss unscaled. Shuffle mode materializes this
+split (contiguous chunks), no communication, loss unscaled. With ``balance`` on, each step's plan
+is made on FreeScale's planner thread while the step before trains (``ahead=False``: on the
+training thread when the step's input is prepared, as ``FreeScale.split`` does; the same
+shares). Shuffle mode materializes this
 rank's random-split share, as a loader that learns lengths only after loading would, and lets
 ``FreeScale.exchange`` balance it (samples packed with ``pack_sample``).
 
@@ -65,11 +68,20 @@ class StepInputs:
     at the same point (shuffle mode and the plan check communicate)."""
 
     def __init__(
-        self, data: SyntheticHistories, batches: Sequence[np.ndarray], freescale: FreeScale
+        self,
+        data: SyntheticHistories,
+        batches: Sequence[np.ndarray],
+        freescale: FreeScale,
+        *,
+        ahead: bool = True,
     ) -> None:
         self.data, self.batches, self.fs = data, batches, freescale
         balance = freescale.config.balance
         self._shuffle = balance.enabled and balance.mode == "shuffle"
+        self._shares: Iterator[StepShare] | None = None
+        if not self._shuffle:  # the planner thread starts now: step 0's plan before the loop
+            lengths = (data.lengths[b] for b in batches)
+            self._shares = freescale.shares(lengths, ahead=ahead)
         self.id_overlap = global_batch_overlaps(data, batches, {**EBC_TABLES, **EC_TABLES})
         """Per step, :attr:`StepInput.id_overlap`."""
 
@@ -81,8 +93,9 @@ class StepInputs:
             yield item
 
     def _share(self, step: int, global_batch: np.ndarray) -> tuple[list[Sample], StepShare]:
-        if not self._shuffle:
-            share = self.fs.split(step, self.data.lengths[global_batch])
+        if self._shares is not None:
+            share = next(self._shares)
+            assert share.step == step
             return [self.data.sample(int(i)) for i in global_batch[share.positions]], share
         mine = random_split(global_batch, self.fs.world_size, self.fs.rank)
         samples = [self.data.sample(int(i)) for i in mine]

@@ -53,6 +53,9 @@ from fsobs.workload.sharding import build_optimizer, table_constraints, wrap_mod
 from optim.balance import CostModel
 from optim.freescale import FreeScale
 
+PLAN_AHEAD_ENV = "FSOBS_PLAN_AHEAD"
+"""For A/B runs and equivalence tests: ``0`` makes the balance plans on the training thread
+(``FreeScale.split``'s way) instead of one step ahead on FreeScale's planner thread."""
 FAIL_ENV = "FSOBS_FAIL_AT_STEP"
 """Fault injection for tests: ``RANK:STEP`` makes that rank exit at the start of that step (code
 3, no clean-up), ``RANK:STEP:KILL`` makes it send itself SIGKILL there."""
@@ -92,7 +95,10 @@ def train(job: JobConfig, out: Path, device: torch.device) -> None:
         write_run_json(out, _meta(job, out, world_size, device, [], "incomplete", "running", fs))
     fs.setup()
     inputs = StepInputs(
-        data, global_batches(len(data), job.batch_size * world_size, job.steps, job.seed), fs
+        data,
+        global_batches(len(data), job.batch_size * world_size, job.steps, job.seed),
+        fs,
+        ahead=os.environ.get(PLAN_AHEAD_ENV, "1") != "0",
     )
     model = fs.prepare(SeqRecModel(model_cfg, device="meta"), table_constraints())
     dmp_kwargs = fs.dmp_kwargs(bucket_cap_mb=job.ddp_bucket_mb)
