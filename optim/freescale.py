@@ -240,7 +240,7 @@ class FreeScale:
 
     def split(self, step: int, lengths: np.ndarray) -> StepShare:
         """Plan mode: this rank's part of a global batch whose samples have ``lengths`` (the
-        same array on every rank). Toggle off: the contiguous random split share."""
+        same array on every rank). Toggle off: the contiguous random-split share."""
         if self._window > 1:
             raise ValueError(
                 f"balance.window: {self._window} plans steps together; use split_window"
@@ -322,7 +322,7 @@ class FreeScale:
                     yield self._share(step, plan)
                     step += 1
         finally:
-            if planner is not None:
+            if planner is not None and planner in self._planners:  # not closed by close()
                 planner.close()
                 self._planners.remove(planner)
 

@@ -286,6 +286,16 @@ def _compare(rank: int, world_size: int, out: Path) -> None:
                     and [s.plan.digest for s in ahead] == [s.plan.digest for s in now]
                 )
         rows[name] = same
+    with FreeScale(FreeScaleConfig(balance=CONFIGS["kk"]), cost_model=COST) as fs:
+        fs.setup()
+        bad = [*_batches(0, 2, 10), np.full(10, np.inf)]
+        failing = fs.shares(iter(bad))
+        assert [next(failing).step, next(failing).step] == [0, 1]
+        with pytest.raises(ValueError, match="costs: must be finite") as e:
+            next(failing)
+        rows["note"] = e.value.__notes__
+        abandoned = fs.shares(iter(_batches(1, 7, 10)))
+        assert next(abandoned).step == 0  # the loop stops here: fs.close() stops the planner
     rows["threads"] = [t.name for t in _planners()]
     (out / f"rank{rank}.json").write_text(json.dumps(rows))
 
@@ -293,10 +303,13 @@ def _compare(rank: int, world_size: int, out: Path) -> None:
 def test_freescale_shares_equal_split_on_two_ranks(tmp_path: Path) -> None:
     """12 seeds x 7 steps of 10 samples, per config (kk, lpt, a window of 3, the toggle off):
     shares() gives split's (split_window's) steps, positions, loss scales and digests, the
-    digest checks pass on both ranks, and no planner thread is left after close."""
+    digest checks pass on both ranks. Infinite lengths in step 2 raise the cost check's
+    ValueError at step 2, noted; a loop that stops after step 0 leaves no planner thread after
+    fs.close()."""
     run_ranks(_compare, 2, tmp_path)
     for rank in (0, 1):
         rows = json.loads((tmp_path / f"rank{rank}.json").read_text())
         for name in CONFIGS:
             assert rows[name] == [True] * 12, (rank, name)
+        assert rows["note"] == ["step 2: raised on the balance planner thread (optim.ahead)"]
         assert rows["threads"] == []
