@@ -25,9 +25,9 @@ contiguous random split: rank ``r`` the ``r``-th chunk of the shuffled global ba
 see the same global batches.
 
 The ``DataLoader`` asks the sampler for indices on the training thread (also with workers: they
-only load). With the toggle on, the plans are made there no longer: a planner thread
-(:mod:`optim.ahead`) plans each global batch (window) while the loader serves the one before,
-with the same function on the same inputs, so the shares are the same.
+only load). With the toggle on, the plans are no longer made there: a planner thread
+(:mod:`optim.ahead`, no torch) plans each global batch (window) while the loader serves the
+one before, with the same function on the same inputs, so the shares are the same.
 
 With a window (``BalanceConfig(window=K)``, :mod:`optim.window`) the epoch's global batches
 are taken ``K`` at a time (the last window may hold fewer) and their samples dealt into the
@@ -75,6 +75,7 @@ from typing import Generic, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 
+from optim.ahead import PlanAhead
 from optim.plan import BalanceConfig, StepPlan, plan_window
 from optim.weights import loss_weight
 
@@ -254,8 +255,6 @@ class BalancedBatchSampler:
             for k, group in enumerate(groups):
                 yield from self._group_shares(k, group, self._plan_group(group))
             return
-        from optim.ahead import PlanAhead  # torch
-
         with PlanAhead(lambda _, group: self._plan_group(group), groups, stride=size) as plans:
             for k, (group, planned) in enumerate(zip(groups, plans, strict=True)):
                 yield from self._group_shares(k * size, group, planned)

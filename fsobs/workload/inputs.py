@@ -7,9 +7,9 @@ rank's positions and materializes only those samples; with ``balance`` off that 
 split (contiguous chunks), no communication, loss unscaled. With ``balance`` on, each step's plan
 is made on FreeScale's planner thread while the step before trains (``ahead=False``: on the
 training thread when the step's input is prepared, as ``FreeScale.split`` does; the same
-shares). Shuffle mode materializes this
-rank's random-split share, as a loader that learns lengths only after loading would, and lets
-``FreeScale.exchange`` balance it (samples packed with ``pack_sample``).
+shares). Shuffle mode materializes this rank's random-split share, as a loader that learns
+lengths only after loading would, and lets ``FreeScale.exchange`` balance it (samples packed
+with ``pack_sample``).
 
 Either way the rank's samples are in global-batch position order, so both modes train on the
 same batches, and with ``lpt`` (unequal counts) each batch carries its loss scale. Each step's
