@@ -14,6 +14,7 @@
     for step, global_batch in enumerate(batches):  # every rank sees the same global batch ids
         share = fs.split(step, lengths[global_batch])          # plan mode: this rank's part
         batch = build(global_batch[share.positions], loss_scale=share.loss_scale)
+        # or, planned one step ahead on a planner thread: for share in fs.shares(lengths_iter)
         ...
         fs.after_step(step)                        # sync_gc: collect at the same steps
     run_json["toggles"] = fs.status()              # requested / applied / reason, per toggle
@@ -31,20 +32,23 @@ and DDP's all-reduce through one comm hook that computes what DDP computes (:mod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
+from functools import partial
+from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch.distributed as dist
 from torch.autograd.profiler import record_function
 
+from optim.ahead import PlanAhead
 from optim.balance import CostModel
 from optim.comm import CommRouter, install
 from optim.config import FreeScaleConfig, ToggleStatus
 from optim.ddp import DenseGate
 from optim.groups import Groups, make_groups
-from optim.markers import BALANCE_MARKER
+from optim.markers import BALANCE_CHECK_MARKER, BALANCE_MARKER, BALANCE_WAIT_MARKER
 from optim.plan import StepPlan, loss_scale, plan_window
 from optim.sampler import BalancedBatchSampler, Lengths
 from optim.shuffle import ShuffleBalancer, check_plan
@@ -95,6 +99,7 @@ class FreeScale:
         self._gc = SyncGC(self.config.sync_gc)
         self._pec: PECSetup | None = None
         self._pipeline: Any = None
+        self._planners: list[PlanAhead[list[np.ndarray], list[StepPlan]]] = []
 
     @property
     def _gated(self) -> bool:
@@ -213,8 +218,11 @@ class FreeScale:
         self._gc.after_step(step)
 
     def close(self) -> None:
-        """Apply PEC's deferred gradient (:meth:`drain`; collective) and put torchrec's comm
-        modules back as they were."""
+        """Stop the planner threads of :meth:`shares`, apply PEC's deferred gradient
+        (:meth:`drain`; collective) and put torchrec's comm modules back as they were."""
+        for planner in self._planners:
+            planner.close()
+        self._planners.clear()
         self.drain()
         self._pipeline = None
         if self._uninstall is not None:
@@ -237,15 +245,9 @@ class FreeScale:
             raise ValueError(
                 f"balance.window: {self.window} plans steps together; use split_window"
             )
-        groups = self.groups
-        world, rank = self.world_size, self.rank
-        with record_function(BALANCE_MARKER):
-            costs = self.costs(np.asarray(lengths))
-            plan = StepPlan.make(costs, world, self.config.balance)
-            if self.config.balance.enabled and self.config.balance.checks_at(step):
-                check_plan(plan.digest, step, groups.balance)
-        mine = plan.parts[rank]
-        return StepShare(step, mine, loss_scale(len(mine), len(lengths), world), plan)
+        (plan,) = self._plan(self.world_size, [lengths])
+        self._check(step, plan)
+        return self._share(step, plan)
 
     def split_window(self, first_step: int, lengths: Sequence[np.ndarray]) -> list[StepShare]:
         """Plan mode with a window (``BalanceConfig(window=K)``): this rank's part of each step
@@ -259,21 +261,93 @@ class FreeScale:
                 f"lengths: a window of {self.window} takes 1..{self.window} global batches, "
                 f"got {len(lengths)}"
             )
-        if self.window == 1:
-            return [self.split(first_step, np.asarray(lengths[0]))]
-        world, rank = self.world_size, self.rank
-        with record_function(BALANCE_MARKER):
-            plans = plan_window([self.costs(np.asarray(b)) for b in lengths], world)
-            for k, plan in enumerate(plans):
-                if self.config.balance.checks_at(first_step + k):
-                    check_plan(plan.digest, first_step + k, self.groups.balance)
-        shares = []
+        plans = self._plan(self.world_size, lengths)
         for k, plan in enumerate(plans):
-            mine = plan.parts[rank]
-            total = sum(len(p) for p in plan.parts)
-            scale = loss_scale(len(mine), total, world) if total else 0.0
-            shares.append(StepShare(first_step + k, mine, scale, plan))
-        return shares
+            self._check(first_step + k, plan)
+        return [self._share(first_step + k, plan) for k, plan in enumerate(plans)]
+
+    def shares(
+        self, lengths: Iterable[np.ndarray], *, first_step: int = 0, ahead: bool = True
+    ) -> Iterator[StepShare]:
+        """Plan mode for a loop that knows its global batches ahead: this rank's share of each
+        step ``first_step, first_step + 1, ...``, whose global batch has the next array of
+        ``lengths``; the shares :meth:`split` (with a window: :meth:`split_window`) gives.
+
+        With the toggle on and ``ahead``, the plans are made on a planner thread one step (one
+        window) ahead of the loop, while the current step trains (:mod:`optim.ahead`):
+        ``lengths`` is iterated on that thread, ``## fsobs:balance ##`` is recorded there, a
+        failed plan raises its error at the step that needs it (with a note naming the step),
+        and the digest check stays on the calling thread. ``ahead=False`` (or the toggle off):
+        each plan is made when its share is asked for, on the calling thread. The planner
+        thread stops when the shares are exhausted or closed (``.close()``), or at
+        :meth:`close`::
+
+            for step, share in enumerate(fs.shares(lengths[b] for b in batches)):
+                batch = build(batches[step][share.positions], loss_scale=share.loss_scale)
+        """
+        balance = self.config.balance
+        if balance.enabled and balance.mode != "plan":
+            raise ValueError(
+                f"balance.mode: shares plans up front (mode 'plan'), got {balance.mode!r}; "
+                "shuffle mode is FreeScale.exchange"
+            )
+        world, window = self.world_size, self.window
+
+        def plan(step: int, group: list[np.ndarray]) -> list[StepPlan]:
+            return self._plan(world, group)
+
+        groups = _groups(lengths, window)
+        if not (ahead and balance.enabled):
+            return self._take(first_step, (plan(0, g) for g in groups), None)
+        wait = partial(record_function, BALANCE_WAIT_MARKER)
+        planner = PlanAhead(plan, groups, first_step=first_step, stride=window, wait_range=wait)
+        self._planners.append(planner)
+        return self._take(first_step, planner, planner)
+
+    def _take(
+        self,
+        first_step: int,
+        plans: Iterator[list[StepPlan]],
+        planner: PlanAhead[list[np.ndarray], list[StepPlan]] | None,
+    ) -> Iterator[StepShare]:
+        """The shares of ``plans`` (one list per step or window), each checked when taken."""
+        step = first_step
+        try:
+            for group in plans:
+                for plan in group:
+                    self._check(step, plan)
+                    yield self._share(step, plan)
+                    step += 1
+        finally:
+            if planner is not None and planner in self._planners:  # not closed by close()
+                planner.close()
+                self._planners.remove(planner)
+
+    def _plan(self, world: int, lengths: Sequence[np.ndarray]) -> list[StepPlan]:
+        """The plan of one global batch (one array), or of a window's, under
+        ``## fsobs:balance ##`` on the calling thread (the training thread's or the planner's)."""
+        with record_function(BALANCE_MARKER):
+            costs = [self.costs(np.asarray(b)) for b in lengths]
+            if self.window > 1:
+                return plan_window(costs, world)
+            return [StepPlan.make(costs[0], world, self.config.balance)]
+
+    def _check(self, step: int, plan: StepPlan) -> None:
+        """The cross-rank digest check of ``step``'s plan, when the toggle checks at ``step``
+        (a collective: on the training thread, under ``## fsobs:balance_check ##``)."""
+        balance = self.config.balance
+        if balance.enabled and balance.checks_at(step):
+            with record_function(BALANCE_CHECK_MARKER):
+                check_plan(plan.digest, step, self.groups.balance)
+
+    def _share(self, step: int, plan: StepPlan) -> StepShare:
+        """This rank's share of ``plan``; its loss scale for the step's own sample count (0.0
+        for a window's empty step)."""
+        mine = plan.parts[self.rank]
+        total = sum(len(p) for p in plan.parts)
+        if not total and self.window > 1:
+            return StepShare(step, mine, 0.0, plan)
+        return StepShare(step, mine, loss_scale(len(mine), total, self.world_size), plan)
 
     @property
     def window(self) -> int:
@@ -364,6 +438,13 @@ class FreeScale:
     def layout(self) -> dict[str, Any]:
         """The process groups by role (``run.json``'s ``process_groups``)."""
         return self.groups.layout()
+
+
+def _groups(lengths: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarray]]:
+    """``lengths`` in lists of ``size`` (the last one shorter)."""
+    it = iter(lengths)
+    while group := [np.asarray(b) for b in islice(it, size)]:
+        yield group
 
 
 def _priority_status(

@@ -9,7 +9,14 @@
   both (:mod:`fsobs.trace._collectives`).
 - ``## fsobs:data ##`` around the preparation of a step's input (batch build, balance plan,
   shuffle exchange): a data-loader range for the CPU bubble classes.
-- ``## fsobs:balance ##`` around the balance toggle's work inside it.
+- ``## fsobs:balance ##`` around the balance toggle's planning: inside ``## fsobs:data ##`` on
+  the training thread (``FreeScale.split``), or on FreeScale's planner thread, one step ahead
+  (``FreeScale.shares``, :mod:`optim.ahead`); the analyzer counts only the training thread's
+  ranges in a step's time;
+- ``## fsobs:balance_wait ##`` on the training thread, around its wait for a plan made ahead
+  (empty when the plan was ready);
+- ``## fsobs:balance_check ##`` on the training thread, around the cross-rank check of the plan
+  digest (a collective, so never on the planner thread).
 
 The descriptions of FreeScale's process groups (``optim.groups``) are here too: NCCL traces
 record them, and they give each collective its role.
@@ -40,6 +47,8 @@ COMM_MARKER_PREFIX = "## fsobs:comm:"
 MARKER_SUFFIX = " ##"
 DATA_MARKER = "## fsobs:data ##"
 BALANCE_MARKER = "## fsobs:balance ##"
+BALANCE_WAIT_MARKER = "## fsobs:balance_wait ##"
+BALANCE_CHECK_MARKER = "## fsobs:balance_check ##"
 ROLES = ("embedding", "dense", "other")
 """The roles of FreeScale's markers; every analysis reports these three."""
 PEC_ROLES = (

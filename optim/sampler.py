@@ -24,6 +24,11 @@ dataset indices of part ``r`` (in global-batch order). With the toggle off that 
 contiguous random split: rank ``r`` the ``r``-th chunk of the shuffled global batch, so A/B runs
 see the same global batches.
 
+The ``DataLoader`` asks the sampler for indices on the training thread (also with workers: they
+only load). With the toggle on, the plans are no longer made there: a planner thread
+(:mod:`optim.ahead`, no torch) plans each global batch (window) while the loader serves the
+one before, with the same function on the same inputs, so the shares are the same.
+
 With a window (``BalanceConfig(window=K)``, :mod:`optim.window`) the epoch's global batches
 are taken ``K`` at a time (the last window may hold fewer) and their samples dealt into the
 window's steps: a step's samples come from the window's batches, the number of samples and
@@ -72,6 +77,7 @@ from typing import Generic, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 
+from optim.ahead import PlanAhead
 from optim.plan import BalanceConfig, StepPlan, plan_window
 from optim.weights import loss_weight
 
@@ -241,14 +247,19 @@ class BalancedBatchSampler:
         return [order[k * size : (k + 1) * size] for k in range(len(self))]
 
     def __iter__(self) -> Iterator[ShareList[int]]:
+        """This rank's share of each global batch (of each window's steps). With the toggle
+        on, the plans are made on a planner thread one global batch (one window) ahead of the
+        loader (:mod:`optim.ahead`); ``lengths``, when a function, is called there."""
         batches = self.global_batches()
-        window = self.config.window if self.config.enabled else 1
-        if window == 1:
-            for step, batch in enumerate(batches):
-                yield self._share(step, batch)
+        size = self.config.window if self.config.enabled else 1
+        groups = [batches[first : first + size] for first in range(0, len(batches), size)]
+        if not self.config.enabled:
+            for k, group in enumerate(groups):
+                yield from self._group_shares(k, group, self._plan_group(group))
             return
-        for first in range(0, len(batches), window):
-            yield from self._window_shares(first, batches[first : first + window])
+        with PlanAhead(lambda _, group: self._plan_group(group), groups, stride=size) as plans:
+            for k, (group, planned) in enumerate(zip(groups, plans, strict=True)):
+                yield from self._group_shares(k * size, group, planned)
 
     def _order(self) -> np.ndarray:
         if not self.shuffle:
@@ -267,12 +278,24 @@ class BalancedBatchSampler:
             raise ValueError(f"costs: shape {costs.shape} for lengths of shape {lengths.shape}")
         return lengths, costs
 
-    def _window_shares(self, first: int, batches: list[np.ndarray]) -> Iterator[ShareList[int]]:
-        """This rank's share of each step of the window of ``batches`` (step ``first`` on)."""
+    def _plan_group(self, batches: list[np.ndarray]) -> tuple[np.ndarray, list[StepPlan]]:
+        """The lengths of a global batch (of a window's, concatenated) and its plan (one per
+        step of the window)."""
         found = [self._costs(batch) for batch in batches]
-        plans = plan_window([costs for _, costs in found], self.world_size)
-        indices = np.concatenate(batches)
         lengths = np.concatenate([lens for lens, _ in found])
+        costs = [cost for _, cost in found]
+        if self.config.enabled and self.config.window > 1:
+            return lengths, plan_window(costs, self.world_size)
+        config = self._config_for(batches[0].size)
+        return lengths, [StepPlan.make(costs[0], self.world_size, config)]
+
+    def _group_shares(
+        self, first: int, batches: list[np.ndarray], planned: tuple[np.ndarray, list[StepPlan]]
+    ) -> Iterator[ShareList[int]]:
+        """This rank's share of each step ``first, first + 1, ...`` of ``planned``, the plan of
+        ``batches`` (:meth:`_plan_group`)."""
+        lengths, plans = planned
+        indices = np.concatenate(batches)
         for k, plan in enumerate(plans):
             share = BatchShare(
                 epoch=self.epoch,
@@ -280,24 +303,10 @@ class BalancedBatchSampler:
                 rank=self.rank,
                 world_size=self.world_size,
                 num_samples=sum(int(p.size) for p in plan.parts),
-                num_tokens=int(sum(int(lengths[p].sum()) for p in plan.parts)),
+                num_tokens=sum(int(lengths[p].sum()) for p in plan.parts),
                 digest=plan.digest,
             )
             yield ShareList(indices[plan.parts[self.rank]].tolist(), share)
-
-    def _share(self, step: int, batch: np.ndarray) -> ShareList[int]:
-        lengths, costs = self._costs(batch)
-        plan = StepPlan.make(costs, self.world_size, self._config_for(batch.size))
-        share = BatchShare(
-            epoch=self.epoch,
-            step=step,
-            rank=self.rank,
-            world_size=self.world_size,
-            num_samples=int(batch.size),
-            num_tokens=int(lengths.sum()),
-            digest=plan.digest,
-        )
-        return ShareList(batch[plan.parts[self.rank]].tolist(), share)
 
     def _config_for(self, num_samples: int) -> BalanceConfig:
         """The toggle's config, or the toggle off for a last batch that an equal-count method

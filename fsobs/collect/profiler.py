@@ -23,7 +23,9 @@ failing write leaves no file under the final name and no temporary file, and the
 windows written before. Its exception is not raised into ``step()`` (torch's profiler breaks if
 its callback raises) but kept and re-raised when the ``with`` block is left, so training is
 never disturbed by profiling. ``distributedInfo`` is added by torch when ``torch.distributed``
-is initialized; without it the trace still loads (as rank 0 when alone).
+is initialized; without it the trace still loads (as rank 0 when alone). Every thread of the
+process is profiled (Kineto's ``profile_all_threads``), so ranges recorded off the training
+thread (FreeScale's balance planner, :mod:`optim.ahead`) land in the trace with their thread.
 
 Profiling only observes: it adds no synchronization, no randomness and no change to tensors, so
 the trained parameters are the same with the profiler on or off (tested bit for bit).
@@ -151,6 +153,7 @@ class StepProfiler:
         if self.trace_path.exists():
             raise FileExistsError(f"{self.trace_path}: a trace of this rank is already there")
         import torch
+        from torch._C._profiler import _ExperimentalConfig
 
         cfg = self.config
         prof = torch.profiler.profile(
@@ -162,6 +165,9 @@ class StepProfiler:
             record_shapes=cfg.record_shapes,
             with_stack=cfg.with_stack,
             profile_memory=cfg.profile_memory,
+            # every thread of the process, not only this one: FreeScale's planner thread
+            # (optim.ahead) records its ## fsobs:balance ## ranges there
+            experimental_config=_ExperimentalConfig(profile_all_threads=True),
         )
         prof.__enter__()  # type: ignore[no-untyped-call]  # torch: unannotated
         self._prof = prof

@@ -2,11 +2,14 @@
 
 :class:`StepInputs` turns the run's global batches into this rank's batches, one per step, and
 records a :class:`StepInput` for each (what the step sidecar logs). Every rank knows the lengths
-of all samples (``SyntheticHistories.lengths``), so plan mode asks ``FreeScale.split`` for this
+of all samples (``SyntheticHistories.lengths``), so plan mode asks ``FreeScale.shares`` for this
 rank's positions and materializes only those samples; with ``balance`` off that is the random
-split (contiguous chunks), no communication, loss unscaled. Shuffle mode materializes this
-rank's random-split share, as a loader that learns lengths only after loading would, and lets
-``FreeScale.exchange`` balance it (samples packed with ``pack_sample``).
+split (contiguous chunks), no communication, loss unscaled. With ``balance`` on, each step's plan
+is made on FreeScale's planner thread while the step before trains (``ahead=False``: on the
+training thread when the step's input is prepared, as ``FreeScale.split`` does; the same
+shares). Shuffle mode materializes this rank's random-split share, as a loader that learns
+lengths only after loading would, and lets ``FreeScale.exchange`` balance it (samples packed
+with ``pack_sample``).
 
 Either way the rank's samples are in global-batch position order, so both modes train on the
 same batches, and with unequal counts (``lpt``, or ``kk`` with ``counts="unequal"``) each batch
@@ -19,7 +22,8 @@ step trains samples of any of the window's batches, the number per step and per 
 and each share's loss scale is for its own step's count (each step's gradient is the mean over
 its own samples). The windows are planned when :class:`StepInputs` is made (every rank at the
 same point: the plan check communicates), because the ID overlap below needs each step's
-samples; a step's ``batch_digest`` is then the digest of the samples it trained.
+samples: before the profiled loop, so off the training steps too; a step's ``batch_digest`` is
+then the digest of the samples it trained.
 
 Each step also carries, per embedding table, the share of its global batch's ID occurrences
 that the previous global batch had (:mod:`fsobs.workload.overlap`, the sidecar's
@@ -76,13 +80,23 @@ class StepInputs:
     at the same point (shuffle mode and the plan check communicate)."""
 
     def __init__(
-        self, data: SyntheticHistories, batches: Sequence[np.ndarray], freescale: FreeScale
+        self,
+        data: SyntheticHistories,
+        batches: Sequence[np.ndarray],
+        freescale: FreeScale,
+        *,
+        ahead: bool = True,
     ) -> None:
         self.data, self.batches, self.fs = data, batches, freescale
         balance = freescale.config.balance
         self._shuffle = balance.enabled and balance.mode == "shuffle"
+        self._shares: Iterator[StepShare] | None = None
         window = freescale.window
         self._windowed = self._plan_windows(window) if window > 1 else None
+        if not self._shuffle and self._windowed is None:
+            # the planner thread starts now: step 0's plan before the loop
+            lengths = (data.lengths[b] for b in batches)
+            self._shares = freescale.shares(lengths, ahead=ahead)
         trained = batches if self._windowed is None else [w[0] for w in self._windowed]
         self.id_overlap = global_batch_overlaps(data, trained, {**EBC_TABLES, **EC_TABLES})
         """Per step, :attr:`StepInput.id_overlap`."""
@@ -115,8 +129,9 @@ class StepInputs:
         if self._windowed is not None:
             trained, mine, share = self._windowed[step]
             return trained, [self.data.sample(int(i)) for i in mine], share
-        if not self._shuffle:
-            share = self.fs.split(step, self.data.lengths[global_batch])
+        if self._shares is not None:
+            share = next(self._shares)
+            assert share.step == step
             samples = [self.data.sample(int(i)) for i in global_batch[share.positions]]
             return global_batch, samples, share
         mine = random_split(global_batch, self.fs.world_size, self.fs.rank)

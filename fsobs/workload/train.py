@@ -54,6 +54,9 @@ from fsobs.workload.sharding import build_optimizer, table_constraints, wrap_mod
 from optim.balance import CostModel
 from optim.freescale import FreeScale
 
+PLAN_AHEAD_ENV = "FSOBS_PLAN_AHEAD"
+"""For A/B runs and equivalence tests: ``0`` makes the balance plans on the training thread
+(``FreeScale.split``'s way) instead of one step ahead on FreeScale's planner thread."""
 FAIL_ENV = "FSOBS_FAIL_AT_STEP"
 """Fault injection for tests: ``RANK:STEP`` makes that rank exit at the start of that step (code
 3, no clean-up), ``RANK:STEP:KILL`` makes it send itself SIGKILL there."""
@@ -102,7 +105,7 @@ def train(
         batches = global_batches(len(data), job.batch_size * world_size, job.steps, job.seed)
     if len(batches) != job.steps:
         raise ValueError(f"batches: {len(batches)} global batches for {job.steps} steps")
-    inputs = StepInputs(data, batches, fs)
+    inputs = StepInputs(data, batches, fs, ahead=os.environ.get(PLAN_AHEAD_ENV, "1") != "0")
     model = fs.prepare(SeqRecModel(model_cfg, device="meta"), table_constraints())
     dmp_kwargs = fs.dmp_kwargs(bucket_cap_mb=job.ddp_bucket_mb)
     dmp = wrap_model(
