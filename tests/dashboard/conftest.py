@@ -13,11 +13,23 @@ Fixtures:
 from __future__ import annotations
 
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.dashboard.stores import build_store
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module() -> Iterator[None]:
+    """Streamlit's script runner (AppTest) makes the app script ``sys.modules["__main__"]`` and
+    leaves it there; a later test's spawned process (multiprocessing, torch's gloo ranks) would
+    then run the app as its main module. Put the real one back after each test."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
 
 
 @pytest.fixture(scope="session")
