@@ -57,6 +57,10 @@ from optim.freescale import FreeScale
 PLAN_AHEAD_ENV = "FSOBS_PLAN_AHEAD"
 """For A/B runs and equivalence tests: ``0`` makes the balance plans on the training thread
 (``FreeScale.split``'s way) instead of one step ahead on FreeScale's planner thread."""
+PIN_ENV = "FSOBS_PIN_CORES"
+"""``1``: pin each rank, and every thread it has or starts (gloo's, the profiler's, the balance
+planner's), to one core, ``LOCAL_RANK`` modulo the cores it may use (an experiment on where a
+CPU rank's speed noise comes from: BENCHMARKS.md "Window against kk")."""
 FAIL_ENV = "FSOBS_FAIL_AT_STEP"
 """Fault injection for tests: ``RANK:STEP`` makes that rank exit at the start of that step (code
 3, no clean-up), ``RANK:STEP:KILL`` makes it send itself SIGKILL there."""
@@ -68,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = parser.parse_args(argv).run_dir
     job = read_job_json(out)
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    if os.environ.get(PIN_ENV) == "1":
+        pin_to_one_core(int(os.environ.get("LOCAL_RANK", 0)))
     if not torch.cuda.is_available():
         device = torch.device("cpu")
     else:
@@ -79,6 +85,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         gc.collect()  # the model and its DDP reducer first (see examples/dlrm_freescale.py)
         dist.destroy_process_group()
+
+
+def pin_to_one_core(local_rank: int) -> int:
+    """Pin this process's threads (and so the threads they start) to one of the cores it may
+    use, chosen by ``local_rank``; returns the core."""
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[local_rank % len(cores)]
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), {core})
+    return core
 
 
 def train(
