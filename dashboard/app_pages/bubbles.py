@@ -8,6 +8,7 @@ from functools import partial
 import streamlit as st
 
 from dashboard import figures
+from dashboard.cache import findings_of
 from dashboard.ranks import (
     DEFAULT_TOP_K,
     MAX_TIMELINE_RANKS,
@@ -16,9 +17,11 @@ from dashboard.ranks import (
     choose_ranks,
     default_mode,
 )
+from dashboard.store import RunEntry
 from dashboard.tables import TIMELINE_PIXELS, TIMELINE_STEPS, lateness_frame, timeline_frame
 from dashboard.widgets import (
     chart,
+    current_store,
     kpi_metrics,
     open_run,
     stop,
@@ -27,7 +30,6 @@ from fsobs import Analysis
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.stragglers.whales import run_bounds
-from fsobs.report import findings
 from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
 
 TABS = ("Step timeline", "Stragglers", "Data attribution", "HTA tables")
@@ -36,8 +38,8 @@ TAB_KEY = "bubbles_tab"
 RANKS_KEY, LIST_KEY = "ranks", "rank_list"
 
 
-def _overview(analysis: Analysis) -> None:
-    for line in findings(analysis):
+def _overview(entry: RunEntry, analysis: Analysis) -> None:
+    for line in findings_of(str(current_store()), entry.run_id, entry.signature, analysis):
         st.markdown(f"- {line}")
     kpi_metrics(analysis.summary)
     chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
@@ -233,7 +235,7 @@ def render() -> None:
     entry, analysis = open_run("Run")
     if analysis.steps.empty:
         stop("No step was recorded on every rank (no ProfilerStep): no bubble breakdown.")
-    _overview(analysis)
+    _overview(entry, analysis)
     choice = _rank_filter(analysis, entry.run_id)
     chart(figures.straggler_wait_heatmap(analysis.steps, choice.ranks), "wait_heatmap")
     # Only the chosen tab runs (a click on another one reruns the page): the browser gets and

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import partial
 
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import figures
 from dashboard.cache import comparison, load, runs
@@ -28,9 +30,10 @@ from fsobs.simulate.study import WORLD_SIZES, scale_curve, toggle_study
 STUDY_WORLD_SIZE = 256
 STUDY_STEPS = 10
 DRAWS = (50, 200)
+DRAWS_KEY = "draws"
 
 
-@st.cache_resource(max_entries=16, show_spinner="Replaying the run with each toggle...")
+@st.cache_resource(max_entries=16, show_spinner=False)
 def _predict(
     store: str,
     run_id: str,
@@ -39,10 +42,13 @@ def _predict(
     draws: int,
     _analysis: Analysis,
 ) -> tuple[WhatIf | None, str | None]:
+    bar = st.progress(0.0, text="Replaying the run with each toggle...")
     try:
-        return whatif(_analysis, toggles, draws=draws), None
+        return whatif(_analysis, toggles, draws=draws, progress=partial(_show_progress, bar)), None
     except FsobsError as exc:
         return None, str(exc).replace(f"{store}/", "")
+    finally:
+        bar.empty()  # a cache hit replays the bar's messages: it ends empty there too
 
 
 @st.cache_data(max_entries=8, show_spinner="Simulating 8 to 1024 ranks...")
@@ -153,6 +159,22 @@ def _scale_section(entry: RunEntry, analysis: Analysis) -> None:
     chart(figures.toggles_at_scale(study, STUDY_WORLD_SIZE), "toggles_at_scale")
 
 
+def _show_progress(bar: DeltaGenerator, done: int, total: int, what: str) -> None:
+    """What-if's stages on the progress bar (:data:`fsobs.analysis.whatif.predict.Progress`)."""
+    text = f"Predicting: {what}..." if what else "Drawing the predictions..."
+    bar.progress(done / total, text=f"{text} (stage {min(done + 1, total)} of {total})")
+
+
+def _draws_selector(slot: DeltaGenerator, used: int | None) -> None:
+    """The noise-draws selector; a choice a big run cannot afford shows the draws it gets
+    (``whatif`` caps them by the replay's size), so selector and caption name one number."""
+
+    def label(draws: int) -> str:
+        return str(draws) if used is None or draws <= used else f"{used} (of {draws}: capped)"
+
+    slot.selectbox("Noise draws", DRAWS, key=DRAWS_KEY, format_func=label)
+
+
 def render() -> None:
     """The page."""
     st.title("What-if")
@@ -160,14 +182,15 @@ def render() -> None:
     possible = available_toggles(analysis)
     left, right = st.columns([3, 1])
     chosen = left.multiselect("Toggles (every combination is predicted)", possible, possible)
-    draws = right.selectbox("Noise draws", DRAWS, key="draws")
+    slot = right.empty()  # the draws selector, drawn once the run's cap on draws is known
+    draws = st.session_state.get(DRAWS_KEY, DRAWS[0])
     if not chosen:
         st.info("Choose at least one toggle.")
         st.stop()
     toggles = tuple(t for t in TOGGLES if t in chosen)
-    result, error = _predict(
-        str(current_store()), entry.run_id, entry.signature, toggles, draws, analysis
-    )
+    store = str(current_store())
+    result, error = _predict(store, entry.run_id, entry.signature, toggles, draws, analysis)
+    _draws_selector(slot, result.draws if result is not None else None)
     if result is None:
         stop_on_error(error or "unknown error", "No prediction")
     st.caption(

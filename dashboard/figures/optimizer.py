@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.figures._style import CONTROL_COLOR, TEST_COLOR, finish
+from dashboard.ranks import top_and_rest
 
 
 def cost_fit(points: pd.DataFrame) -> go.Figure:
@@ -42,21 +43,30 @@ def cost_fit(points: pd.DataFrame) -> go.Figure:
 
 def balance_bars(per_rank: pd.DataFrame) -> go.Figure:
     """Per-rank cost before and after balancing, with the mean as a dotted line
-    (``BalancePlan.per_rank``)."""
-    ranks = [str(r) for r in per_rank["rank"]]
+    (``BalancePlan.per_rank``). Above :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks: the ranks
+    costliest before, then one bar for the mean of the others
+    (:func:`dashboard.ranks.top_and_rest`); the line stays the mean of every rank."""
     mean = float(np.mean(per_rank["cost_before"])) if len(per_rank) else 0.0
+    costs = per_rank.set_index("rank")[["cost_before", "cost_after"]]
+    costs, folded = top_and_rest(costs, costs["cost_before"])
+    ranks = list(costs.index)
+    title = "Per-rank cost of the batch, before and after"
+    if folded:
+        title += (
+            f": top {len(ranks) - 1} ranks by cost before, then the mean of the {folded} others"
+        )
     fig = go.Figure(
         [
             go.Bar(
                 name="before (job's split)",
                 x=ranks,
-                y=per_rank["cost_before"].to_numpy(),
+                y=costs["cost_before"].to_numpy(),
                 marker_color=CONTROL_COLOR,
             ),
             go.Bar(
                 name="after (balanced)",
                 x=ranks,
-                y=per_rank["cost_after"].to_numpy(),
+                y=costs["cost_after"].to_numpy(),
                 marker_color=TEST_COLOR,
             ),
         ]
@@ -64,7 +74,7 @@ def balance_bars(per_rank: pd.DataFrame) -> go.Figure:
     fig.add_hline(y=mean, line_dash="dot", annotation_text="mean")
     return finish(
         fig,
-        "Per-rank cost of the batch, before and after",
+        title,
         "rank",
         "estimated cost",
         barmode="group",
