@@ -1,6 +1,16 @@
 """Benchmark: the dashboard on an 8-rank run of ~100 MB of traces per rank, in a real browser.
 
     .venv/bin/python benchmarks/bench_dashboard.py [--cold 3] [--repeats 5]
+    .venv/bin/python benchmarks/bench_dashboard.py --ranks 256 --steps 20 [--cold 2]
+
+With ``--ranks``, the issue-26 suite instead (:func:`scale_main`): ``fsobs simulate`` writes a
+run of that many ranks (with sidecars) into a temporary store, and each of ``--cold`` sessions
+(a fresh server with the disk cache removed, a fresh browser) walks Bubbles (by URL, then
+again), the sidebar to Runs, Bubbles and Optimizer, and What-if (by URL, then again), each until
+complete; a new server then opens Bubbles from the disk cache. Goals: Bubbles <= 5 s, a switch
+<= 1 s, What-if <= 10 s.
+
+Without it:
 
 The run is the synthetic 8 x ~100 MB NCCL run of ``bench_load.py`` (written once to
 ``bench_data/`` by its ``ensure_synthetic``), linked into a temporary run store. The app is
@@ -408,7 +418,8 @@ def scale_main(args: argparse.Namespace, chromium: str) -> int:
                     runs.setdefault(name, []).append(phases)
             print(f"  [{i + 1}/{args.cold}] others used {foreign[-1]:.2f} cores", file=sys.stderr)
     print(f"\nRun: `fsobs simulate --world-size {args.ranks} --steps {args.steps}`; ", end="")
-    print(f"{args.cold} sessions, each a fresh server and browser; load {os.getloadavg()}.\n")
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"{args.cold} sessions, each a fresh server and browser; load average {load}.\n")
     print(
         "| measurement | median s | all runs, s | until the script starts | script runs "
         "| drawing after it | goal |"
