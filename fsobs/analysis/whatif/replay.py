@@ -104,15 +104,16 @@ def replay_batch(
     operations, same order). ``by_owner`` gets the blocked ns per instance, per replay.
     """
     n_ranks, n_steps, width = len(graph.ranks), len(graph.steps), len(batch)
-    scale = np.ones((width, n_ranks, n_steps, len(KINDS)))
-    extra = np.zeros((width, n_ranks, n_steps))
+    # [rank, step, class, replay] and [rank, step, replay]: one replay's numbers side by side
+    scale = np.ones((n_ranks, n_steps, len(KINDS), width))
+    extra = np.zeros((n_ranks, n_steps, width))
     for b, changes in enumerate(batch):
         if changes.scale is not None:
-            scale[b] = changes.scale
+            scale[..., b] = changes.scale
         if changes.extra_idle_ns is not None:
-            extra[b] = changes.extra_idle_ns
+            extra[..., b] = changes.extra_idle_ns
     totals = np.zeros((n_ranks, n_steps, len(KINDS), width))
-    run = _Run(_compiled(graph), graph, scale.transpose(1, 2, 3, 0).copy(), totals, extra)
+    run = _Run(_compiled(graph), graph, scale, totals, extra)
     run.by_owner = by_owner
     pending = list(range(n_ranks))
     while pending:
@@ -124,7 +125,7 @@ def replay_batch(
                 pending.remove(ri)
         if pending and not progressed:
             raise RunError("the replay is stuck: the collectives' order forms a cycle")
-    out: np.ndarray = totals.transpose(3, 0, 1, 2).copy()
+    out: np.ndarray = np.moveaxis(totals, 3, 0)
     return out
 
 
@@ -168,14 +169,12 @@ class _Run:
         totals: np.ndarray,
         extra: np.ndarray,
     ) -> None:
-        # scale and totals: [rank, step, class, replay]; extra: [replay, rank, step]
+        # scale and totals: [rank, step, class, replay]; extra: [rank, step, replay]
         self.chains, self.graph = chains, graph
         # per rank and step, the rows (one per class) of the factors and of the totals
         self.scale = [[list(step) for step in rank] for rank in scale]
         self.totals = [[list(step) for step in rank] for rank in totals]
-        self.extra = [
-            [extra[:, ri, si] for si in range(extra.shape[2])] for ri in range(extra.shape[1])
-        ]
+        self.extra = [list(rank) for rank in extra]
         self.ones = list(np.ones(scale.shape[2:]))
         self.unused = list(np.zeros(totals.shape[2:]))  # the totals of pieces outside every step
         origin = min(graph.start_ns.values())  # float64 keeps ns exact only near 0
