@@ -9,16 +9,21 @@ import plotly.graph_objects as go
 from dashboard.figures._style import CONTROL_COLOR, TEST_COLOR, finish
 from dashboard.ranks import top_and_rest
 
+WEBGL_ABOVE = 1000
+"""Scatters with more points are drawn with WebGL (Plotly Express's ``render_mode="auto"``
+rule): 256 ranks x 20 steps in SVG took the browser ~0.4 s more to draw on every switch."""
+
 
 def cost_fit(points: pd.DataFrame) -> go.Figure:
     """Measured against predicted busy ms per (rank, step), with the y = x line
-    (``CostFit.points``)."""
+    (``CostFit.points``); WebGL above :data:`WEBGL_ABOVE` points."""
     measured = points["measured_ms"].to_numpy(dtype=float)
     predicted = points["predicted_ms"].to_numpy(dtype=float)
     top = float(max(measured.max(), predicted.max())) if len(points) else 1.0
+    scatter = go.Scattergl if len(points) > WEBGL_ABOVE else go.Scatter
     fig = go.Figure(
         [
-            go.Scatter(
+            scatter(
                 name="(rank, step)",
                 x=predicted,
                 y=measured,

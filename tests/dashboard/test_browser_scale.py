@@ -6,7 +6,8 @@ into a temporary store, served by ``streamlit run`` and driven over the DevTools
 
 - the Optimizer page folds its per-rank bars: the 16 ranks costliest before balancing (computed
   here from the sidecars' lengths and the cost model fsobs fits), then one bar ``others`` with
-  the mean of the other 240, and the title says so;
+  the mean of the other 240, and the title says so; its cost fit draws every (rank, step)
+  point, with WebGL;
 - the What-if page shows a progress bar while it predicts, and once done its caption and its
   draws selector name the same number of draws (fewer than the 50 asked: a run this big gets
   fewer, and the selector says so).
@@ -35,14 +36,17 @@ pytestmark = pytest.mark.browser
 
 RUN_ID, RANKS, STEPS = "sim256", 256, 4
 
-# The per-rank cost chart of the Optimizer page: its title and its "before" bars.
-BALANCE_JS = """(() => {
+# A chart of the page by its title's start: its title, its first trace's type, x and y.
+CHART_JS = """((start) => {
   const plot = Array.from(document.querySelectorAll('.js-plotly-plot')).find((p) =>
-    ((p.querySelector('.gtitle') || {}).textContent || '').startsWith('Per-rank cost'));
+    ((p.querySelector('.gtitle') || {}).textContent || '').startsWith(start));
   if (!plot || !plot.querySelector('.main-svg')) return null;
-  return {title: plot.querySelector('.gtitle').textContent,
-          x: Array.from(plot._fullData[0].x).map(String), y: Array.from(plot._fullData[0].y)};
-})()"""
+  const first = plot._fullData[0];
+  return {title: plot.querySelector('.gtitle').textContent, type: first.type,
+          x: Array.from(first.x).map(String), y: Array.from(first.y)};
+})"""
+BALANCE_JS = f"{CHART_JS}('Per-rank cost')"
+COST_FIT_JS = f"{CHART_JS}('Cost model')"
 # The What-if page: its progress bar (if any), the draws caption, the selector's shown value.
 WHATIF_JS = """(() => {
   const bar = document.querySelector('[data-testid="stProgress"]');
@@ -100,6 +104,9 @@ def test_the_optimizer_page_folds_256_ranks(
     assert bars["y"][-1] == pytest.approx(float(np.mean(rest)), rel=1e-9)
     assert len(rest) == RANKS - DEFAULT_TOP_K
     assert f"the mean of the {RANKS - DEFAULT_TOP_K} others" in bars["title"], bars["title"]
+    # the cost fit's point per (rank, step): all of them, drawn with WebGL above 1000
+    fit = browser.evaluate(COST_FIT_JS)
+    assert fit["type"] == "scattergl" and len(fit["x"]) == RANKS * STEPS, fit["type"]
 
 
 def test_whatif_shows_progress_and_one_number_of_draws(
