@@ -25,6 +25,7 @@ from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
 from fsobs.analysis.ab import Comparison, compare
 from fsobs.analysis.costfit import CostFit, fit_cost
+from fsobs.report import findings
 from fsobs.runformat.steps import read_step_lengths
 from fsobs.storage import Location, as_location
 
@@ -148,6 +149,13 @@ def comparison(
 ) -> Comparison:
     """:func:`fsobs.analysis.ab.compare` of two loaded runs (keyed on ids + signatures)."""
     return compare(_loaded[0], _loaded[1])
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def findings_of(store: str, run_id: str, signature: Signature, _analysis: Analysis) -> list[str]:
+    """:func:`fsobs.report.findings` of a run, once per signature (at 256 ranks its split
+    bounds take longer than the rest of the Bubbles page)."""
+    return findings(_analysis)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)

@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures
+from dashboard.cache import findings_of
 from dashboard.numbers import cost_unit, pct, ratio, tidy
 from dashboard.ops import bar_names, lane_places, rank_ops, top_ops
 from dashboard.ranks import (
@@ -29,6 +30,7 @@ from dashboard.tables import (
 )
 from dashboard.widgets import (
     chart,
+    current_store,
     kpi_metrics,
     open_run,
     stop,
@@ -38,7 +40,6 @@ from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.export import export_rank
-from fsobs.report import findings
 from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
 
 TABS = ("Step timeline", "Stragglers", "Data attribution", "All-to-all", "HTA tables")
@@ -57,8 +58,8 @@ PERFETTO = (
 )
 
 
-def _overview(analysis: Analysis) -> None:
-    for line in findings(analysis):
+def _overview(entry: RunEntry, analysis: Analysis) -> None:
+    for line in findings_of(str(current_store()), entry.run_id, entry.signature, analysis):
         st.markdown(f"- {line}")
     kpi_metrics(analysis.summary)
     chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
@@ -409,7 +410,7 @@ def render() -> None:
     entry, analysis = open_run("Run")
     if analysis.steps.empty:
         stop("No step was recorded on every rank (no ProfilerStep): no bubble breakdown.")
-    _overview(analysis)
+    _overview(entry, analysis)
     choice = _rank_filter(analysis, entry.run_id)
     chart(figures.straggler_wait_heatmap(analysis.steps, choice.ranks), "wait_heatmap")
     # Only the chosen tab runs (a click on another one reruns the page): the browser gets and

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import partial
 
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import figures
 from dashboard.cache import comparison, load, runs
@@ -31,9 +33,10 @@ STUDY_WORLD_SIZE = 256
 STUDY_STEPS = 10
 DRAWS = (50, 200)
 BALANCE_SPLITS = ("kk", "lpt", "kk-unequal", "window:2", "window:4", "window:8")
+DRAWS_KEY = "draws"
 
 
-@st.cache_resource(max_entries=16, show_spinner="Replaying the run with each toggle...")
+@st.cache_resource(max_entries=16, show_spinner=False)
 def _predict(
     store: str,
     run_id: str,
@@ -43,11 +46,15 @@ def _predict(
     split: str,
     _analysis: Analysis,
 ) -> tuple[WhatIf | None, str | None]:
+    bar = st.progress(0.0, text="Replaying the run with each toggle...")
     try:
         mode = BalanceSplit.parse(split)
-        return whatif(_analysis, toggles, draws=draws, balance_split=mode), None
+        progress = partial(_show_progress, bar)
+        return whatif(_analysis, toggles, draws=draws, balance_split=mode, progress=progress), None
     except FsobsError as exc:
         return None, str(exc).replace(f"{store}/", "")
+    finally:
+        bar.empty()  # a cache hit replays the bar's messages: it ends empty there too
 
 
 @st.cache_data(max_entries=8, show_spinner="Simulating 8 to 1024 ranks...")
@@ -180,6 +187,22 @@ def _scale_section(entry: RunEntry, analysis: Analysis) -> None:
     chart(figures.toggles_at_scale(study, STUDY_WORLD_SIZE), "toggles_at_scale")
 
 
+def _show_progress(bar: DeltaGenerator, done: int, total: int, what: str) -> None:
+    """What-if's stages on the progress bar (:data:`fsobs.analysis.whatif.predict.Progress`)."""
+    text = f"Predicting: {what}..." if what else "Drawing the predictions..."
+    bar.progress(done / total, text=f"{text} (stage {min(done + 1, total)} of {total})")
+
+
+def _draws_selector(slot: DeltaGenerator, used: int | None) -> None:
+    """The noise-draws selector; a choice a big run cannot afford shows the draws it gets
+    (``whatif`` caps them by the replay's size), so selector and caption name one number."""
+
+    def label(draws: int) -> str:
+        return str(draws) if used is None or draws <= used else f"{used} (of {draws}: capped)"
+
+    slot.selectbox("Noise draws", DRAWS, key=DRAWS_KEY, format_func=label)
+
+
 def render() -> None:
     """The page."""
     st.title("What-if")
@@ -188,14 +211,15 @@ def render() -> None:
     left, middle, right = st.columns([3, 1, 1])
     chosen = left.multiselect("Toggles (every combination is predicted)", possible, possible)
     split = middle.selectbox("Balance mode", BALANCE_SPLITS, key="balance_split")
-    draws = right.selectbox("Noise draws", DRAWS, key="draws")
+    slot = right.empty()  # the draws selector, drawn once the run's cap on draws is known
+    draws = st.session_state.get(DRAWS_KEY, DRAWS[0])
     if not chosen:
         st.info("Choose at least one toggle.")
         st.stop()
     toggles = tuple(t for t in TOGGLES if t in chosen)
-    result, error = _predict(
-        str(current_store()), entry.run_id, entry.signature, toggles, draws, split, analysis
-    )
+    store = str(current_store())
+    result, error = _predict(store, entry.run_id, entry.signature, toggles, draws, split, analysis)
+    _draws_selector(slot, result.draws if result is not None else None)
     if result is None:
         stop_on_error(error or "unknown error", "No prediction")
     st.caption(

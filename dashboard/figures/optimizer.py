@@ -7,17 +7,23 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.figures._style import CONTROL_COLOR, TEST_COLOR, finish
+from dashboard.ranks import top_and_rest
+
+WEBGL_ABOVE = 1000
+"""Scatters with more points are drawn with WebGL (Plotly Express's ``render_mode="auto"``
+rule): 256 ranks x 20 steps in SVG took the browser ~0.4 s more to draw on every switch."""
 
 
 def cost_fit(points: pd.DataFrame) -> go.Figure:
     """Measured against predicted busy ms per (rank, step), with the y = x line
-    (``CostFit.points``)."""
+    (``CostFit.points``); WebGL above :data:`WEBGL_ABOVE` points."""
     measured = points["measured_ms"].to_numpy(dtype=float)
     predicted = points["predicted_ms"].to_numpy(dtype=float)
     top = float(max(measured.max(), predicted.max())) if len(points) else 1.0
+    scatter = go.Scattergl if len(points) > WEBGL_ABOVE else go.Scatter
     fig = go.Figure(
         [
-            go.Scatter(
+            scatter(
                 name="(rank, step)",
                 x=predicted,
                 y=measured,
@@ -42,21 +48,31 @@ def cost_fit(points: pd.DataFrame) -> go.Figure:
 
 def balance_bars(per_rank: pd.DataFrame, unit: str) -> go.Figure:
     """Per-rank cost before and after balancing, with the mean as a dotted line
-    (``BalancePlan.per_rank``); ``unit``: what the cost model counts."""
-    ranks = [str(r) for r in per_rank["rank"]]
+    (``BalancePlan.per_rank``); ``unit``: what the cost model counts. Above
+    :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks: the ranks costliest before, then one bar for
+    the mean of the others (:func:`dashboard.ranks.top_and_rest`); the line stays the mean of
+    every rank."""
     mean = float(np.mean(per_rank["cost_before"])) if len(per_rank) else 0.0
+    costs = per_rank.set_index("rank")[["cost_before", "cost_after"]]
+    costs, folded = top_and_rest(costs, costs["cost_before"])
+    ranks = list(costs.index)
+    title = "Per-rank cost of the batch, before and after"
+    if folded:
+        title += (
+            f": top {len(ranks) - 1} ranks by cost before, then the mean of the {folded} others"
+        )
     fig = go.Figure(
         [
             go.Bar(
                 name="before (job's split)",
                 x=ranks,
-                y=per_rank["cost_before"].to_numpy(),
+                y=costs["cost_before"].to_numpy(),
                 marker_color=CONTROL_COLOR,
             ),
             go.Bar(
                 name="after (balanced)",
                 x=ranks,
-                y=per_rank["cost_after"].to_numpy(),
+                y=costs["cost_after"].to_numpy(),
                 marker_color=TEST_COLOR,
             ),
         ]
@@ -64,7 +80,7 @@ def balance_bars(per_rank: pd.DataFrame, unit: str) -> go.Figure:
     fig.add_hline(y=mean, line_dash="dot", annotation_text="mean")
     return finish(
         fig,
-        "Per-rank cost of the batch, before and after",
+        title,
         "rank",
         f"estimated cost ({unit})",
         barmode="group",

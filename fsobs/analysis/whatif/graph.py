@@ -22,7 +22,6 @@ asynchronous collective) is local.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
@@ -111,8 +110,34 @@ class SegmentGraph:
     """The chains as plain tuples for :func:`replay` (built on first use)."""
 
     def copy(self) -> SegmentGraph:
-        """A deep copy (to rewrite), without the compiled chains."""
-        return copy.deepcopy(replace(self, compiled=None))
+        """A deep copy (to rewrite), without the compiled chains (what ``copy.deepcopy`` gives,
+        field by field: the chains are most of the graph and deepcopy walks them slowly)."""
+        return replace(
+            self,
+            ranks=list(self.ranks),
+            steps=list(self.steps),
+            start_ns=dict(self.start_ns),
+            pieces={rank: [_copy_piece(p) for p in chain] for rank, chain in self.pieces.items()},
+            transfer_ns=dict(self.transfer_ns),
+            end_delta_ns=dict(self.end_delta_ns),
+            members=dict(self.members),
+            instances=self.instances.copy(deep=True),
+            spans=self.spans.copy(deep=True),
+            after=dict(self.after),
+            compiled=None,
+        )
+
+
+def _copy_piece(piece: Piece) -> Piece:
+    """A deep copy of one piece (its arrays and lists are its own)."""
+    return replace(
+        piece,
+        lengths=None if piece.lengths is None else piece.lengths.copy(),
+        parts=list(piece.parts),
+        arrivals=[
+            (k, pos.copy() if isinstance(pos, np.ndarray) else pos) for k, pos in piece.arrivals
+        ],
+    )
 
 
 def build_graph(analysis: Analysis) -> SegmentGraph:

@@ -40,6 +40,7 @@ Everything here is a prediction from the baseline alone: no toggled run is read.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 from typing import cast
@@ -65,8 +66,8 @@ from fsobs.analysis.whatif.replay import (
     SegmentGraph,
     build_graph,
     replay,
+    replay_batch,
     replay_error,
-    replay_totals,
 )
 from fsobs.analysis.whatif.results import (
     FittedCost,
@@ -86,6 +87,8 @@ TOGGLES = ("balance", "priority_overlap", "sm_free")
 CLASSES = KINDS[1:6]
 REPLAY_GATE = {"step_time_median": 0.03, "step_time_p90": 0.08}
 """The replay must reproduce the run this closely for the predictions to hold."""
+Progress = Callable[[int, int, str], None]
+"""``progress(done, total, next)``: stages done, of how many, and what comes next."""
 _PIECE_BUDGET = 3_000_000
 """Piece visits the draws may take in all (large runs get fewer draws)."""
 
@@ -118,6 +121,7 @@ def whatif(
     balance_split: BalanceSplit = KK,
     cost_model: CostModel | None = None,
     planner_ns: float | None = None,
+    progress: Progress | None = None,
 ) -> WhatIf:
     """Predict every non-empty combination of ``toggles`` (see the module docstring).
 
@@ -125,9 +129,12 @@ def whatif(
     (default: the run's own, else the fitted one);
     ``planner_ns``: the planner's time per step, added to every rank's step (default: timed
     here on a CPU run, where it holds up the training thread; 0 on a GPU run, where the host
-    plans while the GPU works).
+    plans while the GPU works). ``progress(done, total, next)``, when given, is called before
+    each stage of the work (``next`` names it) and once with ``done == total`` at the end.
     """
     toggles = _check_toggles(toggles)
+    stages = _Stages(progress, 3 + ("priority_overlap" in toggles))
+    stages.next("the segment graph of the run")
     setup = _setup(analysis, "balance" in toggles)
     notes = _notes(analysis, toggles, setup)
     split = None
@@ -159,16 +166,16 @@ def whatif(
     etas = noise_draws(setup.cal, num, rng) if setup.cal is not None else None
     own_eta = setup.cal.eta if setup.cal is not None else None
     runs = _Runner(setup, split, prio_graph)
-    base = [runs.replay((), eta) for eta in _each(etas, num)]
-    own = runs.replay((), own_eta)
+    replays = runs.replay([(), *combos], [*_each(etas, num), own_eta], stages)
+    *base, own = replays[()]
     predictions = []
     for combo in combos:
-        pred = [runs.replay(combo, eta) for eta in _each(etas, num)]
-        same = runs.replay(combo, own_eta)
+        *pred, same = replays[combo]
         predictions.append(_predict(combo, base, pred, own, same, confidence, rng))
     # what the predictions' absolute figures compare with: the baseline under the same draws
     resampled = float(np.median([b["bubble_ms"].mean() for b in base]))
-    return WhatIf(
+    stages.next("the oracle and the replay check")
+    result = WhatIf(
         run=_run_facts(analysis, setup),
         baseline=_baseline(analysis, setup.measured),
         replay=_replay_check(setup, resampled),
@@ -180,6 +187,20 @@ def whatif(
         draws=num,
         confidence=confidence,
     )
+    stages.next("")
+    return result
+
+
+class _Stages:
+    """Calls ``progress`` as the work moves from stage to stage."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, -1
+
+    def next(self, what: str) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(min(self.done, self.total), self.total, what)
 
 
 def _check_toggles(toggles: tuple[str, ...]) -> tuple[str, ...]:
@@ -233,7 +254,28 @@ class _Runner:
         # split is set when a combo has balance, prio_graph when one has priority_overlap
         self.setup, self.split, self.prio_graph = setup, split, prio_graph
 
-    def replay(self, combo: tuple[str, ...], eta: np.ndarray | None) -> dict[str, np.ndarray]:
+    def replay(
+        self,
+        combos: list[tuple[str, ...]],
+        etas: list[np.ndarray | None],
+        stages: _Stages,
+    ) -> dict[tuple[str, ...], list[dict[str, np.ndarray]]]:
+        """Per combination, one replay per residual draw; the combinations that replay the
+        same graph share one walk of it (:func:`replay_batch`)."""
+        by_graph: dict[bool, list[tuple[str, ...]]] = {}
+        for combo in combos:
+            by_graph.setdefault("priority_overlap" in combo, []).append(combo)
+        out = {}
+        for prioritized, group in by_graph.items():
+            graph = cast(SegmentGraph, self.prio_graph) if prioritized else self.setup.graph
+            stages.next(f"{len(group) * len(etas)} replays{' with priority_overlap' * prioritized}")
+            batch = [self._changes(combo, eta) for combo in group for eta in etas]
+            totals = iter(replay_batch(graph, batch))
+            for combo in group:
+                out[combo] = [_per_step(next(totals)) for _ in etas]
+        return out
+
+    def _changes(self, combo: tuple[str, ...], eta: np.ndarray | None) -> Changes:
         s = self.setup
         busy = s.busy_ns
         if s.cal is not None and eta is not None:
@@ -248,8 +290,7 @@ class _Runner:
         changes = _busy_changes(s.busy_ns, busy)
         if "balance" in combo:
             changes.extra_idle_ns = np.full(busy.shape, cast(Resplit, self.split).planner_ns)
-        graph = cast(SegmentGraph, self.prio_graph) if "priority_overlap" in combo else s.graph
-        return _per_step(replay_totals(graph, changes))
+        return changes
 
 
 def _busy_changes(measured: np.ndarray, busy: np.ndarray) -> Changes:
@@ -346,13 +387,14 @@ def _oracle(setup: _Setup, confidence: float, rng: np.random.Generator) -> Oracl
     """Equal compute on every rank in every step; and the wait from the data or noise alone."""
     busy = setup.busy_ns
     mean = busy.mean(axis=0, keepdims=True)
-    m = _per_step(replay_totals(setup.graph))
     equal = np.broadcast_to(mean, busy.shape).copy()
-    e = _per_step(replay_totals(setup.graph, _busy_changes(busy, equal)))
+    alone = _alone(setup, mean)  # busy time with only the data, or only the noise, differing
+    batch = [Changes(), _busy_changes(busy, equal), *(_busy_changes(busy, b) for b in alone)]
+    m, e, *split = (_per_step(t) for t in replay_batch(setup.graph, batch))
     base = m["bubble_ms"][None, :]
     pred = e["bubble_ms"][None, :]
     alpha = (1 - confidence) / 2
-    data, noise, share = _wait_split(setup, mean) or (None, None, None)
+    data, noise, share = _wait_split(split) or (None, None, None)
     return Oracle(
         bubble_ms_per_step=float(pred.mean()),
         bubble_reduction=float(_ratios(base, pred)[0]),
@@ -373,18 +415,24 @@ def _split_bound(analysis: Analysis) -> BoundSummary | None:
     return None if bounds is None or bounds.per_step.empty else bounds.summary()
 
 
-def _wait_split(setup: _Setup, mean: np.ndarray) -> tuple[float, float, float] | None:
-    """The straggler wait (ms per step) when only the data, or only the noise, differs between
-    the ranks, and the data's share of the two; None without a calibration."""
+def _alone(setup: _Setup, mean: np.ndarray) -> list[np.ndarray]:
+    """Busy ns ``[rank, step]`` when only the data, and when only the noise, differs between
+    the ranks (each step's mean kept); none without a calibration."""
     cal = setup.cal
     if cal is None:
-        return None
-    busy = setup.busy_ns
+        return []
     data = mean * cal.predicted_ns / cal.predicted_ns.mean(axis=0, keepdims=True)
     noise_part = cal.speed[:, None] * cal.eta
     noise = mean * noise_part / noise_part.mean(axis=0, keepdims=True)
-    wait_data = _per_step(replay_totals(setup.graph, _busy_changes(busy, data)))
-    wait_noise = _per_step(replay_totals(setup.graph, _busy_changes(busy, noise)))
+    return [data, noise]
+
+
+def _wait_split(replays: list[dict[str, np.ndarray]]) -> tuple[float, float, float] | None:
+    """The straggler wait (ms per step) of the data-alone and the noise-alone replays, and the
+    data's share of the two; None without them."""
+    if not replays:
+        return None
+    wait_data, wait_noise = replays
     d = float(wait_data["straggler_wait_ms"].mean())
     n = float(wait_noise["straggler_wait_ms"].mean())
     return d, n, (d / (d + n) if d + n > 0 else math.nan)

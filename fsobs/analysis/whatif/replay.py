@@ -20,6 +20,7 @@ arrivals and transfer times (:mod:`fsobs.analysis.whatif.priority`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +54,7 @@ __all__ = [
     "SegmentGraph",
     "build_graph",
     "replay",
+    "replay_batch",
     "replay_error",
     "replay_totals",
 ]
@@ -81,17 +83,37 @@ def replay_totals(
 ) -> np.ndarray:
     """Replay the graph; ns per ``[rank, step, class of KINDS]`` (0 where a rank has no such
     step). ``by_owner``, when given, gets the blocked ns per instance (over all ranks)."""
-    changes = changes or Changes()
-    n_ranks, n_steps = len(graph.ranks), len(graph.steps)
-    scale = changes.scale
-    factors = (
-        [[_ONES] * n_steps for _ in range(n_ranks)]
-        if scale is None
-        else [[tuple(scale[r, s].tolist()) for s in range(n_steps)] for r in range(n_ranks)]
-    )
-    extra = changes.extra_idle_ns
-    totals = [[[0.0] * len(KINDS) for _ in range(n_steps)] for _ in range(n_ranks)]
-    run = _Run(_compiled(graph), graph, factors, totals, extra)
+    owners: dict[int, np.ndarray] | None = None if by_owner is None else {}
+    totals: np.ndarray = replay_batch(graph, [changes or Changes()], owners)[0]
+    if by_owner is not None and owners is not None:
+        by_owner.update({k: float(v[0]) for k, v in owners.items()})
+    return totals
+
+
+def replay_batch(
+    graph: SegmentGraph,
+    batch: Sequence[Changes],
+    by_owner: dict[int, np.ndarray] | None = None,
+) -> np.ndarray:
+    """Replay the graph once per ``Changes`` of ``batch``, all in one walk: ns per
+    ``[replay, rank, step, class of KINDS]``, each replay exactly what it gives alone.
+
+    The walk's order (which rank moves, which collective it waits on) depends on the chains
+    alone, never on the times, so the replays share it: every time is an array with one entry
+    per replay, and each operation acts on every entry as it would on one number (same
+    operations, same order). ``by_owner`` gets the blocked ns per instance, per replay.
+    """
+    n_ranks, n_steps, width = len(graph.ranks), len(graph.steps), len(batch)
+    # [rank, step, class, replay] and [rank, step, replay]: one replay's numbers side by side
+    scale = np.ones((n_ranks, n_steps, len(KINDS), width))
+    extra = np.zeros((n_ranks, n_steps, width))
+    for b, changes in enumerate(batch):
+        if changes.scale is not None:
+            scale[..., b] = changes.scale
+        if changes.extra_idle_ns is not None:
+            extra[..., b] = changes.extra_idle_ns
+    totals = np.zeros((n_ranks, n_steps, len(KINDS), width))
+    run = _Run(_compiled(graph), graph, scale, totals, extra)
     run.by_owner = by_owner
     pending = list(range(n_ranks))
     while pending:
@@ -103,10 +125,8 @@ def replay_totals(
                 pending.remove(ri)
         if pending and not progressed:
             raise RunError("the replay is stuck: the collectives' order forms a cycle")
-    return np.asarray(totals, dtype=np.float64)
-
-
-_ONES = (1.0,) * len(KINDS)
+    out: np.ndarray = np.moveaxis(totals, 3, 0)
+    return out
 
 
 def _compiled(graph: SegmentGraph) -> list[list[CompiledPiece]]:
@@ -118,10 +138,10 @@ def _compiled(graph: SegmentGraph) -> list[list[CompiledPiece]]:
                 (
                     p.kind,
                     index.get(p.step, -1),
-                    tuple(float(v) for v in p.lengths) if p.lengths is not None else (),
+                    _floats(p.lengths) if p.lengths is not None else (),
                     p.owner,
                     [
-                        (k, tuple(float(v) for v in pos) if isinstance(pos, np.ndarray) else pos)
+                        (k, _floats(pos) if isinstance(pos, np.ndarray) else pos)
                         for k, pos in p.arrivals
                     ],
                     p.first_of_step,
@@ -133,26 +153,38 @@ def _compiled(graph: SegmentGraph) -> list[list[CompiledPiece]]:
     return graph.compiled
 
 
+def _floats(values: np.ndarray) -> tuple[float, ...]:
+    """The values as Python floats (``tolist`` of float64: each one exactly)."""
+    return tuple(np.asarray(values, dtype=np.float64).tolist())
+
+
 class _Run:
-    """Where each rank is in its chain, and the arrivals seen so far."""
+    """Where each rank is in its chain, and the arrivals seen so far (one entry per replay)."""
 
     def __init__(
         self,
         chains: list[list[CompiledPiece]],
         graph: SegmentGraph,
-        factors: list[list[tuple[float, ...]]],
-        totals: list[list[list[float]]],
-        extra: np.ndarray | None,
+        scale: np.ndarray,
+        totals: np.ndarray,
+        extra: np.ndarray,
     ) -> None:
-        self.chains, self.graph, self.factors, self.totals = chains, graph, factors, totals
-        self.extra = extra
+        # scale and totals: [rank, step, class, replay]; extra: [rank, step, replay]
+        self.chains, self.graph = chains, graph
+        # per rank and step, the rows (one per class) of the factors and of the totals
+        self.scale = [[list(step) for step in rank] for rank in scale]
+        self.totals = [[list(step) for step in rank] for rank in totals]
+        self.extra = [list(rank) for rank in extra]
+        self.ones = list(np.ones(scale.shape[2:]))
+        self.unused = list(np.zeros(totals.shape[2:]))  # the totals of pieces outside every step
         origin = min(graph.start_ns.values())  # float64 keeps ns exact only near 0
-        self.time = [float(graph.start_ns[r] - origin) for r in graph.ranks]
+        width = scale.shape[-1]
+        self.time = [np.full(width, float(graph.start_ns[r] - origin)) for r in graph.ranks]
         self.index = [0] * len(chains)
         self.arrived = [False] * len(chains)
         self.count: dict[int, int] = {}
-        self.last: dict[int, float] = {}
-        self.by_owner: dict[int, float] | None = None
+        self.last: dict[int, np.ndarray] = {}
+        self.by_owner: dict[int, np.ndarray] | None = None
 
     def advance(self, ri: int) -> tuple[bool, bool]:
         """Walk rank ``ri`` as far as it can go; (moved, finished)."""
@@ -162,30 +194,30 @@ class _Run:
         t = self.time[ri]
         while self.index[ri] < len(chain):
             kind, si, lengths, owner, arrivals, first = chain[self.index[ri]]
-            factors = self.factors[ri][si] if si >= 0 else _ONES
-            totals = self.totals[ri][si] if si >= 0 else None
+            inside = si >= 0
+            factors = self.scale[ri][si] if inside else self.ones
+            totals = self.totals[ri][si] if inside else self.unused
             if not self.arrived[ri]:
-                if first and self.extra is not None and totals is not None:
-                    t += float(self.extra[ri, si])
-                    totals[IDLE] += float(self.extra[ri, si])
+                if first and inside:
+                    t = t + self.extra[ri][si]
+                    totals[IDLE] += self.extra[ri][si]
                 self._arrive(t, arrivals, factors)
                 self.arrived[ri] = True
             if kind == LOCAL:
                 for c, (ns, f) in enumerate(zip(lengths, factors, strict=False)):
                     if ns:
                         part = ns * f
-                        t += part
-                        if totals is not None:
-                            totals[c] += part
+                        t = t + part
+                        totals[c] += part
             else:
                 if not self._ready(owner):
                     self.time[ri] = t
                     return moved, False
-                end = max(t, self._target(kind, owner, rank))
-                if totals is not None:
-                    totals[kind] += end - t
-                    if self.by_owner is not None:
-                        self.by_owner[owner] = self.by_owner.get(owner, 0.0) + end - t
+                target = self._target(kind, owner, rank)
+                end = np.where(target > t, target, t)  # max(t, target)
+                totals[kind] += end - t
+                if self.by_owner is not None and inside:
+                    self.by_owner[owner] = self.by_owner.get(owner, 0.0) + end - t
                 t = end
             self.index[ri] += 1
             self.arrived[ri] = False
@@ -195,19 +227,22 @@ class _Run:
 
     def _arrive(
         self,
-        t: float,
+        t: np.ndarray,
         arrivals: list[tuple[int, tuple[float, ...] | int]],
-        factors: tuple[float, ...],
+        factors: list[np.ndarray],
     ) -> None:
         for inst, position in arrivals:
             if isinstance(position, tuple):
-                when = t + sum(p * f for p, f in zip(position[:GAP], factors, strict=False))
-                when += position[GAP]
+                shift: np.ndarray | int = 0
+                for p, f in zip(position[:GAP], factors, strict=False):
+                    shift = shift + p * f
+                when = t + shift
+                when = when + position[GAP]
             else:
                 when = t + position
             self.count[inst] = self.count.get(inst, 0) + 1
             last = self.last.get(inst)
-            self.last[inst] = when if last is None or when > last else last
+            self.last[inst] = when if last is None else np.where(when > last, when, last)
 
     def _ready(self, k: int) -> bool:
         members = self.graph.members
@@ -216,14 +251,15 @@ class _Run:
             j is None or self.count.get(j, 0) >= members[j]
         )
 
-    def _target(self, kind: int, k: int, rank: int) -> float:
+    def _target(self, kind: int, k: int, rank: int) -> np.ndarray:
         last = self.last[k]
         begin = last
         j = self.graph.after.get(k)
         if j is not None:
-            begin = max(last, self.last[j] + self.graph.transfer_ns[j])
+            later = self.last[j] + self.graph.transfer_ns[j]
+            begin = np.where(later > last, later, last)  # max(last, later)
         end = begin + self.graph.transfer_ns[k] + self.graph.end_delta_ns[(k, rank)]
-        return min(last, end) if kind == WAIT else end
+        return np.where(end < last, end, last) if kind == WAIT else end  # min(last, end)
 
 
 def _table(graph: SegmentGraph, totals: np.ndarray) -> pd.DataFrame:
