@@ -114,6 +114,8 @@ def one(args: argparse.Namespace, world: int, seed: int, toggle: str) -> dict[st
 MODE_FLAGS = {
     "kk": ["--balance", "--balance-method=kk"],
     "lpt": ["--balance", "--balance-method=lpt"],
+    "kk-unequal": ["--balance", "--balance-method=kk", "--balance-counts=unequal"],
+    "window:4": ["--balance", "--balance-counts=unequal", "--balance-window=4"],
 }
 """The balance modes the reference job trains (``fsobs run``)."""
 SIM_MODES = {
