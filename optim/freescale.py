@@ -362,6 +362,10 @@ class FreeScale:
         ``lengths``, the rows this rank trains on (in global-batch order) and its share.
         Toggle off (or plan mode): the rows as they are."""
         world, rank = self.world_size, self.rank
+        if self._shuffle is not None and self.window > 1:
+            raise ValueError(
+                f"balance.window: {self.window} exchanges steps together; use exchange_window"
+            )
         if self._shuffle is None:
             start = rank * len(rows)
             positions = np.arange(start, start + len(rows), dtype=np.int64)
@@ -371,6 +375,35 @@ class FreeScale:
         mine = plan.parts[rank]
         total = sum(len(p) for p in plan.parts)
         return received, StepShare(step, mine, loss_scale(len(mine), total, world), plan)
+
+    def exchange_window(
+        self,
+        first_step: int,
+        rows: Sequence[Sequence[np.ndarray]],
+        lengths: Sequence[np.ndarray],
+    ) -> list[tuple[list[np.ndarray], StepShare]]:
+        """Shuffle mode with a window (``BalanceConfig(window=K)``): given this rank's random-
+        split share of each global batch of a window (``rows[k]`` with ``lengths[k]``; :attr:`
+        window` of them, fewer at the end), per step the rows this rank trains on (in window
+        order) and its share: the shares :meth:`split_window` gives in plan mode, the rows
+        exchanged once for the whole window. A window of 1 is :meth:`exchange` of its batch."""
+        if len(rows) != len(lengths) or not 1 <= len(rows) <= self.window:
+            raise ValueError(
+                f"rows, lengths: a window of {self.window} takes 1..{self.window} global batches "
+                f"of rows and lengths each, got {len(rows)} and {len(lengths)}"
+            )
+        if self.window == 1 or self._shuffle is None:
+            return [
+                self.exchange(first_step + k, r, n)
+                for k, (r, n) in enumerate(zip(rows, lengths, strict=True))
+            ]
+        with record_function(BALANCE_MARKER):
+            costs = [self.costs(np.asarray(n)) for n in lengths]
+            received, plans = self._shuffle.window(first_step, rows, costs)
+        return [
+            (mine, self._share(first_step + k, plan))
+            for k, (mine, plan) in enumerate(zip(received, plans, strict=True))
+        ]
 
     def sampler(
         self,

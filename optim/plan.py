@@ -73,8 +73,9 @@ class BalanceConfig:
     window: int = 1
     """Steps planned together (:mod:`optim.window`): 1 plans each global batch alone; ``K > 1``
     deals the samples of ``K`` consecutive global batches into ``K`` steps (counts differ per
-    rank and per step: ``counts="unequal"``, and ``mode="plan"``; the deal is the same for
-    ``kk`` and ``lpt``)."""
+    rank and per step: ``counts="unequal"``; the deal is the same for ``kk`` and ``lpt``, and
+    the same in both modes: shuffle mode exchanges a window's rows once,
+    :meth:`optim.shuffle.ShuffleBalancer.window`)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -93,10 +94,10 @@ class BalanceConfig:
             raise ValueError(f"check_every: must be >= 0, got {self.check_every}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"window: must be an int >= 1, got {self.window!r}")
-        if self.window > 1 and (self.counts != "unequal" or self.mode != "plan"):
+        if self.window > 1 and self.counts != "unequal":
             raise ValueError(
-                f"window: {self.window} needs counts 'unequal' (counts differ per step) and mode "
-                f"'plan', got counts {self.counts!r}, mode {self.mode!r}"
+                f"window: {self.window} needs counts 'unequal' (counts differ per step), got "
+                f"counts {self.counts!r}"
             )
 
     @property

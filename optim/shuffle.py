@@ -10,7 +10,12 @@ holds its random-split share of a global batch as int64 *rows* (any packing of a
 
 Rank order is global-batch order (the random split is contiguous), so every rank plans on the
 same cost vector and gets the same plan; each rank receives its part in ascending position
-order. The group must carry CPU tensors (gloo; on NCCL jobs pass a gloo group).
+order. With a window (``BalanceConfig(window=K)``) each rank holds its share of ``K`` global
+batches; their costs are gathered step by step, :func:`optim.plan.plan_window` deals the window
+(positions into the batches concatenated, as in plan mode) and one exchange sends every row to
+the rank and step that train it, each row carrying its window position so that the receiver
+puts it in its step, in position order. The group must carry CPU tensors (gloo; on NCCL jobs
+pass a gloo group).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import torch.distributed as dist
 from torch.autograd.profiler import record_function
 
 from optim.markers import comm_marker
-from optim.plan import BalanceConfig, StepPlan
+from optim.plan import BalanceConfig, StepPlan, plan_window
 
 __all__ = [
     "PlanDivergedError",
@@ -137,3 +142,37 @@ class ShuffleBalancer:
             start = int(counts[: self.rank].sum())
             received = exchange_rows(rows, owner[start : start + len(rows)], self.group)
         return received, plan
+
+    def window(
+        self, first_step: int, rows: Sequence[Sequence[np.ndarray]], costs: Sequence[np.ndarray]
+    ) -> tuple[list[list[np.ndarray]], list[StepPlan]]:
+        """(per step of the window, the rows this rank trains on; the steps' plans), given this
+        rank's share of each of the window's global batches (``rows[k]`` with ``costs[k]``)."""
+        if len(rows) != len(costs):
+            raise ValueError(f"rows and costs differ in steps: {len(rows)} vs {len(costs)}")
+        with record_function("## fsobs:balance_shuffle ##"):
+            gathered = [gather_costs(np.asarray(c), self.group) for c in costs]
+            plans = plan_window([g for g, _ in gathered], self.world_size)
+            for k, plan in enumerate(plans):
+                if self.config.checks_at(first_step + k):
+                    check_plan(plan.digest, first_step + k, self.group)
+            size = sum(g.size for g, _ in gathered)
+            owner, step_of = np.empty(size, np.int64), np.empty(size, np.int64)
+            for k, plan in enumerate(plans):
+                for r, part in enumerate(plan.parts):
+                    owner[part], step_of[part] = r, k
+            tagged, dest, offset = [], [], 0
+            for (g, counts), step_rows in zip(gathered, rows, strict=True):
+                start = offset + int(counts[: self.rank].sum())
+                for i, row in enumerate(step_rows):
+                    tagged.append(np.concatenate([[start + i], np.asarray(row, np.int64)]))
+                    dest.append(owner[start + i])
+                offset += g.size
+            received = sorted(
+                exchange_rows(tagged, np.array(dest, np.int64), self.group),
+                key=lambda row: int(row[0]),
+            )
+        per_step: list[list[np.ndarray]] = [[] for _ in plans]
+        for row in received:
+            per_step[int(step_of[row[0]])].append(row[1:])
+        return per_step, plans

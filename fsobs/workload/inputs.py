@@ -108,19 +108,45 @@ class StepInputs:
                 item = self._emit(step, trained, samples, share)
             yield item
 
-    def _plan_windows(self, window: int) -> list[tuple[np.ndarray, np.ndarray, StepShare]]:
-        """Per step: the samples it trains over all ranks (in window order), this rank's, and
-        its share; the global batches ``window`` at a time (the last window may be shorter)."""
-        out = []
+    def _plan_windows(
+        self, window: int
+    ) -> list[tuple[np.ndarray, np.ndarray | list[Sample], StepShare]]:
+        """Per step: the samples it trains over all ranks (in window order), this rank's (plan
+        mode: their dataset ids; shuffle mode: the samples received) and its share; the global
+        batches ``window`` at a time (the last window may be shorter)."""
+        out: list[tuple[np.ndarray, np.ndarray | list[Sample], StepShare]] = []
         for first in range(0, len(self.batches), window):
             batches = self.batches[first : first + window]
             ids = np.concatenate(batches)
-            lengths = [self.data.lengths[b] for b in batches]
-            for share in self.fs.split_window(first, lengths):
-                assert share.plan is not None  # plan mode plans every step
+            steps: list[tuple[StepShare, list[Sample] | None]]
+            if self._shuffle:
+                got = self.fs.exchange_window(first, *self._loaded(batches))
+                steps = [(share, [unpack_sample(r) for r in rows]) for rows, share in got]
+            else:
+                lengths = [self.data.lengths[b] for b in batches]
+                steps = [(share, None) for share in self.fs.split_window(first, lengths)]
+            for share, samples in steps:
+                assert share.plan is not None  # a window plans every step
                 trained = np.sort(np.concatenate(share.plan.parts))
-                out.append((ids[trained], ids[share.positions], share))
+                out.append(
+                    (ids[trained], ids[share.positions] if samples is None else samples, share)
+                )
         return out
+
+    def _loaded(
+        self, batches: Sequence[np.ndarray]
+    ) -> tuple[list[list[np.ndarray]], list[np.ndarray]]:
+        """Shuffle mode: this rank's random-split share of each batch, as the rows and lengths
+        a loader that learns lengths only after loading would hold."""
+        rows, lengths = [], []
+        for batch in batches:
+            samples = [
+                self.data.sample(int(i))
+                for i in random_split(batch, self.fs.world_size, self.fs.rank)
+            ]
+            rows.append([pack_sample(x) for x in samples])
+            lengths.append(np.array([x.length for x in samples], dtype=np.int64))
+        return rows, lengths
 
     def _share(
         self, step: int, global_batch: np.ndarray
@@ -128,7 +154,9 @@ class StepInputs:
         """The step's samples over all ranks, this rank's samples and its share."""
         if self._windowed is not None:
             trained, mine, share = self._windowed[step]
-            return trained, [self.data.sample(int(i)) for i in mine], share
+            if isinstance(mine, np.ndarray):
+                return trained, [self.data.sample(int(i)) for i in mine], share
+            return trained, mine, share
         if self._shares is not None:
             share = next(self._shares)
             assert share.step == step

@@ -47,3 +47,47 @@ def test_split_window_on_two_ranks(tmp_path: Path) -> None:
     # the 900 (cost ~ 2e5, more than everything else together) trains alone in its step
     whale = next(row for rows in ranks for row in rows if 0 in row["positions"])
     assert whale["positions"] == [0]
+
+
+SHUFFLE = FreeScaleConfig(
+    balance=BalanceConfig(enabled=True, method="lpt", mode="shuffle", window=3, check_every=1)
+)
+
+
+def _shuffle_rank(rank: int, world_size: int, out: Path) -> None:
+    """Each rank holds its random-split half of each batch as rows ``[window position, length]``
+    and exchanges them once for the window."""
+    with FreeScale(SHUFFLE, cost_model=COST) as fs:
+        fs.setup()
+        rows, lengths = [], []
+        for k, batch in enumerate(LENGTHS):
+            half = len(batch) // 2
+            mine = range(rank * half, (rank + 1) * half)
+            rows.append([np.array([6 * k + i, batch[i]], np.int64) for i in mine])
+            lengths.append(np.array([batch[i] for i in mine]))
+        with pytest.raises(ValueError, match="exchange_window"):
+            fs.exchange(0, rows[0], lengths[0])
+        got = fs.exchange_window(0, rows, lengths)
+    result = [
+        {"rows": [r.tolist() for r in step_rows], "positions": share.positions.tolist()}
+        for step_rows, share in got
+    ]
+    (out / f"shuffle{rank}.json").write_text(json.dumps(result))
+
+
+def test_shuffle_mode_window_trains_what_plan_mode_deals(tmp_path: Path) -> None:
+    """Shuffle mode deals a window as plan mode does (the same positions per rank and step:
+    the plan of ``split_window`` above), and each rank receives exactly the rows of its
+    positions, in position order; every row of the window once."""
+    run_ranks(_rank, 2, tmp_path)
+    run_ranks(_shuffle_rank, 2, tmp_path)
+    pooled = [n for batch in LENGTHS for n in batch]
+    seen = []
+    for r in (0, 1):
+        plan = json.loads((tmp_path / f"rank{r}.json").read_text())
+        shuffle = json.loads((tmp_path / f"shuffle{r}.json").read_text())
+        assert [s["positions"] for s in shuffle] == [p["positions"] for p in plan]
+        for step in shuffle:
+            assert step["rows"] == [[p, pooled[p]] for p in step["positions"]]
+            seen += step["positions"]
+    assert sorted(seen) == list(range(18))

@@ -49,6 +49,12 @@ VARIANTS = {
     "kk_shuffle": ("--balance", "--balance-mode=shuffle"),
     "lpt_plan": ("--balance", "--balance-method=lpt", "--cost-model={cost}"),
     "window": ("--balance", "--balance-counts=unequal", "--balance-window=2"),
+    "window_shuffle": (
+        "--balance",
+        "--balance-counts=unequal",
+        "--balance-window=2",
+        "--balance-mode=shuffle",
+    ),
 }
 COST = CostModel(c0=5000.0, a=40.0, b=2.0)
 """The lpt run balances with this model (as ``fsobs fit-cost`` would write it)."""
@@ -158,11 +164,25 @@ def test_plan_and_shuffle_modes_train_identically(runs):
         assert all(torch.equal(a[name], b[name]) for name in a)
 
 
+def test_a_window_trains_identically_in_plan_and_shuffle_modes(runs):
+    """Shuffle mode exchanges a window's rows once (each rank loads its random-split share of
+    each batch) and must deal them as plan mode does: the same samples per rank and step, the
+    same losses, the same parameters."""
+    plan, shuffle = _sidecar(runs["window"]), _sidecar(runs["window_shuffle"])
+    assert [ids.tolist() for ids in plan["sample_ids"]] == [
+        ids.tolist() for ids in shuffle["sample_ids"]
+    ]
+    assert plan["loss"].tolist() == shuffle["loss"].tolist()
+    for rank in range(WORLD):
+        a, b = _params(runs["window"], rank), _params(runs["window_shuffle"], rank)
+        assert all(torch.equal(a[name], b[name]) for name in a)
+
+
 def test_id_overlap_is_the_same_on_every_rank_whatever_the_toggles(runs):
     """It depends on the global batches only, which balancing does not change."""
     want = _sidecar(runs["baseline"]).groupby("step")["id_overlap"].first().tolist()
     assert want[0] is None and all(isinstance(s, dict) and len(s) == 4 for s in want[1:])
-    for variant in VARIANTS.keys() - {"window"}:  # a window's steps train other sets
+    for variant in VARIANTS.keys() - {"window", "window_shuffle"}:  # windows: other sets
         frame = _sidecar(runs[variant])
         for step, shares in frame.groupby("step")["id_overlap"]:
             assert shares.tolist() == [want[step]] * WORLD, (variant, step)
