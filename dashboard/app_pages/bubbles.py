@@ -46,9 +46,9 @@ TABS = ("Step timeline", "Stragglers", "Data attribution", "All-to-all", "HTA ta
 TAB_KEY = "bubbles_tab"
 # Query parameters of the rank filter: its mode (a label of dashboard.ranks.MODES), its list.
 RANKS_KEY, LIST_KEY = "ranks", "rank_list"
+# The timeline names its ops by default when the drawn ranks' traces are at most this big
+# (naming reads them again).
 NAME_OPS_BYTES = 32 * 2**20
-"""The timeline names its ops by default when the drawn ranks' traces are at most this big
-(naming reads them again)."""
 PERFETTO = (
     "Open it at [ui.perfetto.dev](https://ui.perfetto.dev) (*Open trace file*) or in "
     "`chrome://tracing`: the rank's own events, with one process *fsobs bubbles* on top holding "

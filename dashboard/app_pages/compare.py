@@ -36,8 +36,7 @@ HEADLINE = (
     ("bubble_ratio", "Bubble ratio", numbers.pct, numbers.points),
     ("bubble_ms_per_step", "Bubble / step", numbers.ms, numbers.signed_ms),
     ("step_time_ms_p50", "Step time p50", numbers.ms, numbers.signed_ms),
-)
-"""(KPI, label, value format, delta format): a ratio's delta in percentage points."""
+)  # (KPI, label, value format, delta format): a ratio's delta in percentage points
 
 
 def _headline(comp: Comparison) -> None:

@@ -22,11 +22,11 @@ from dashboard.widgets import current_store, pick_run
 from fsobs import Analysis, analyze_path
 
 RESULT_KEY = "upload_result"
+# Streamlit words the per-file limit with one digit in the largest unit (512 MiB shows as
+# "1GB per file"): the caption above the uploader states the limit instead.
 HIDE_WIDGET_LIMIT = (
     "<style>[data-testid='stFileUploaderDropzoneInstructions'] {display: none}</style>"
 )
-"""Streamlit words the per-file limit with one digit in the largest unit (512 MiB shows as
-"1GB per file"): the caption above the uploader states the limit instead."""
 LAST_KEY = "upload_last"
 
 logger = logging.getLogger(__name__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -424,3 +425,28 @@ def test_export_rank_is_the_file_export_run_writes(runs, tmp_path):
         data = export_rank(analysis.run[rank], analysis.bubbles.of_rank(rank))
         on_disk = next(p for p in written if p.name.startswith(f"rank{rank}."))
         assert gzip.decompress(data) == gzip.decompress(on_disk.read_bytes())
+
+
+def test_no_page_has_a_bare_string_that_streamlit_would_draw():
+    """Streamlit's magic writes a string alone on a line of a page script to the page (an
+    attribute docstring once showed at the top of Bubbles, Compare and Runs): none but the
+    module docstrings, and the shipped config turns magic off as well."""
+    import ast
+
+    import tomllib
+
+    from tests.dashboard.stores import APP
+
+    app = Path(APP)
+    pages = sorted((app.parent / "app_pages").glob("*.py")) + [app]
+    bare = []
+    for path in pages:
+        for node in ast.walk(ast.parse(path.read_text())):
+            body = getattr(node, "body", [])
+            for i, stmt in enumerate(body if isinstance(body, list) else []):
+                value = getattr(stmt, "value", None)
+                if isinstance(stmt, ast.Expr) and isinstance(value, ast.Constant) and i > 0:
+                    bare.append(f"{path.name}:{stmt.lineno}")
+    assert bare == []
+    config = tomllib.loads((app.parent / ".streamlit" / "config.toml").read_text())
+    assert config["runner"]["magicEnabled"] is False
