@@ -17,6 +17,7 @@ from fsobs import Analysis
 from fsobs.analysis.alltoall import with_data
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from fsobs.report import ALLTOALL_COLUMNS
 from optim.balance import CostModel
 
 TIMELINE_CLASSES = (
@@ -172,16 +173,7 @@ def lateness_frame(analysis: Analysis) -> pd.DataFrame | None:
 A2A_SHOWN = 10
 """all_to_all(v) instances in the Bubbles page's table: the most uneven ones."""
 A2A_COLUMNS = {
-    "instance": "instance",
-    "step": "step",
-    "coll": "collective",
-    "num_ranks": "ranks",
-    "send_mb": "MB sent",
-    "send_imbalance": "send max/mean",
-    "recv_imbalance": "receive max/mean",
-    "heaviest_sender": "top sender",
-    "heaviest_receiver": "top receiver",
-    "most_ids_rank": "most ids (sidecar)",
+    **ALLTOALL_COLUMNS,  # the report's names
     "heaviest_sender_has_most_ids": "top sender has most ids",
     "matrix": "rank x rank matrix",
 }

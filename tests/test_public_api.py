@@ -53,6 +53,7 @@ def test_reports_live_in_report_not_in_analysis():
     """The JSON objects and text reports of analyze, compare and whatif are fsobs.report's;
     fsobs.analysis computes and never renders."""
     assert sorted(fsobs.report.__all__) == [
+        "ALLTOALL_COLUMNS",  # the all-to-all table's column names, the dashboard's too
         "compare_json",
         "findings",
         "render",
