@@ -80,6 +80,15 @@ PAGE_STATE_JS = r"""
 """
 
 
+IN_TRANSITION = (
+    "Inspected target navigated or closed",
+    "Cannot find context with specified id",
+    "Execution context was destroyed",
+)
+"""CDP errors of a ``Runtime.evaluate`` sent while a navigation or reload replaces the page's
+document: the expression had no document to run in."""
+
+
 def page_ready_js(title: str, min_charts: int) -> str:
     """True once the script has finished, the page shows ``title`` and at least ``min_charts``
     drawn visible Plotly charts, and no skeleton placeholder or stale element is left.
@@ -324,12 +333,18 @@ class Browser:
         return reply["result"].get("value")
 
     def wait_for(self, js: str, timeout_s: float | None = None, poll_s: float = 0.05) -> float:
-        """Poll a JavaScript boolean until it is true; seconds waited. TimeoutError otherwise."""
+        """Poll a JavaScript boolean until it is true; seconds waited. TimeoutError otherwise.
+        A poll that lands while the page is between two documents (Chromium answers
+        :data:`IN_TRANSITION`) counts as not yet true."""
         start = time.monotonic()
         deadline = start + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
-            if self.evaluate(js) is True:
-                return time.monotonic() - start
+            try:
+                if self.evaluate(js) is True:
+                    return time.monotonic() - start
+            except RuntimeError as exc:
+                if not any(text in str(exc) for text in IN_TRANSITION):
+                    raise
             if time.monotonic() > deadline:
                 raise TimeoutError(f"not true after {time.monotonic() - start:.1f} s: {js}")
             time.sleep(poll_s)
