@@ -361,20 +361,17 @@ class FreeScale:
         """Shuffle mode: given this rank's random-split share as int64 ``rows`` with their
         ``lengths``, the rows this rank trains on (in global-batch order) and its share.
         Toggle off (or plan mode): the rows as they are."""
-        world, rank = self.world_size, self.rank
         if self._shuffle is not None and self.window > 1:
             raise ValueError(
                 f"balance.window: {self.window} exchanges steps together; use exchange_window"
             )
         if self._shuffle is None:
-            start = rank * len(rows)
+            start = self.rank * len(rows)
             positions = np.arange(start, start + len(rows), dtype=np.int64)
             return list(rows), StepShare(step, positions, 1.0, None)
         with record_function(BALANCE_MARKER):
             received, plan = self._shuffle(step, rows, self.costs(np.asarray(lengths)))
-        mine = plan.parts[rank]
-        total = sum(len(p) for p in plan.parts)
-        return received, StepShare(step, mine, loss_scale(len(mine), total, world), plan)
+        return received, self._share(step, plan)
 
     def exchange_window(
         self,

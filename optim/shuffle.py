@@ -109,6 +109,16 @@ def exchange_rows(
     return _unframe(recv.numpy())
 
 
+def _owners(plans: Sequence[StepPlan], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per position of the ``size`` the plans cover: the rank that trains it and the index of
+    its plan (its step in a window)."""
+    owner, step_of = np.empty(size, np.int64), np.empty(size, np.int64)
+    for k, plan in enumerate(plans):
+        for r, part in enumerate(plan.parts):
+            owner[part], step_of[part] = r, k
+    return owner, step_of
+
+
 def _unframe(flat: np.ndarray) -> list[np.ndarray]:
     out, pos = [], 0
     while pos < flat.size:
@@ -136,9 +146,7 @@ class ShuffleBalancer:
             plan = StepPlan.make(all_costs, self.world_size, self.config)
             if self.config.checks_at(step):
                 check_plan(plan.digest, step, self.group)
-            owner = np.empty(all_costs.size, dtype=np.int64)
-            for r, part in enumerate(plan.parts):
-                owner[part] = r
+            owner, _ = _owners([plan], all_costs.size)
             start = int(counts[: self.rank].sum())
             received = exchange_rows(rows, owner[start : start + len(rows)], self.group)
         return received, plan
@@ -156,11 +164,7 @@ class ShuffleBalancer:
             for k, plan in enumerate(plans):
                 if self.config.checks_at(first_step + k):
                     check_plan(plan.digest, first_step + k, self.group)
-            size = sum(g.size for g, _ in gathered)
-            owner, step_of = np.empty(size, np.int64), np.empty(size, np.int64)
-            for k, plan in enumerate(plans):
-                for r, part in enumerate(plan.parts):
-                    owner[part], step_of[part] = r, k
+            owner, step_of = _owners(plans, sum(g.size for g, _ in gathered))
             tagged, dest, offset = [], [], 0
             for (g, counts), step_rows in zip(gathered, rows, strict=True):
                 start = offset + int(counts[: self.rank].sum())

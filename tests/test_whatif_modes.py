@@ -20,6 +20,7 @@ from fsobs.analysis.whatif.splits import BalanceSplit, resplit
 from fsobs.cli import main
 from fsobs.simulate.simulator import Schedule, SimConfig, simulate, truth_frame, write_run
 from optim.balance import CostModel
+from tests.test_whatif import QUIET
 
 LENGTHS = {
     (0, 0): [9, 7, 6],
@@ -107,15 +108,6 @@ def test_mode_names() -> None:
         BalanceSplit("kk", True, 2)  # a window moves samples between steps: unequal counts
 
 
-QUIET = dict(
-    noise_sigma=0.0,
-    speed_sigma=0.0,
-    host_sigma=0.0,
-    chunk_ns=1_000,
-    optimizer_ns=1_000,
-    memcpy_ns=1_000,
-    batch_per_rank=16,
-)
 CFG = SimConfig(world_size=4, steps=8, seed=3, **QUIET)
 MODES = {
     "kk": ("kk", None, 1),

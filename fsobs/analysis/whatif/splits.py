@@ -60,10 +60,12 @@ class BalanceSplit:
     def __post_init__(self) -> None:
         if self.method not in ("kk", "lpt"):
             raise ValueError(f"balance_split: method {self.method!r}, expected kk or lpt")
-        if self.method == "lpt" and self.equal_size:
-            raise ValueError("balance_split: lpt plans unequal counts (equal_size=False)")
-        if self.window < 1 or (self.window > 1 and self.method != "lpt"):
-            raise ValueError(f"balance_split: window {self.window} needs lpt and >= 1")
+        if self.window > 1 and self.method != "lpt":
+            raise ValueError(f"balance_split: window {self.window} is named lpt's (window:K)")
+        try:
+            _ = self.config  # BalanceConfig's own checks of counts and window
+        except ValueError as exc:
+            raise ValueError(f"balance_split: {exc}") from None
 
     @property
     def name(self) -> str:
