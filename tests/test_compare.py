@@ -604,9 +604,7 @@ def test_dashboard_runs_streamlit_on_the_store(tmp_path, monkeypatch, capsys):
     ((cmd, env),) = calls
     assert cmd[0] == sys.executable
     assert cmd[1:] == [
-        "-m",
-        "streamlit",
-        "run",
+        str(app.parent / "serve.py"),
         str(app),
         "--server.headless",
         "true",

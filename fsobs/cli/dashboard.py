@@ -1,6 +1,7 @@
 """``fsobs dashboard``: the Streamlit app on a run store.
 
-The app runs in a child process (``streamlit run``). SIGTERM, SIGHUP and SIGINT to
+The app runs in a child process: ``streamlit run`` in a process that has loaded the pages'
+modules first (``dashboard/serve.py``). SIGTERM, SIGHUP and SIGINT to
 ``fsobs dashboard`` stop it too (:func:`serve`): a service manager or ``kill`` never leaves a
 server running without its launcher.
 """
@@ -47,12 +48,11 @@ def dashboard_app() -> Path:
 
 
 def dashboard_command(app: Path, port: int) -> list[str]:
-    """The ``streamlit run`` command line of ``fsobs dashboard``."""
+    """The command line of ``fsobs dashboard``: ``streamlit run app`` through the server beside
+    the app, which loads the pages' modules before it listens (``dashboard/serve.py``)."""
     return [
         sys.executable,
-        "-m",
-        "streamlit",
-        "run",
+        str(app.parent / "serve.py"),
         str(app),
         "--server.headless",
         "true",

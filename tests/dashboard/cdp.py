@@ -6,7 +6,7 @@ because Streamlit sends the page over a websocket after load, so we start Chromi
 debugging port and a fresh profile, navigate over CDP and poll a JavaScript condition until the
 app has really rendered.
 
-- :class:`StreamlitServer`: ``streamlit run dashboard/streamlit_app.py`` on a free port with
+- :class:`StreamlitServer`: the dashboard as ``fsobs dashboard`` serves it, on a free port with
   ``FSOBS_STORE`` set, ready once ``/_stcore/health`` answers ``ok``; always terminated.
 - :class:`Browser`: headless Chromium plus a minimal request/response CDP client.
 - :data:`CHARTS_DRAWN_JS`: the documented "rendered" condition (a Plotly chart has drawn its
@@ -23,7 +23,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -31,6 +30,8 @@ from pathlib import Path
 from types import TracebackType
 
 from websockets.sync.client import ClientConnection, connect
+
+from fsobs.cli.dashboard import dashboard_command
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "dashboard" / "streamlit_app.py"
@@ -151,7 +152,8 @@ def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
 
 
 class StreamlitServer:
-    """``streamlit run`` of the dashboard on a free port, reading its runs from ``store``."""
+    """The dashboard as ``fsobs dashboard`` serves it (:func:`dashboard_command`), on a free
+    port, reading its runs from ``store``."""
 
     def __init__(self, store: Path, *, app: Path = APP, startup_timeout_s: float = 60.0) -> None:
         self.store = store
@@ -165,19 +167,9 @@ class StreamlitServer:
 
     def __enter__(self) -> StreamlitServer:
         cmd = [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            str(self.app),
-            "--server.headless",
-            "true",
-            "--server.port",
-            str(self.port),
+            *dashboard_command(self.app, self.port),
             "--server.address",
             "127.0.0.1",
-            "--browser.gatherUsageStats",
-            "false",
             "--server.fileWatcherType",
             "none",
         ]
