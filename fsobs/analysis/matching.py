@@ -187,17 +187,26 @@ def match_collectives(run: Run[C]) -> Collectives:
 
 def _all_ranks(run: Run[C]) -> pd.DataFrame:
     """Every rank's collectives in one frame (the ranks' own frames are freed here)."""
-    frames = [_shared_strings(pickle.loads(run[r].sync_collectives)) for r in run.rank_ids]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    frames = [pickle.loads(run[r].sync_collectives) for r in run.rank_ids]
+    return _shared_strings(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
 
 
 def _shared_strings(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with each string of its text columns interned: every rank's rows name the same
     groups, collectives and member lists (``pg_ranks``: N ranks' worth of text on each of the N
-    ranks), which the run then holds once."""
+    ranks), which the run then holds once. Each distinct string of a column is interned once
+    and shared by its rows (a rank's pickled frame already shares its own)."""
     for column in frame.select_dtypes(object).columns:
-        shared = [sys.intern(v) if type(v) is str else v for v in frame[column]]
-        frame[column] = pd.Series(shared, index=frame.index, dtype=object)
+        values = frame[column].to_numpy()
+        if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+            codes, uniques = pd.factorize(values)  # missing values: code -1, kept as they are
+            shared = np.array([sys.intern(u) for u in uniques] + [None], dtype=object)
+            frame[column] = pd.Series(
+                np.where(codes >= 0, shared[codes], values), index=frame.index, dtype=object
+            )
+        else:  # other objects (e.g. interval arrays), with or without strings among them
+            shared = [sys.intern(v) if type(v) is str else v for v in values]
+            frame[column] = pd.Series(shared, index=frame.index, dtype=object)
     return frame
 
 
