@@ -32,8 +32,14 @@ and are waited after the forward, where their results are first used (N+1's look
 N's backward; range ``## pec_overlap_wait ##``): the exchange overlaps the forward. Batch N's
 forward merges its embeddings before N's backward partition is known, which torchrec's merge
 allows (``backward_ctxs=None``); the partition is put into the batch's autograd contexts when
-it arrives, before the backward reads it. Same values, same collectives in the same order
-(only a wait moves and two messages become one), so training stays exact.
+it arrives, before the backward reads it. And the gradient of batch N's overlapped IDs,
+whose all-to-all torchrec waits at the end of step N, is applied at the start of step N+1's
+overlapped lookup, its first reader (:meth:`ExactTrainPipelinePEC._pec_ol_compute`): the
+wait overlaps the loading of the next batch. Those rows are read by nothing in between
+(N+1's other IDs were looked up a step ahead, and are not in batch N), and the updates reach
+each row in the same order, so this too changes no number; the last step applies its own,
+and :meth:`ExactTrainPipelinePEC.drain` applies a pending one. Same values, same collectives
+in the same order (only waits move and two messages become one): training stays exact.
 
 On every device, two defects of PEC's gradient, which make its embedding updates differ from
 plain torchrec's (``distributed/pec_comm_ops.py``, ``PECGradientApply``):
@@ -112,8 +118,8 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
     docstring); the arguments are ``TrainPipelinePEC``'s.
 
     ``divide_gradients=False`` and ``reorder_gradients=False`` keep torchrec's own gradient
-    (to show its defects); ``fused_masks=False`` keeps torchrec's own mask exchange (two
-    all-to-alls, waited before the forward). The CPU changes apply on a CPU ``device`` only."""
+    (to show its defects); ``torchrec_schedule=True`` keeps torchrec's own mask exchange and
+    waits on CPU too (module docstring). The CPU changes apply on a CPU ``device`` only."""
 
     def __init__(
         self,
@@ -126,13 +132,14 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
         *,
         divide_gradients: bool = True,
         reorder_gradients: bool = True,
-        fused_masks: bool = True,
+        torchrec_schedule: bool = False,
     ) -> None:
         self._divide_gradients = divide_gradients
         self._reorder_gradients = reorder_gradients
         self._on_cpu = device.type == "cpu"
-        self._fused_masks = fused_masks and self._on_cpu
+        self._cpu_schedule = self._on_cpu and not torchrec_schedule
         self._overlap_pending: list[_PendingOverlap] = []
+        self._ol_grad_pending: dict[str, list[Awaitable[None]]] = {}
         if not self._on_cpu:
             super().__init__(
                 model, optimizer, device, execute_all_batches, apply_jit, custom_model_fwd
@@ -155,17 +162,18 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
         self._overlap_dist_event = torch.cpu.Event()
 
     def drain(self) -> None:
-        """Apply the last step's deferred NOL gradient now. Collective: every rank calls it.
+        """Apply the last step's deferred gradients now (the NOL one, and on CPU the OL one:
+        module docstring). Collective: every rank calls it.
 
         Call it before a checkpoint and when a run stops before its data ends: the tables then
         hold every finished step's whole update, as plain torchrec's do. Training goes on as
         before (the next step finds nothing deferred; the IDs of a deferred gradient are not in
         the next batch, so applying it earlier changes no number). A no-op before the first
         step and after the last (the last step applies its own)."""
-        if not self.contexts:
-            return
         with self._cpu_steps():
-            self._wait_pec_grad(self._start_deferred_nol_grad(self.contexts[0]))
+            self._apply_ol_grad()
+            if self.contexts:
+                self._wait_pec_grad(self._start_deferred_nol_grad(self.contexts[0]))
 
     def enqueue_batch(self, dataloader_iter: Iterator[Any]) -> bool:
         """torchrec's, refusing a batch PEC cannot take before any of its work starts
@@ -219,7 +227,7 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
     ) -> None:
         # TrainPipelinePEC._pec_overlap_dist (pec_train_pipeline.py), on CPU with one mask
         # all-to-all per group, waited by _finish_overlap_dist (module docstring)
-        if not self._fused_masks:
+        if not self._cpu_schedule:
             super()._pec_overlap_dist(current_ctx, prev_ctx)
             return
         self._finish_overlap_dist()
@@ -270,8 +278,9 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
     def _start_pec_ol_grad(
         self, context: PECTrainPipelineContext
     ) -> dict[str, list[Awaitable[None]]]:
-        # TrainPipelinePEC._start_pec_ol_grad (pec_train_pipeline.py), through _grad_dist
-        return {
+        # TrainPipelinePEC._start_pec_ol_grad (pec_train_pipeline.py), through _grad_dist; on
+        # CPU, but for the last batch, kept for _apply_ol_grad (the caller waits nothing)
+        awaitables = {
             name: self._grad_dist(
                 pec,
                 self._pec_module_ctx(context, name),
@@ -280,6 +289,22 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
             )
             for name, pec in self._pec_modules.items()
         }
+        if not self._cpu_schedule or len(self.contexts) < 2:
+            return awaitables
+        self._ol_grad_pending = awaitables
+        return {}
+
+    def _pec_ol_compute(self, context: PECTrainPipelineContext) -> None:
+        self._apply_ol_grad()  # the previous batch's OL gradient, before its rows are read
+        super()._pec_ol_compute(context)
+
+    def _apply_ol_grad(self) -> None:
+        """Wait and apply the OL gradient :meth:`_start_pec_ol_grad` kept; a no-op if none."""
+        if not self._ol_grad_pending:
+            return
+        with record_function("## pec_ol_grad_apply ##"):
+            self._wait_pec_grad(self._ol_grad_pending)
+        self._ol_grad_pending = {}
 
     def _start_deferred_nol_grad(
         self, context: PECTrainPipelineContext

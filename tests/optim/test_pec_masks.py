@@ -2,11 +2,12 @@
 
 - :class:`FusedMasks` delivers each mask as its own all-to-all would: checked against the rule
   (what rank p sends rank r) on hand-made masks and splits, with one all-to-all issued.
-- In a real 2-rank PEC run (tests/optim/test_pec.py's model), counted from its profiler trace:
-  one mask all-to-all per step where torchrec has two, every other all-to-all unchanged; the
-  masks waited after the forward instead of inside ``## pec_overlap_dist ##``; and the
-  losses equal torchrec's mask exchange's bit for bit (test_pec.py compares with plain
-  torchrec).
+- In a real 2-rank PEC run (tests/optim/test_pec.py's model), counted from its profiler trace,
+  against torchrec's schedule (``torchrec_schedule=True``): one mask all-to-all per step
+  where torchrec has two, every other all-to-all unchanged; the masks waited after the
+  forward instead of inside ``## pec_overlap_dist ##``; step N's overlapped gradient applied
+  in step N+1's overlapped lookup; the losses bit for bit torchrec's (test_pec.py compares
+  with plain torchrec).
 """
 
 from __future__ import annotations
@@ -89,14 +90,16 @@ STEP = "test step "
 IDS = "## all2all_data:ids ##"
 OVERLAP = "## pec_overlap_dist ##"
 MASK_WAIT = "## MaskDistAwaitable wait() ##"
+OL_APPLY = "## pec_ol_grad_apply ##"
+GRAD_WAIT = "## PECGradUpdateAwaitable wait() ##"
 
 
 def _traced_rank(rank: int, world: int, out: Path) -> None:
     """STEPS steps of test_pec's PEC model, profiled, with each mask exchange."""
     losses = {}
-    for fused in (True, False):
+    for fused in (True, False):  # this module's CPU schedule, torchrec's
         dmp, opt = build(True, "sgd")
-        pipeline = ExactTrainPipelinePEC(dmp, opt, CPU, fused_masks=fused)
+        pipeline = ExactTrainPipelinePEC(dmp, opt, CPU, torchrec_schedule=not fused)
         batches = iter([make_batch(rank, i) for i in range(STEPS)])
         losses[fused] = []
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -110,7 +113,8 @@ def _traced_rank(rank: int, world: int, out: Path) -> None:
 def _per_step(path: Path) -> list[dict[str, Any]]:
     """Per step (``STEP``, around each ``progress``) of the training thread: the all-to-all
     launches, those under ``IDS`` (anywhere, and inside ``OVERLAP``), and where each
-    ``MASK_WAIT`` lies."""
+    ``MASK_WAIT`` lies; the ``OL_APPLY`` ranges that apply a gradient, inside the step's
+    overlapped lookup or not."""
     events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
     steps = sorted((e for e in events if e["name"].startswith(STEP)), key=lambda e: e["ts"])
     main = [e for e in events if e["tid"] == steps[0]["tid"]]
@@ -128,6 +132,9 @@ def _per_step(path: Path) -> list[dict[str, Any]]:
         masks = [e for e in launches if under(e, IDS, mine)]
         forward_end = max(e["ts"] + e["dur"] for e in mine if e["name"] == "## forward ##")
         waits = [e for e in mine if e["name"] == MASK_WAIT]
+        grads = [e for e in mine if e["name"] == GRAD_WAIT]
+        applies = [e for e in mine if e["name"] == OL_APPLY and any(inside(g, e) for g in grads)]
+        in_lookup = sum(under(e, "## pec_ol_compute ##", mine) for e in applies)
         out.append(
             {
                 "launches": len(launches),
@@ -135,6 +142,8 @@ def _per_step(path: Path) -> list[dict[str, Any]]:
                 "masks_in_overlap": sum(under(e, OVERLAP, mine) for e in masks),
                 "waits_in_overlap": sum(under(e, OVERLAP, mine) for e in waits),
                 "waits_after_forward": sum(e["ts"] >= forward_end for e in waits),
+                "ol_applies_in_lookup": in_lookup,
+                "ol_applies_at_end": len(applies) - in_lookup,
             }
         )
     return out
@@ -184,7 +193,21 @@ def test_the_masks_are_waited_after_the_forward(traced):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_the_fused_exchange_trains_like_torchrecs(traced):
+def test_the_overlapped_gradient_is_applied_at_the_next_lookup(traced):
+    """torchrec applies step N's OL gradient at the end of step N; here at the start of step
+    N+1's OL lookup (``## pec_ol_compute ##``), and the last step applies its own at its end."""
+    for rank in range(2):
+        fused = _per_step(traced / f"rank{rank}.fused.json")
+        torchrec = _per_step(traced / f"rank{rank}.torchrec.json")
+        assert [s["ol_applies_at_end"] for s in torchrec] == [1] * STEPS
+        assert [s["ol_applies_in_lookup"] for s in torchrec] == [0] * STEPS
+        assert [s["ol_applies_in_lookup"] for s in fused] == [0, 1, 1, 1, 1]
+        assert [s["ol_applies_at_end"] for s in fused] == [0, 0, 0, 0, 1]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_the_cpu_schedule_trains_like_torchrecs(traced):
     for rank in range(2):
         losses = torch.load(traced / f"rank{rank}.losses.pt")
         assert len(losses[True]) == STEPS
