@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from fsobs.workload.launch import failure_report
@@ -27,19 +28,24 @@ FAILED = ROOT / "bench_data" / "failed"
 TAIL_LINES = 30
 
 
-def run_checked(cmd: list[str], *, run_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run(cmd)`` with its output captured as text; on a non-zero exit,
-    ``SystemExit`` with :func:`failure_message` (printed to stderr by Python)."""
-    done = subprocess.run(cmd, capture_output=True, text=True)
+def run_checked(
+    cmd: list[str], *, run_dir: Path | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(cmd)`` (in ``env``, else this environment) with its output captured as
+    text; on a non-zero exit, ``SystemExit`` with :func:`failure_message` (printed to stderr
+    by Python)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(failure_message(cmd, done, run_dir))
     return done
 
 
-def fsobs_run(out: Path, flags: list[str]) -> subprocess.CompletedProcess[str]:
+def fsobs_run(
+    out: Path, flags: list[str], env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``fsobs run --out OUT FLAGS`` (this Python), checked like :func:`run_checked`."""
     cmd = [sys.executable, "-m", "fsobs.cli", "run", f"--out={out}", *flags]
-    return run_checked(cmd, run_dir=out)
+    return run_checked(cmd, run_dir=out, env=env)
 
 
 def failure_message(

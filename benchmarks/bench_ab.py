@@ -26,11 +26,19 @@ bubble reduction from each pair's control run (the median over pairs) beside the
 
     .venv/bin/python benchmarks/bench_ab.py --job seqrec --world-sizes 2 --pairs 3 --steps 12 \\
         --whatif --arm balance="--balance" --arm priority_overlap="--priority-overlap"
+
+An arm's leading ``NAME=VALUE`` words are environment variables of its runs, e.g. PEC with
+torchrec's own schedule on CPU (``fsobs.workload.train.PEC_SCHEDULE_ENV``):
+
+    .venv/bin/python benchmarks/bench_ab.py --world-sizes 2,4 --pairs 3 \\
+        --common "--item-popularity 1.1" --arm pec="--priority-overlap" \\
+        --arm pec_torchrec="FSOBS_PEC_SCHEDULE=torchrec --priority-overlap"
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import sys
@@ -81,19 +89,37 @@ def _role(analysis: Analysis, role: str, column: str) -> pd.Series:
 class Arm:
     name: str
     flags: list[str]
+    env: dict[str, str]
+
+    @classmethod
+    def parse(cls, name: str, words: str) -> Arm:
+        """An arm from its command-line words: leading ``NAME=VALUE`` ones are its environment."""
+        flags = shlex.split(words)
+        env = {}
+        while flags and "=" in flags[0] and not flags[0].startswith("-"):
+            key, _, value = flags.pop(0).partition("=")
+            env[key] = value
+        return cls(name, flags, env)
+
+    @property
+    def words(self) -> str:
+        """The arm as it was given: its environment, then its flags."""
+        return shlex.join([*(f"{k}={v}" for k, v in self.env.items()), *self.flags])
 
 
-def run(out: Path, world: int, args: argparse.Namespace, flags: list[str]) -> Analysis:
+def run(out: Path, world: int, args: argparse.Namespace, arm: Arm) -> Analysis:
     common = [
         f"--steps={args.steps}", f"--seed={args.seed}", f"--batch-size={args.batch_size}",
-        *shlex.split(args.common), *flags,
+        *shlex.split(args.common), *arm.flags,
     ]  # fmt: skip
+    env = os.environ | arm.env
     if args.job == "seqrec":
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         launch = [*torchrun, f"--nproc-per-node={world}", str(EXAMPLE), f"--out={out}"]
-        run_checked([*launch, *common], run_dir=out)
+        run_checked([*launch, *common], run_dir=out, env=env)
     else:
-        fsobs_run(out, [f"--world-size={world}", f"--model-size={args.model_size}", *common])
+        flags = [f"--world-size={world}", f"--model-size={args.model_size}", *common]
+        fsobs_run(out, flags, env=env)
     return analyze_path(out)
 
 
@@ -116,7 +142,7 @@ def measure(tmp: Path, world: int, args: argparse.Namespace, arms: list[Arm]) ->
     pairs = []
     for index in range(args.pairs):
         order = arms if index % 2 == 0 else [*arms[1:], arms[0]]
-        result = {arm.name: run(tmp / f"w{world}-{arm.name}-{index}", world, args, arm.flags)
+        result = {arm.name: run(tmp / f"w{world}-{arm.name}-{index}", world, args, arm)
                   for arm in order}  # fmt: skip
         line = ", ".join(
             f"{name} emb exposed {METRICS['embedding exposed comm'](a).mean():.1f} "
@@ -183,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         "--arm", action="append", default=[], metavar="NAME=FLAGS", help="a test arm (repeat)"
     )
     args = parser.parse_args(argv)
-    arms = [Arm("control", shlex.split(args.control))] + [
-        Arm(name, shlex.split(flags)) for name, _, flags in (a.partition("=") for a in args.arm)
+    arms = [Arm.parse("control", args.control)] + [
+        Arm.parse(name, words) for name, _, words in (a.partition("=") for a in args.arm)
     ]
     rows, causes, predictions = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.steps} steps "
         f"{args.steps} steps "
         f"(traced: all but 2), seed {args.seed}, common flags '{args.common}'; "
-        f"{args.pairs} pairs; arms: " + "; ".join(f"{a.name}: '{' '.join(a.flags)}'" for a in arms)
+        f"{args.pairs} pairs; arms: "
+        + "; ".join(
+            f"{a.name}: '{shlex.join([*(f'{k}={v}' for k, v in a.env.items()), *a.flags])}'"
+            for a in arms
+        )
     )
     print("| ranks | arm | metric (ms per step) | control -> arm (median) | reduction (median) "
           "| 95% CI (pooled steps) | per pair |")  # fmt: skip

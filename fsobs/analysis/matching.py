@@ -200,9 +200,9 @@ def _shared_strings(frame: pd.DataFrame) -> pd.DataFrame:
         values = frame[column].to_numpy()
         if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
             codes, uniques = pd.factorize(values)  # missing values: code -1, kept as they are
-            shared = np.array([sys.intern(u) for u in uniques] + [None], dtype=object)
+            interned = np.array([sys.intern(u) for u in uniques] + [None], dtype=object)
             frame[column] = pd.Series(
-                np.where(codes >= 0, shared[codes], values), index=frame.index, dtype=object
+                np.where(codes >= 0, interned[codes], values), index=frame.index, dtype=object
             )
         else:  # other objects (e.g. interval arrays), with or without strings among them
             shared = [sys.intern(v) if type(v) is str else v for v in values]
