@@ -53,14 +53,16 @@ class ColumnBuilder:
 
     def add(self, events: list[Event], offset: int) -> None:
         """Add a batch whose first event is ``traceEvents[offset]``."""
-        self._check_complete(events, offset)
+        index = [i for i, e in enumerate(events) if e.dur is not None and e.cat != "Trace"]
+        kept = [events[i] for i in index]
+        times, names, tids = [e.ts for e in kept], [e.name for e in kept], [e.tid for e in kept]
+        if None in times or None in names or None in tids or self._x_without_dur(events, kept):
+            self._check_complete(events, offset)  # raises, naming the first such event
         if not self.hta_round:
             self.hta_round = any(e.ts.__class__ is not int for e in events)
         self._collect_thread_names(events)
-        index = [i for i, e in enumerate(events) if e.dur is not None and e.cat != "Trace"]
-        kept = [events[i] for i in index]
         where = np.asarray(index, dtype=np.int64) + offset
-        ts = self._array([e.ts for e in kept], np.float64, "ts", where)
+        ts = self._array(times, np.float64, "ts", where)
         dur = self._array([e.dur for e in kept], np.float64, "dur", where)
         self._check_values(ts, dur, where)
         args = [e.args for e in kept]
@@ -68,10 +70,10 @@ class ColumnBuilder:
             "ts_raw": ts,
             "dur_raw": dur,
             "event_index": where.astype(np.int32),
-            "name": self._codes("name", [e.name for e in kept]),
+            "name": self._codes("name", names),
             "cat": self._codes("cat", [e.cat for e in kept]),
             "pid": self._codes("pid", [e.pid for e in kept]),
-            "tid": self._codes("tid", [e.tid for e in kept]),
+            "tid": self._codes("tid", tids),
             "stream": self._streams([a.stream if a is not None else -1 for a in args], where),
             "correlation": self._array(
                 [a.correlation if a is not None else -1 for a in args],
@@ -145,6 +147,12 @@ class ColumnBuilder:
             key = str(event.tid)
             if isinstance(value, str) and "pt_gloo_runloop" not in self.thread_names.get(key, ""):
                 self.thread_names[key] = value
+
+    @staticmethod
+    def _x_without_dur(events: list[Event], kept: list[Event]) -> bool:
+        """Whether an ``X`` event of the batch has no ``dur`` (only events without one are
+        left out of ``kept``, besides ``Trace`` spans)."""
+        return len(kept) < len(events) and any(e.dur is None and e.ph == "X" for e in events)
 
     def _check_complete(self, events: list[Event], offset: int) -> None:
         """Complete events need ``ts``, ``dur``, ``name`` and ``tid``.
@@ -220,8 +228,9 @@ def _shape_key(args: Any) -> int:
     if args is None:
         return 0
     dims = args.input_dims or args.input_dims_2021
-    parts = (bytes(dims), bytes(args.grid), bytes(args.block))
-    return zlib.crc32(b"|".join(parts)) + 1 if any(parts) else 0
+    if not (dims or args.grid or args.block):  # the common case, tested before any copy
+        return 0
+    return zlib.crc32(b"|".join((bytes(dims), bytes(args.grid), bytes(args.block)))) + 1
 
 
 def _int_or_minus_one(value: int | str) -> int:
