@@ -16,7 +16,7 @@ import pandas as pd
 
 from fsobs.errors import TraceFormatError
 from fsobs.storage import Location
-from fsobs.trace._decode import Event, raw_value
+from fsobs.trace._decode import Args, Event, raw_value
 from fsobs.trace._legacy import modern_category
 from fsobs.trace.classify import COMM_KERNEL_RE
 
@@ -81,7 +81,7 @@ class ColumnBuilder:
                 "args.correlation",
                 where,
             ),
-            "shape_key": np.array([_shape_key(a) for a in args], dtype=np.int64),
+            "shape_key": _shape_keys(args),
         }
         for key, values in columns.items():
             self._chunks.setdefault(key, []).append(values)
@@ -185,7 +185,7 @@ class ColumnBuilder:
 
     def _streams(self, values: list[int | str], where: np.ndarray) -> np.ndarray:
         """HTA's rule: ``int(stream)``, -1 when that fails; beyond int64 an error."""
-        if any(isinstance(v, str) for v in values):
+        if str in set(map(type, values)):  # msgspec gives ints and strs, no subclasses
             return self._array(
                 [_int_or_minus_one(v) for v in values], np.int64, "args.stream", where
             )
@@ -221,16 +221,18 @@ def _detached(event: Event) -> Event:
     return msgspec.structs.replace(event, args=msgspec.structs.replace(event.args, **raws))
 
 
-def _shape_key(args: Any) -> int:
+def _shape_keys(args: list[Args | None]) -> np.ndarray:
     """A hash of what makes two events of one name alike: a CPU op's ``Input Dims`` (with
     ``record_shapes``; ``Input dims`` in 2021 traces), a kernel's ``grid`` and ``block``; 0 when
     the trace has neither."""
-    if args is None:
-        return 0
-    dims = args.input_dims or args.input_dims_2021
-    if not (dims or args.grid or args.block):  # the common case, tested before any copy
-        return 0
-    return zlib.crc32(b"|".join((bytes(dims), bytes(args.grid), bytes(args.block)))) + 1
+    keys = np.zeros(len(args), dtype=np.int64)
+    for i, a in enumerate(args):
+        if a is None:
+            continue
+        dims = a.input_dims or a.input_dims_2021
+        if dims or a.grid or a.block:  # most events have neither: nothing hashed for them
+            keys[i] = zlib.crc32(b"|".join((bytes(dims), bytes(a.grid), bytes(a.block)))) + 1
+    return keys
 
 
 def _int_or_minus_one(value: int | str) -> int:
