@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -100,25 +100,23 @@ class _Enclosing:
             starts, ends = ts[mine], end[mine]
             self._by_tid[int(thread)] = (starts, ends, mine, _open_before(starts, ends))
 
-    def find(self, thread: int, when: int) -> int:
-        found = self._by_tid.get(thread)
-        if found is None:
-            return -1
-        starts, ends, rows, parent = found
-        pos = int(np.searchsorted(starts, when, side="right")) - 1
-        while pos >= 0 and ends[pos] < when:
-            pos = int(parent[pos])
-        return int(rows[pos]) if pos >= 0 else -1
-
-    def covers(self, thread: np.ndarray, when: np.ndarray) -> npt.NDArray[np.bool_]:
-        """``find(thread[i], when[i]) >= 0`` for every ``i``, at once."""
-        out = np.zeros(len(when), dtype=bool)
-        for tid, (starts, ends, _, _) in self._by_tid.items():
+    def find(self, thread: np.ndarray, when: np.ndarray) -> np.ndarray:
+        """For every ``i``, the row of the innermost event around ``when[i]`` on thread
+        ``thread[i]``; -1 where none is."""
+        out = np.full(len(when), -1, dtype=np.int64)
+        for tid, (starts, ends, rows, parent) in self._by_tid.items():
             mine = np.flatnonzero(thread == tid)
-            pos = np.searchsorted(starts, when[mine], side="right") - 1
-            inside = pos >= 0
-            reach = np.maximum.accumulate(ends) if len(ends) else ends
-            out[mine[inside]] = reach[pos[inside]] >= when[mine[inside]]
+            at = when[mine]
+            pos = np.searchsorted(starts, at, side="right") - 1
+            # from the latest event started by then, climb to the innermost still open
+            ended = pos >= 0
+            ended[ended] = ends[pos[ended]] < at[ended]
+            while ended.any():
+                pos[ended] = parent[pos[ended]]
+                ended &= pos >= 0
+                ended[ended] = ends[pos[ended]] < at[ended]
+            hit = pos >= 0
+            out[mine[hit]] = rows[pos[hit]]
         return out
 
 
@@ -198,7 +196,7 @@ def communication_launches(arrays: EventArrays, kind: np.ndarray) -> np.ndarray:
     corr = arrays.corr[candidates].tolist()
     launch = np.array([launches.get(c, -1) for c in corr], dtype=np.int64)
     candidates, launch = candidates[launch >= 0], launch[launch >= 0]
-    return candidates[enclosing.covers(arrays.tid[launch], arrays.ts[launch])]
+    return candidates[enclosing.find(arrays.tid[launch], arrays.ts[launch]) >= 0]
 
 
 def build_collectives(
@@ -209,132 +207,131 @@ def build_collectives(
 
     ``structs`` holds the decoded events of the rows whose args may carry collective metadata.
     """
-    if not len(comm_rows):
-        return _frame([])
-    names, codes, tid, ts = arrays.names, arrays.codes, arrays.tid, arrays.ts
-    param_comms = arrays.enclosing([n == "record_param_comms" for n in names])
-    annotations = arrays.enclosing([n.startswith("nccl:") for n in names])
-    records: list[dict[str, Any]] = []
-    for row in comm_rows.tolist():
-        name = names[codes[row]]
-        event = structs.get(row)
-        if event is None:  # a copy or kernel that is communication by where it was launched
-            records.append({"coll": "transfer", "source": "launch_context", "row": row})
-            continue
-        record = _from_args(event.args)
-        if record is None and arrays.on_cpu[row]:
-            record = _from_gloo(name, event.args)
-        if record is None and event.cat == "gpu_memcpy":
-            record = {"coll": "p2p_copy", "source": "memcpy"}
+    rows = comm_rows.tolist()
+    own = [_own_metadata(arrays, row, structs.get(row)) for row in rows]
+    lacking = [row for row, record in zip(rows, own, strict=True) if record is None]
+    around = dict(zip(lacking, _around_launches(arrays, lacking, structs), strict=True))
+    records = []
+    for row, record in zip(rows, own, strict=True):
         if record is None:
-            launch = arrays.launches.get(int(arrays.corr[row]))
-            if launch is not None:
-                thread, when = int(tid[launch]), int(ts[launch])
-                record = _from_enclosing(
-                    param_comms.find(thread, when), structs, "record_param_comms"
-                )
-                if record is None:
-                    enclosing = annotations.find(thread, when)
-                    coll = (
-                        collective_from_annotation(names[codes[enclosing]])
-                        if enclosing >= 0
-                        else None
-                    )
-                    record = {"coll": coll, "source": "annotation"} if coll else None
-        if record is None:
-            record = {"coll": collective_from_kernel(name), "source": "kernel_name"}
+            name = arrays.names[arrays.codes[row]]
+            record = around[row] or {"coll": collective_from_kernel(name), "source": "kernel_name"}
         record["row"] = row
         records.append(record)
-    _comm_markers(arrays, records)
+    if records:
+        _comm_markers(arrays, records)
     return _frame(records)
+
+
+def _own_metadata(arrays: EventArrays, row: int, event: Event | None) -> dict[str, Any] | None:
+    """What a communication event says of itself (module docstring, sources 1 and 5): its
+    args, its gloo annotation, or that it is a peer-to-peer copy; None: nothing."""
+    if event is None:  # a copy or kernel that is communication by where it was launched
+        return {"coll": "transfer", "source": "launch_context"}
+    record = _from_args(event.args)
+    if record is None and arrays.on_cpu[row]:
+        record = _from_gloo(arrays.names[arrays.codes[row]], event.args)
+    if record is None and event.cat == "gpu_memcpy":
+        record = {"coll": "p2p_copy", "source": "memcpy"}
+    return record
+
+
+def _around_launches(
+    arrays: EventArrays, rows: list[int], structs: dict[int, Event]
+) -> list[dict[str, Any] | None]:
+    """What the CPU ranges around the launch of each row say (module docstring, sources 2
+    and 3): the ``record_param_comms`` op's args, else the ``nccl:*`` annotation; None where
+    neither does, or the row has no launch."""
+    found: list[dict[str, Any] | None] = [None] * len(rows)
+    launch = np.array([arrays.launches.get(c, -1) for c in arrays.corr[rows].tolist()])
+    has = np.flatnonzero(launch >= 0)
+    if not len(has):
+        return found
+    names, codes = arrays.names, arrays.codes
+    thread, when = arrays.tid[launch[has]], arrays.ts[launch[has]]
+    param_comms = arrays.enclosing([n == "record_param_comms" for n in names]).find(thread, when)
+    annotations = arrays.enclosing([n.startswith("nccl:") for n in names]).find(thread, when)
+    for i, op, annotation in zip(
+        has.tolist(), param_comms.tolist(), annotations.tolist(), strict=True
+    ):
+        record = _from_enclosing(op, structs, "record_param_comms")
+        if record is None and annotation >= 0:
+            coll = collective_from_annotation(names[codes[annotation]])
+            record = {"coll": coll, "source": "annotation"} if coll else None
+        found[i] = record
+    return found
 
 
 def _comm_markers(arrays: EventArrays, records: list[dict[str, Any]]) -> None:
     """Set ``role`` from the ranges around each collective's issue (for a GPU kernel: around
-    its launch; :func:`_role_at`), and link every gloo collective to its enqueue
+    its launch; :func:`_roles_at`), and link every gloo collective to its enqueue
     (:func:`_link_gloo`)."""
     markers = arrays.enclosing([m is not None for m in arrays.markers])
-    tid, ts, codes = arrays.tid, arrays.ts, arrays.codes
-
-    def marker_at(row: int) -> tuple[str, str] | None:
-        found = markers.find(int(tid[row]), int(ts[row]))
-        return arrays.markers[codes[found]] if found >= 0 else None
-
-    role_at = _role_at(arrays, marker_at)
-    for record in records:
-        if record["source"] != "gloo":
-            launch = arrays.launches.get(int(arrays.corr[record["row"]]))
-            role = role_at(launch) if launch is not None else None
-            if role:
-                record["role"] = role
+    issued = [r for r in records if r["source"] != "gloo"]
+    corr = arrays.corr[[r["row"] for r in issued]].tolist()
+    launches = [(r, arrays.launches.get(c)) for r, c in zip(issued, corr, strict=True)]
+    launched = [(record, row) for record, row in launches if row is not None]
+    rows = np.array([row for _, row in launched], dtype=np.int64)
+    roles = _roles_at(arrays, rows, _markers_at(arrays, markers, rows))
+    for (record, _), role in zip(launched, roles, strict=True):
+        if role:
+            record["role"] = role
     gloo = [r for r in records if r["source"] == "gloo"]
     if gloo:
-        _link_gloo(arrays, gloo, marker_at, role_at)
+        _link_gloo(arrays, gloo, markers)
 
 
-def _role_at(
-    arrays: EventArrays, marker_at: Callable[[int], tuple[str, str] | None]
-) -> Callable[[int], str | None]:
-    """The role of a collective issued at a CPU row: PEC's range around it, else FreeScale's
-    marker, else torchrec's or DDP's own range (:func:`_framework_roles`); None when none of
-    them is there."""
-    pec_at = _pec_roles(arrays)
-    framework_at = _framework_roles(arrays)
-
-    def role_at(row: int) -> str | None:
-        marker = marker_at(row)
-        return pec_at(row) or (marker[0] if marker else None) or framework_at(row)
-
-    return role_at
+def _markers_at(
+    arrays: EventArrays, markers: _Enclosing, rows: np.ndarray
+) -> list[tuple[str, str] | None]:
+    """FreeScale's marker (``(role, pg_name)``) around each of the CPU ``rows``."""
+    found = markers.find(arrays.tid[rows], arrays.ts[rows]).tolist()
+    return [arrays.markers[arrays.codes[f]] if f >= 0 else None for f in found]
 
 
-def _framework_roles(arrays: EventArrays) -> Callable[[int], str | None]:
-    """The role of the innermost torchrec or DDP range around a CPU row (a function of the
-    row, None outside them)."""
+def _roles_at(
+    arrays: EventArrays, rows: np.ndarray, marks: list[tuple[str, str] | None]
+) -> list[str | None]:
+    """The role of a collective issued at each of the CPU ``rows`` (``marks``: the markers
+    around them): PEC's range around it, else FreeScale's marker, else torchrec's or DDP's
+    own range (:func:`_framework_roles`); None when none of them is there."""
+    pec = _pec_roles(arrays, rows)
+    framework = _framework_roles(arrays, rows)
+    return [p or (m[0] if m else None) or f for p, m, f in zip(pec, marks, framework, strict=True)]
+
+
+def _framework_roles(arrays: EventArrays, rows: np.ndarray) -> list[str | None]:
+    """The role of the innermost torchrec or DDP range around each of the CPU ``rows`` (None
+    outside them)."""
     roles = [framework_role(n) for n in arrays.names]
     mask = arrays.cpu_rows([r is not None for r in roles])
     if not mask.any():
-        return lambda row: None
-    tid, ts, codes = arrays.tid, arrays.ts, arrays.codes
-    ranges = _Enclosing(ts, arrays.end, tid, mask)
-
-    def role_at(row: int) -> str | None:
-        found = ranges.find(int(tid[row]), int(ts[row]))
-        return roles[codes[found]] if found >= 0 else None
-
-    return role_at
+        return [None] * len(rows)
+    ranges = _Enclosing(arrays.ts, arrays.end, arrays.tid, mask)
+    found = ranges.find(arrays.tid[rows], arrays.ts[rows]).tolist()
+    return [roles[arrays.codes[f]] if f >= 0 else None for f in found]
 
 
-def _pec_roles(arrays: EventArrays) -> Callable[[int], str | None]:
-    """The PEC role of a CPU row from the PEC range around it (module docstring): a function
-    of the row, None outside PEC's ranges."""
+def _pec_roles(arrays: EventArrays, rows: np.ndarray) -> list[str | None]:
+    """The PEC role of each of the CPU ``rows`` from the PEC range around it (module
+    docstring); None outside PEC's ranges."""
     names = arrays.names
     in_pec = arrays.cpu_rows([n in PEC_RANGES for n in names])
     if not in_pec.any():
-        return lambda row: None
-    tid, ts, codes = arrays.tid, arrays.ts, arrays.codes
-    pec = _Enclosing(ts, arrays.end, tid, in_pec)
-    ids = arrays.enclosing([n == PEC_MASK_RANGE for n in names])
-
-    def role_at(row: int) -> str | None:
-        thread, when = int(tid[row]), int(ts[row])
-        found = pec.find(thread, when)
-        if found < 0:
-            return None
-        role = PEC_RANGES[names[codes[found]]]
-        if role == "pec_mask" and ids.find(thread, when) < 0:
-            return None  # another collective of overlap_dist, not the mask exchange
-        return role
-
-    return role_at
+        return [None] * len(rows)
+    thread, when = arrays.tid[rows], arrays.ts[rows]
+    pec = _Enclosing(arrays.ts, arrays.end, arrays.tid, in_pec).find(thread, when)
+    ids = arrays.enclosing([n == PEC_MASK_RANGE for n in names]).find(thread, when)
+    roles: list[str | None] = []
+    for found, in_ids in zip(pec.tolist(), ids.tolist(), strict=True):
+        role = PEC_RANGES[names[arrays.codes[found]]] if found >= 0 else None
+        if role == "pec_mask" and in_ids < 0:
+            role = None  # another collective of overlap_dist, not the mask exchange
+        roles.append(role)
+    return roles
 
 
-def _link_gloo(
-    arrays: EventArrays,
-    gloo: list[dict[str, Any]],
-    marker_at: Callable[[int], tuple[str, str] | None],
-    role_at: Callable[[int], str | None],
-) -> None:
+def _link_gloo(arrays: EventArrays, gloo: list[dict[str, Any]], markers: _Enclosing) -> None:
     """Group, enqueue time and role of every gloo collective (see the module docstring).
 
     1. Each collective votes for its worker thread with the group of the marker around the
@@ -345,14 +342,15 @@ def _link_gloo(
        the collective's start; collectives whose enqueue predates the trace stay unpaired).
        ``enqueue_ns`` is the enqueue's start, when the rank asked for the collective (the
        analyzer's arrival); ``role`` is the role of the ranges around that enqueue
-       (:func:`_role_at`).
+       (:func:`_roles_at`).
     """
     ts, tid, codes = arrays.ts, arrays.tid, arrays.codes
     colls = np.array([collective_from_c10d(n) or "" for n in arrays.names])
     enqueue = np.flatnonzero(arrays.on_cpu & (colls[codes] != ""))
     enqueue = enqueue[np.argsort(ts[enqueue], kind="stable")]
-    marks = {int(row): marker_at(int(row)) for row in enqueue}
-    roles = {int(row): role_at(int(row)) for row in enqueue}
+    enqueue_marks = _markers_at(arrays, markers, enqueue)
+    marks = dict(zip(enqueue.tolist(), enqueue_marks, strict=True))
+    roles = dict(zip(enqueue.tolist(), _roles_at(arrays, enqueue, enqueue_marks), strict=True))
     if any(m is not None and m[1] == DEFAULT_PG_NAME for m in marks.values()):
         # the markers name the default group: an unmarked enqueue (the loop's own collective)
         # is on that same group, and its queue holds it too
