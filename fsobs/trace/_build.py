@@ -223,8 +223,8 @@ def _kind_and_device(
     per distinct (cat, name) pair, then broadcast to the rows."""
     cat_codes = columns["cat"].codes.astype(np.int64)
     name_codes = columns["name"].codes.astype(np.int64)
-    cats = columns["cat"].categories
-    names = columns["name"].categories
+    cats = columns["cat"].categories.tolist()
+    names = columns["name"].categories.tolist()
     pair = (cat_codes + 1) * (len(names) + 1) + name_codes
     uniq, inverse = np.unique(pair, return_inverse=True)
     kind_of_pair = []

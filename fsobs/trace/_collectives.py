@@ -435,7 +435,7 @@ def _from_args(args: Args | None) -> dict[str, Any] | None:
     if args is None or not args.coll_name:
         return None
     # the fields as one JSON array (an absent field as null): one decode instead of twelve
-    text = b"[" + b",".join(raw or b"null" for raw in _ARG_FIELDS(args)) + b"]"
+    text = b"[" + b",".join([raw or b"null" for raw in _ARG_FIELDS(args)]) + b"]"
     try:
         values = msgspec.json.decode(text)
     except msgspec.DecodeError:
@@ -446,7 +446,7 @@ def _from_args(args: Args | None) -> dict[str, Any] | None:
         "coll": normalize_collective(str(coll)),
         "in_nelems": _int(in_nelems),
         "out_nelems": _int(out_nelems),
-        "group_size": _int(group_size, bits=31),
+        "group_size": _int(group_size, limit=2**31),
         "dtype": _str(dtype),
         "in_split": _str(in_split),
         "out_split": _str(out_split),
@@ -491,8 +491,9 @@ def _bytes(nelems: int, dtype: str | None) -> int:
     return total if total < 2**63 else -1
 
 
-def _int(value: object, bits: int = 63) -> int:
-    """An integer field, -1 when absent, malformed or outside the column's range."""
+def _int(value: object, limit: int = 2**63) -> int:
+    """An integer field, -1 when absent, malformed or outside the column's range
+    ``[-limit, limit)``."""
     if isinstance(value, str):
         try:
             value = int(value)
@@ -500,11 +501,11 @@ def _int(value: object, bits: int = 63) -> int:
             return -1
     if not isinstance(value, int):
         return -1
-    return int(value) if -(2**bits) <= value < 2**bits else -1
+    return int(value) if -limit <= value < limit else -1
 
 
 def _uint(value: object) -> int:
-    number = _int(value, bits=64)
+    number = _int(value, limit=2**64)
     return number if number >= 0 else 0
 
 
