@@ -243,7 +243,9 @@ def _around_launches(
     and 3): the ``record_param_comms`` op's args, else the ``nccl:*`` annotation; None where
     neither does, or the row has no launch."""
     found: list[dict[str, Any] | None] = [None] * len(rows)
-    launch = np.array([arrays.launches.get(c, -1) for c in arrays.corr[rows].tolist()])
+    launch = np.array(
+        [arrays.launches.get(c, -1) for c in arrays.corr[rows].tolist()], dtype=np.int64
+    )
     has = np.flatnonzero(launch >= 0)
     if not len(has):
         return found
