@@ -14,7 +14,7 @@ import pandas as pd
 from fsobs.errors import FsobsError, TraceFormatError, TraceReadError
 from fsobs.runformat.runmeta import MAX_WORLD_SIZE
 from fsobs.storage import Location
-from fsobs.trace._collectives import build_collectives, communication_launches
+from fsobs.trace._collectives import EventArrays, build_collectives, communication_launches
 from fsobs.trace._columns import _MAX_ABS_NS, ColumnBuilder
 from fsobs.trace._decode import (
     TraceFile,
@@ -37,6 +37,9 @@ from fsobs.trace.schema import EVENT_COLUMNS, KINDS, ProcessGroup, RankTrace
 
 BATCH = 16_384  # events decoded to typed structs at a time
 _MAX_STEP = 2**31 - 1  # the step column is int32
+_COMM, _STEP, _ANNOTATION = (KINDS.index(k) for k in ("comm", "step", "annotation"))
+_KIND_DTYPE = pd.CategoricalDtype(list(KINDS))
+_DEVICE_DTYPE = pd.CategoricalDtype(["cpu", "gpu"])
 
 
 def build_rank_trace(
@@ -121,24 +124,33 @@ def _finish(
         columns = {key: values[~outside] for key, values in columns.items()}
         row = np.cumsum(~outside) - 1  # old row -> new row
         structs = {int(row[i]): e for i, e in structs.items() if not outside[i]}
-    ts_raw, dur_raw = columns.pop("ts_raw"), columns.pop("dur_raw")
-    events = pd.DataFrame(columns)
-    _add_kind_and_device(events, comm)
+    kind, on_cpu = _kind_and_device(columns, comm)
+    arrays = EventArrays(
+        columns["ts_ns"],
+        columns["dur_ns"],
+        columns["tid"].codes,
+        columns["name"],
+        on_cpu,
+        columns["correlation"],
+    )
     if step_marker:
-        _use_step_marker(events, step_marker)
-    launched = communication_launches(events)
-    if len(launched):
-        events.loc[events.index[launched], "kind"] = "comm"
+        _use_step_marker(kind, arrays, step_marker)
+    kind[communication_launches(arrays, kind)] = _COMM
+    # pandas-stubs: codes are array-likes, not only a Sequence
+    columns["kind"] = pd.Categorical.from_codes(kind, dtype=_KIND_DTYPE)  # type: ignore[arg-type]
+    device = (~on_cpu).astype(np.int8)
+    columns["device"] = pd.Categorical.from_codes(device, dtype=_DEVICE_DTYPE)  # type: ignore[arg-type]
+    columns["step"] = _assign_steps(arrays, kind, columns["event_index"], path, rank)
+    ts_raw, dur_raw = columns.pop("ts_raw"), columns.pop("dur_raw")
     if builder.hta_round:
-        events["hta_ts"] = np.ceil(ts_raw)
-        events["hta_end"] = np.floor(ts_raw + dur_raw)
+        columns["hta_ts"] = np.ceil(ts_raw)
+        columns["hta_end"] = np.floor(ts_raw + dur_raw)
     else:
-        events["hta_ts"] = ts_raw
-        events["hta_end"] = ts_raw + dur_raw
-    events["step"] = _assign_steps(events, path, rank)
-    events = events[list(EVENT_COLUMNS)]
+        columns["hta_ts"] = ts_raw
+        columns["hta_end"] = ts_raw + dur_raw
+    events = pd.DataFrame({key: columns[key] for key in EVENT_COLUMNS})
 
-    whole = not (events["kind"] == "step").any()
+    whole = not (kind == _STEP).any()
     if whole:
         what = f"no range named {step_marker!r}..." if step_marker else "no ProfilerStep events"
         warnings.append(
@@ -157,7 +169,7 @@ def _finish(
         device_properties=_device_properties(trace, path),
         thread_names=builder.thread_names,
         events=events,
-        collectives=build_collectives(events, structs),
+        collectives=build_collectives(arrays, np.flatnonzero(kind == _COMM), structs),
         warnings=warnings,
         step_source="whole trace" if whole else (step_marker or "ProfilerStep"),
     )
@@ -204,49 +216,49 @@ def _to_ns(ts: npt.NDArray[np.float64], base_ns: int) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + frac_ns + base_ns
 
 
-def _add_kind_and_device(events: pd.DataFrame, comm: re.Pattern[str]) -> None:
-    """Classify once per distinct (cat, name) pair, then broadcast to the rows."""
-    cat_codes = events["cat"].cat.codes.to_numpy(np.int64)
-    name_codes = events["name"].cat.codes.to_numpy(np.int64)
-    pair = (cat_codes + 1) * (len(events["name"].cat.categories) + 1) + name_codes
+def _kind_and_device(
+    columns: dict[str, Any], comm: re.Pattern[str]
+) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.bool_]]:
+    """The ``kind`` codes (into :data:`KINDS`) and the CPU mask of the events: classified once
+    per distinct (cat, name) pair, then broadcast to the rows."""
+    cat_codes = columns["cat"].codes.astype(np.int64)
+    name_codes = columns["name"].codes.astype(np.int64)
+    cats = columns["cat"].categories.tolist()
+    names = columns["name"].categories.tolist()
+    pair = (cat_codes + 1) * (len(names) + 1) + name_codes
     uniq, inverse = np.unique(pair, return_inverse=True)
-    cats = events["cat"].cat.categories
-    names = events["name"].cat.categories
     kind_of_pair = []
     device_cat = []
-    for key in uniq:
-        cat_code, name_code = divmod(int(key), len(names) + 1)
+    for key in uniq.tolist():
+        cat_code, name_code = divmod(key, len(names) + 1)
         cat = cats[cat_code - 1] if cat_code > 0 else None
         kind_of_pair.append(KINDS.index(classify(cat, names[name_code], comm)))
         device_cat.append(is_device_cat(cat))
-    kinds = np.array(kind_of_pair, dtype=np.int8)[inverse]
-    # pandas-stubs: codes and categories are array-likes, not only a Sequence and an Index
-    events["kind"] = pd.Categorical.from_codes(kinds, categories=list(KINDS))  # type: ignore[arg-type]
-    on_device = np.array(device_cat, dtype=bool)[inverse] | (events["stream"].to_numpy() >= 0)
-    # pandas-stubs, as above
-    events["device"] = pd.Categorical.from_codes(on_device.astype(np.int8), ["cpu", "gpu"])  # type: ignore[arg-type]
+    kind = np.array(kind_of_pair, dtype=np.int8)[inverse]
+    on_device = np.array(device_cat, dtype=bool)[inverse] | (columns["stream"] >= 0)
+    return kind, ~on_device
 
 
-def _use_step_marker(events: pd.DataFrame, marker: str) -> None:
-    """Make the CPU ranges named ``marker...`` the steps, the outermost ones only (a marker
-    range inside another is part of that step); ProfilerSteps become plain annotations."""
-    names = events["name"].cat.categories
-    matches = np.array([str(n).startswith(marker) for n in names], dtype=bool)
-    is_mark = matches[events["name"].cat.codes.to_numpy()] & (events["device"] == "cpu").to_numpy()
+def _use_step_marker(kind: np.ndarray, arrays: EventArrays, marker: str) -> None:
+    """Make the CPU ranges named ``marker...`` the steps (in ``kind``, the codes of the
+    events' kinds), the outermost ones only (a marker range inside another is part of that
+    step); ProfilerSteps become plain annotations."""
+    matches = np.array([n.startswith(marker) for n in arrays.names], dtype=bool)
+    is_mark = matches[arrays.codes] & arrays.on_cpu
     rows = np.flatnonzero(is_mark)
-    rows = rows[np.argsort(events["ts_ns"].to_numpy()[rows], kind="stable")]
-    start = events["ts_ns"].to_numpy()[rows]
-    reach = np.maximum.accumulate(start + events["dur_ns"].to_numpy()[rows])
+    rows = rows[np.argsort(arrays.ts[rows], kind="stable")]
+    start = arrays.ts[rows]
+    reach = np.maximum.accumulate(arrays.end[rows])
     nested = np.zeros(len(rows), dtype=bool)
     nested[1:] = start[1:] < reach[:-1]
     is_mark[rows[nested]] = False
-    kind = events["kind"].to_numpy(dtype=object)
-    kind[(kind == "step") & ~is_mark] = "annotation"
-    kind[is_mark] = "step"
-    events["kind"] = pd.Categorical(kind, categories=list(KINDS))
+    kind[(kind == _STEP) & ~is_mark] = _ANNOTATION
+    kind[is_mark] = _STEP
 
 
-def _assign_steps(events: pd.DataFrame, path: Location, rank: int) -> np.ndarray:
+def _assign_steps(
+    arrays: EventArrays, kind: np.ndarray, event_index: np.ndarray, path: Location, rank: int
+) -> np.ndarray:
     """The step of every event: CPU events by window, GPU events through their launch.
 
     A CPU event belongs to step ``s`` when ``s.start <= ts < s.end`` (HTA's rule). A GPU event
@@ -254,38 +266,40 @@ def _assign_steps(events: pd.DataFrame, path: Location, rank: int) -> np.ndarray
     Steps are the ``ProfilerStep#N`` numbers, or 0, 1, ... in time order for a step marker;
     a trace without any step is one window, step 0, every event in it.
     """
-    is_step = (events["kind"] == "step").to_numpy() & (events["device"] == "cpu").to_numpy()
-    if not is_step.any():
-        return np.zeros(len(events), dtype=np.int32)
-    steps = np.full(len(events), -1, dtype=np.int32)
-    marks = events.loc[is_step, ["ts_ns", "dur_ns", "name", "event_index"]].sort_values("ts_ns")
-    starts = marks["ts_ns"].to_numpy()
-    ends = starts + marks["dur_ns"].to_numpy()
-    numbers = _step_numbers(marks, path, rank)
+    on_cpu, ts = arrays.on_cpu, arrays.ts
+    marks = np.flatnonzero((kind == _STEP) & on_cpu)
+    if not len(marks):
+        return np.zeros(len(kind), dtype=np.int32)
+    steps = np.full(len(kind), -1, dtype=np.int32)
+    # in start order; "quicksort" (not stable) orders ties as the pandas sort this replaced
+    marks = marks[np.argsort(ts[marks], kind="quicksort")]
+    starts, ends = ts[marks], arrays.end[marks]
+    names = [arrays.names[code] for code in arrays.codes[marks].tolist()]
+    numbers = _step_numbers(names, event_index[marks].tolist(), path, rank)
     if (numbers < 0).any():  # a step marker: number the ranges in time order
         numbers = np.arange(len(marks), dtype=np.int32)
-    ts = events["ts_ns"].to_numpy()
-    on_cpu = (events["device"] == "cpu").to_numpy()
     pos = np.searchsorted(starts, ts, side="right") - 1
     inside = on_cpu & (pos >= 0) & (ts < ends[np.maximum(pos, 0)])
     steps[inside] = numbers[pos[inside]]
 
-    corr = events["correlation"].to_numpy()
+    corr = arrays.corr
     launches = on_cpu & (corr >= 0) & (steps >= 0)
     if launches.any():
-        by_corr = pd.Series(steps[launches], index=corr[launches])
-        by_corr = by_corr[~by_corr.index.duplicated(keep="first")]
+        # the step of each correlation id's first launch, looked up for the GPU events
+        ids, first = np.unique(corr[launches], return_index=True)
+        launch_steps = steps[launches][first]
         gpu = ~on_cpu & (corr >= 0)
-        mapped = pd.Series(corr[gpu]).map(by_corr).fillna(-1).to_numpy(np.int32)
-        steps[gpu] = mapped
+        wanted = corr[gpu]
+        pos = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        steps[gpu] = np.where(ids[pos] == wanted, launch_steps[pos], -1)
     return steps
 
 
-def _step_numbers(marks: pd.DataFrame, path: Location, rank: int) -> np.ndarray:
-    """The ``ProfilerStep#N`` numbers of the step ranges (-1 for other names); a number
-    beyond the int32 ``step`` column is an error naming the event."""
+def _step_numbers(names: list[str], index: list[int], path: Location, rank: int) -> np.ndarray:
+    """The ``ProfilerStep#N`` numbers of the step ranges (their names and event indices; -1
+    for other names); a number beyond the int32 ``step`` column is an error naming the event."""
     numbers = []
-    for name, index in zip(marks["name"].astype(str), marks["event_index"], strict=True):
+    for name, event in zip(names, index, strict=True):
         try:
             number = step_number(name)
         except ValueError:  # more digits than Python converts to an int
@@ -295,7 +309,7 @@ def _step_numbers(marks: pd.DataFrame, path: Location, rank: int) -> np.ndarray:
                 f"step number out of range (at most {_MAX_STEP}) in {name[:48]!r}",
                 path=path,
                 rank=_r(rank),
-                field=f"traceEvents[{index}].name",
+                field=f"traceEvents[{event}].name",
             )
         numbers.append(number)
     return np.array(numbers, dtype=np.int32)

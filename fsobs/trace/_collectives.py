@@ -52,9 +52,10 @@ has no role here (the analysis then looks at its group, :mod:`fsobs.analysis.mat
 from __future__ import annotations
 
 import math
+import operator
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -70,7 +71,7 @@ from fsobs.trace.classify import (
     framework_role,
     normalize_collective,
 )
-from fsobs.trace.schema import COLLECTIVE_COLUMNS
+from fsobs.trace.schema import COLLECTIVE_COLUMNS, KINDS
 from optim.markers import PEC_MASK_RANGE, PEC_RANGES, parse_comm_marker
 
 _INT_COLUMNS = {"row": np.int64, "group_size": np.int32, "seq": np.int64}
@@ -99,25 +100,23 @@ class _Enclosing:
             starts, ends = ts[mine], end[mine]
             self._by_tid[int(thread)] = (starts, ends, mine, _open_before(starts, ends))
 
-    def find(self, thread: int, when: int) -> int:
-        found = self._by_tid.get(thread)
-        if found is None:
-            return -1
-        starts, ends, rows, parent = found
-        pos = int(np.searchsorted(starts, when, side="right")) - 1
-        while pos >= 0 and ends[pos] < when:
-            pos = int(parent[pos])
-        return int(rows[pos]) if pos >= 0 else -1
-
-    def covers(self, thread: np.ndarray, when: np.ndarray) -> npt.NDArray[np.bool_]:
-        """``find(thread[i], when[i]) >= 0`` for every ``i``, at once."""
-        out = np.zeros(len(when), dtype=bool)
-        for tid, (starts, ends, _, _) in self._by_tid.items():
+    def find(self, thread: np.ndarray, when: np.ndarray) -> np.ndarray:
+        """For every ``i``, the row of the innermost event around ``when[i]`` on thread
+        ``thread[i]``; -1 where none is."""
+        out = np.full(len(when), -1, dtype=np.int64)
+        for tid, (starts, ends, rows, parent) in self._by_tid.items():
             mine = np.flatnonzero(thread == tid)
-            pos = np.searchsorted(starts, when[mine], side="right") - 1
-            inside = pos >= 0
-            reach = np.maximum.accumulate(ends) if len(ends) else ends
-            out[mine[inside]] = reach[pos[inside]] >= when[mine[inside]]
+            at = when[mine]
+            pos = np.searchsorted(starts, at, side="right") - 1
+            # from the latest event started by then, climb to the innermost still open
+            ended = pos >= 0
+            ended[ended] = ends[pos[ended]] < at[ended]
+            while ended.any():
+                pos[ended] = parent[pos[ended]]
+                ended &= pos >= 0
+                ended[ended] = ends[pos[ended]] < at[ended]
+            hit = pos >= 0
+            out[mine[hit]] = rows[pos[hit]]
         return out
 
 
@@ -137,201 +136,204 @@ def _open_before(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return parent
 
 
-def _name_mask(events: pd.DataFrame, test: Callable[[str], bool]) -> np.ndarray:
-    """Row mask of events whose name passes ``test`` (evaluated once per distinct name)."""
-    per_name = np.array([test(str(n)) for n in events["name"].cat.categories], dtype=bool)
-    return per_name[events["name"].cat.codes.to_numpy()]
+class EventArrays:
+    """The columns of one rank's events that the collective metadata reads, as numpy arrays
+    taken once (each read of a pandas column costs microseconds, and they are read often)."""
+
+    def __init__(
+        self,
+        ts: np.ndarray,
+        dur: np.ndarray,
+        tid: np.ndarray,
+        name: pd.Categorical,
+        on_cpu: np.ndarray,
+        corr: np.ndarray,
+    ) -> None:
+        self.ts = ts
+        self.end = ts + dur
+        self.tid = tid
+        """Thread codes."""
+        self.codes: np.ndarray = name.codes
+        """Name codes, into :attr:`names`."""
+        self.names: list[str] = name.categories.tolist()
+        self.on_cpu = on_cpu
+        self.corr = corr
+        rows = np.flatnonzero(on_cpu & (corr >= 0))
+        self.launches: dict[int, int] = dict(zip(corr[rows].tolist(), rows.tolist(), strict=True))
+        """correlation id -> row of the CPU runtime call that launched it."""
+        self.markers = [parse_comm_marker(n) for n in self.names]
+        """FreeScale's marker (:func:`optim.markers.parse_comm_marker`) of each name."""
+
+    def cpu_rows(self, per_name: Sequence[bool]) -> npt.NDArray[np.bool_]:
+        """Row mask of the CPU events whose name is flagged in ``per_name`` (one flag a name)."""
+        rows: npt.NDArray[np.bool_] = np.array(per_name, dtype=bool)[self.codes] & self.on_cpu
+        return rows
+
+    def enclosing(self, per_name: Sequence[bool]) -> _Enclosing:
+        """An :class:`_Enclosing` of the CPU events whose name is flagged in ``per_name``."""
+        return _Enclosing(self.ts, self.end, self.tid, self.cpu_rows(per_name))
 
 
-def communication_launches(events: pd.DataFrame) -> np.ndarray:
+def communication_launches(arrays: EventArrays, kind: np.ndarray) -> np.ndarray:
     """Rows of the GPU kernels and copies launched inside a collective's call on the CPU (a
     ``record_param_comms`` op, an ``nccl:*`` range or FreeScale's ``## fsobs:comm:... ##``):
     communication whatever their names, e.g. the copy-engine memcpys of an NCCL zero-CTA
-    all-to-all, or a copy kernel that moves a collective's data."""
-    on_cpu = (events["device"] == "cpu").to_numpy()
-    kind = events["kind"].to_numpy()
-    candidates = np.flatnonzero(~on_cpu & np.isin(kind, ("memcpy", "compute")))
+    all-to-all, or a copy kernel that moves a collective's data. ``kind``: the codes of the
+    ``kind`` column (into :data:`fsobs.trace.schema.KINDS`)."""
+    copy_or_compute = np.isin(kind, (KINDS.index("memcpy"), KINDS.index("compute")))
+    candidates = np.flatnonzero(~arrays.on_cpu & copy_or_compute)
     if not len(candidates):
         return candidates
-    context = on_cpu & _name_mask(
-        events,
-        lambda n: n == "record_param_comms"
-        or n.startswith("nccl:")
-        or parse_comm_marker(n) is not None,
-    )
+    flags = [
+        n == "record_param_comms" or n.startswith("nccl:") or marker is not None
+        for n, marker in zip(arrays.names, arrays.markers, strict=True)
+    ]
+    context = arrays.cpu_rows(flags)
     if not context.any():
         return candidates[:0]
-    ts = events["ts_ns"].to_numpy()
-    tid = events["tid"].cat.codes.to_numpy()
-    enclosing = _Enclosing(ts, ts + events["dur_ns"].to_numpy(), tid, context)
-    launches = _launches(events, on_cpu)
-    corr = events["correlation"].to_numpy()[candidates].tolist()
+    enclosing = _Enclosing(arrays.ts, arrays.end, arrays.tid, context)
+    launches = arrays.launches
+    corr = arrays.corr[candidates].tolist()
     launch = np.array([launches.get(c, -1) for c in corr], dtype=np.int64)
     candidates, launch = candidates[launch >= 0], launch[launch >= 0]
-    return candidates[enclosing.covers(tid[launch], ts[launch])]
+    return candidates[enclosing.find(arrays.tid[launch], arrays.ts[launch]) >= 0]
 
 
-def build_collectives(events: pd.DataFrame, structs: dict[int, Event]) -> pd.DataFrame:
-    """One row per ``kind == "comm"`` event; columns documented in :mod:`fsobs.trace.schema`.
+def build_collectives(
+    arrays: EventArrays, comm_rows: np.ndarray, structs: dict[int, Event]
+) -> pd.DataFrame:
+    """One row per communication event (``comm_rows``, the rows of ``kind == "comm"``);
+    columns documented in :mod:`fsobs.trace.schema`.
 
     ``structs`` holds the decoded events of the rows whose args may carry collective metadata.
     """
-    comm_rows = np.flatnonzero((events["kind"] == "comm").to_numpy())
-    if not len(comm_rows):
-        return _frame([])
-    on_cpu = (events["device"] == "cpu").to_numpy()
-    ts = events["ts_ns"].to_numpy()
-    end = ts + events["dur_ns"].to_numpy()
-    tid = events["tid"].cat.codes.to_numpy()
-    names = events["name"].cat.categories
-    name_codes = events["name"].cat.codes.to_numpy()
-    param_comms = _Enclosing(
-        ts, end, tid, on_cpu & _name_mask(events, lambda n: n == "record_param_comms")
-    )
-    annotations = _Enclosing(
-        ts, end, tid, on_cpu & _name_mask(events, lambda n: n.startswith("nccl:"))
-    )
-    launches = _launches(events, on_cpu)
-
-    records: list[dict[str, Any]] = []
-    for row in comm_rows:
-        name = str(names[name_codes[row]])
-        event = structs.get(int(row))
-        if event is None:  # a copy or kernel that is communication by where it was launched
-            records.append({"coll": "transfer", "source": "launch_context", "row": int(row)})
-            continue
-        record = _from_args(event.args)
-        if record is None and on_cpu[row]:
-            record = _from_gloo(name, event.args)
-        if record is None and event.cat == "gpu_memcpy":
-            record = {"coll": "p2p_copy", "source": "memcpy"}
+    rows = comm_rows.tolist()
+    own = [_own_metadata(arrays, row, structs.get(row)) for row in rows]
+    lacking = [row for row, record in zip(rows, own, strict=True) if record is None]
+    around = dict(zip(lacking, _around_launches(arrays, lacking, structs), strict=True))
+    records = []
+    for row, record in zip(rows, own, strict=True):
         if record is None:
-            launch = launches.get(int(cast(np.int64, events.at[row, "correlation"])))
-            if launch is not None:
-                thread, when = int(tid[launch]), int(ts[launch])
-                record = _from_enclosing(
-                    param_comms.find(thread, when), structs, "record_param_comms"
-                )
-                if record is None:
-                    enclosing = annotations.find(thread, when)
-                    coll = (
-                        collective_from_annotation(str(names[name_codes[enclosing]]))
-                        if enclosing >= 0
-                        else None
-                    )
-                    record = {"coll": coll, "source": "annotation"} if coll else None
-        if record is None:
-            record = {"coll": collective_from_kernel(name), "source": "kernel_name"}
-        record["row"] = int(row)
+            name = arrays.names[arrays.codes[row]]
+            record = around[row] or {"coll": collective_from_kernel(name), "source": "kernel_name"}
+        record["row"] = row
         records.append(record)
-    _comm_markers(events, records, on_cpu, launches)
+    if records:
+        _comm_markers(arrays, records)
     return _frame(records)
 
 
-def _comm_markers(
-    events: pd.DataFrame,
-    records: list[dict[str, Any]],
-    on_cpu: np.ndarray,
-    launches: dict[int, int],
-) -> None:
+def _own_metadata(arrays: EventArrays, row: int, event: Event | None) -> dict[str, Any] | None:
+    """What a communication event says of itself (module docstring, sources 1 and 5): its
+    args, its gloo annotation, or that it is a peer-to-peer copy; None: nothing."""
+    if event is None:  # a copy or kernel that is communication by where it was launched
+        return {"coll": "transfer", "source": "launch_context"}
+    record = _from_args(event.args)
+    if record is None and arrays.on_cpu[row]:
+        record = _from_gloo(arrays.names[arrays.codes[row]], event.args)
+    if record is None and event.cat == "gpu_memcpy":
+        record = {"coll": "p2p_copy", "source": "memcpy"}
+    return record
+
+
+def _around_launches(
+    arrays: EventArrays, rows: list[int], structs: dict[int, Event]
+) -> list[dict[str, Any] | None]:
+    """What the CPU ranges around the launch of each row say (module docstring, sources 2
+    and 3): the ``record_param_comms`` op's args, else the ``nccl:*`` annotation; None where
+    neither does, or the row has no launch."""
+    found: list[dict[str, Any] | None] = [None] * len(rows)
+    launch = np.array(
+        [arrays.launches.get(c, -1) for c in arrays.corr[rows].tolist()], dtype=np.int64
+    )
+    has = np.flatnonzero(launch >= 0)
+    if not len(has):
+        return found
+    names, codes = arrays.names, arrays.codes
+    thread, when = arrays.tid[launch[has]], arrays.ts[launch[has]]
+    param_comms = arrays.enclosing([n == "record_param_comms" for n in names]).find(thread, when)
+    annotations = arrays.enclosing([n.startswith("nccl:") for n in names]).find(thread, when)
+    for i, op, annotation in zip(
+        has.tolist(), param_comms.tolist(), annotations.tolist(), strict=True
+    ):
+        record = _from_enclosing(op, structs, "record_param_comms")
+        if record is None and annotation >= 0:
+            coll = collective_from_annotation(names[codes[annotation]])
+            record = {"coll": coll, "source": "annotation"} if coll else None
+        found[i] = record
+    return found
+
+
+def _comm_markers(arrays: EventArrays, records: list[dict[str, Any]]) -> None:
     """Set ``role`` from the ranges around each collective's issue (for a GPU kernel: around
-    its launch; :func:`_role_at`), and link every gloo collective to its enqueue
+    its launch; :func:`_roles_at`), and link every gloo collective to its enqueue
     (:func:`_link_gloo`)."""
-    parsed = [parse_comm_marker(str(n)) for n in events["name"].cat.categories]
-    ts = events["ts_ns"].to_numpy()
-    tid = events["tid"].cat.codes.to_numpy()
-    codes = events["name"].cat.codes.to_numpy()
-    is_marker = np.array([p is not None for p in parsed], dtype=bool)[codes] & on_cpu
-    markers = _Enclosing(ts, ts + events["dur_ns"].to_numpy(), tid, is_marker)
-
-    def marker_at(row: int) -> tuple[str, str] | None:
-        found = markers.find(int(tid[row]), int(ts[row]))
-        return parsed[int(codes[found])] if found >= 0 else None
-
-    role_at = _role_at(events, on_cpu, marker_at)
-    for record in records:
-        if record["source"] != "gloo":
-            launch = launches.get(int(cast(np.int64, events.at[record["row"], "correlation"])))
-            role = role_at(launch) if launch is not None else None
-            if role:
-                record["role"] = role
+    markers = arrays.enclosing([m is not None for m in arrays.markers])
+    issued = [r for r in records if r["source"] != "gloo"]
+    corr = arrays.corr[[r["row"] for r in issued]].tolist()
+    launches = [(r, arrays.launches.get(c)) for r, c in zip(issued, corr, strict=True)]
+    launched = [(record, row) for record, row in launches if row is not None]
+    rows = np.array([row for _, row in launched], dtype=np.int64)
+    roles = _roles_at(arrays, rows, _markers_at(arrays, markers, rows))
+    for (record, _), role in zip(launched, roles, strict=True):
+        if role:
+            record["role"] = role
     gloo = [r for r in records if r["source"] == "gloo"]
     if gloo:
-        _link_gloo(events, gloo, on_cpu, marker_at, role_at)
+        _link_gloo(arrays, gloo, markers)
 
 
-def _role_at(
-    events: pd.DataFrame,
-    on_cpu: np.ndarray,
-    marker_at: Callable[[int], tuple[str, str] | None],
-) -> Callable[[int], str | None]:
-    """The role of a collective issued at a CPU row: PEC's range around it, else FreeScale's
-    marker, else torchrec's or DDP's own range (:func:`_framework_roles`); None when none of
-    them is there."""
-    pec_at = _pec_roles(events, on_cpu)
-    framework_at = _framework_roles(events, on_cpu)
-
-    def role_at(row: int) -> str | None:
-        marker = marker_at(row)
-        return pec_at(row) or (marker[0] if marker else None) or framework_at(row)
-
-    return role_at
+def _markers_at(
+    arrays: EventArrays, markers: _Enclosing, rows: np.ndarray
+) -> list[tuple[str, str] | None]:
+    """FreeScale's marker (``(role, pg_name)``) around each of the CPU ``rows``."""
+    found = markers.find(arrays.tid[rows], arrays.ts[rows]).tolist()
+    return [arrays.markers[arrays.codes[f]] if f >= 0 else None for f in found]
 
 
-def _framework_roles(events: pd.DataFrame, on_cpu: np.ndarray) -> Callable[[int], str | None]:
-    """The role of the innermost torchrec or DDP range around a CPU row (a function of the
-    row, None outside them)."""
-    roles = [framework_role(str(n)) for n in events["name"].cat.categories]
-    codes = events["name"].cat.codes.to_numpy()
-    mask = np.array([r is not None for r in roles], dtype=bool)[codes] & on_cpu
+def _roles_at(
+    arrays: EventArrays, rows: np.ndarray, marks: list[tuple[str, str] | None]
+) -> list[str | None]:
+    """The role of a collective issued at each of the CPU ``rows`` (``marks``: the markers
+    around them): PEC's range around it, else FreeScale's marker, else torchrec's or DDP's
+    own range (:func:`_framework_roles`); None when none of them is there."""
+    pec = _pec_roles(arrays, rows)
+    framework = _framework_roles(arrays, rows)
+    return [p or (m[0] if m else None) or f for p, m, f in zip(pec, marks, framework, strict=True)]
+
+
+def _framework_roles(arrays: EventArrays, rows: np.ndarray) -> list[str | None]:
+    """The role of the innermost torchrec or DDP range around each of the CPU ``rows`` (None
+    outside them)."""
+    roles = [framework_role(n) for n in arrays.names]
+    mask = arrays.cpu_rows([r is not None for r in roles])
     if not mask.any():
-        return lambda row: None
-    ts = events["ts_ns"].to_numpy()
-    tid = events["tid"].cat.codes.to_numpy()
-    ranges = _Enclosing(ts, ts + events["dur_ns"].to_numpy(), tid, mask)
-
-    def role_at(row: int) -> str | None:
-        found = ranges.find(int(tid[row]), int(ts[row]))
-        return roles[int(codes[found])] if found >= 0 else None
-
-    return role_at
+        return [None] * len(rows)
+    ranges = _Enclosing(arrays.ts, arrays.end, arrays.tid, mask)
+    found = ranges.find(arrays.tid[rows], arrays.ts[rows]).tolist()
+    return [roles[arrays.codes[f]] if f >= 0 else None for f in found]
 
 
-def _pec_roles(events: pd.DataFrame, on_cpu: np.ndarray) -> Callable[[int], str | None]:
-    """The PEC role of a CPU row from the PEC range around it (module docstring): a function
-    of the row, None outside PEC's ranges."""
-    names = [str(n) for n in events["name"].cat.categories]
-    codes = events["name"].cat.codes.to_numpy()
-    in_pec = np.array([n in PEC_RANGES for n in names], dtype=bool)[codes] & on_cpu
+def _pec_roles(arrays: EventArrays, rows: np.ndarray) -> list[str | None]:
+    """The PEC role of each of the CPU ``rows`` from the PEC range around it (module
+    docstring); None outside PEC's ranges."""
+    names = arrays.names
+    in_pec = arrays.cpu_rows([n in PEC_RANGES for n in names])
     if not in_pec.any():
-        return lambda row: None
-    ts = events["ts_ns"].to_numpy()
-    end = ts + events["dur_ns"].to_numpy()
-    tid = events["tid"].cat.codes.to_numpy()
-    pec = _Enclosing(ts, end, tid, in_pec)
-    is_ids = np.array([n == PEC_MASK_RANGE for n in names], dtype=bool)[codes] & on_cpu
-    ids = _Enclosing(ts, end, tid, is_ids)
-
-    def role_at(row: int) -> str | None:
-        thread, when = int(tid[row]), int(ts[row])
-        found = pec.find(thread, when)
-        if found < 0:
-            return None
-        role = PEC_RANGES[names[int(codes[found])]]
-        if role == "pec_mask" and ids.find(thread, when) < 0:
-            return None  # another collective of overlap_dist, not the mask exchange
-        return role
-
-    return role_at
+        return [None] * len(rows)
+    thread, when = arrays.tid[rows], arrays.ts[rows]
+    pec = _Enclosing(arrays.ts, arrays.end, arrays.tid, in_pec).find(thread, when)
+    ids = arrays.enclosing([n == PEC_MASK_RANGE for n in names]).find(thread, when)
+    roles: list[str | None] = []
+    for found, in_ids in zip(pec.tolist(), ids.tolist(), strict=True):
+        role = PEC_RANGES[names[arrays.codes[found]]] if found >= 0 else None
+        if role == "pec_mask" and in_ids < 0:
+            role = None  # another collective of overlap_dist, not the mask exchange
+        roles.append(role)
+    return roles
 
 
-def _link_gloo(
-    events: pd.DataFrame,
-    gloo: list[dict[str, Any]],
-    on_cpu: np.ndarray,
-    marker_at: Callable[[int], tuple[str, str] | None],
-    role_at: Callable[[int], str | None],
-) -> None:
+def _link_gloo(arrays: EventArrays, gloo: list[dict[str, Any]], markers: _Enclosing) -> None:
     """Group, enqueue time and role of every gloo collective (see the module docstring).
 
     1. Each collective votes for its worker thread with the group of the marker around the
@@ -342,16 +344,15 @@ def _link_gloo(
        the collective's start; collectives whose enqueue predates the trace stay unpaired).
        ``enqueue_ns`` is the enqueue's start, when the rank asked for the collective (the
        analyzer's arrival); ``role`` is the role of the ranges around that enqueue
-       (:func:`_role_at`).
+       (:func:`_roles_at`).
     """
-    ts = events["ts_ns"].to_numpy()
-    tid = events["tid"].cat.codes.to_numpy()
-    codes = events["name"].cat.codes.to_numpy()
-    colls = np.array([collective_from_c10d(str(n)) or "" for n in events["name"].cat.categories])
-    enqueue = np.flatnonzero(on_cpu & (colls[codes] != ""))
+    ts, tid, codes = arrays.ts, arrays.tid, arrays.codes
+    colls = np.array([collective_from_c10d(n) or "" for n in arrays.names])
+    enqueue = np.flatnonzero(arrays.on_cpu & (colls[codes] != ""))
     enqueue = enqueue[np.argsort(ts[enqueue], kind="stable")]
-    marks = {int(row): marker_at(int(row)) for row in enqueue}
-    roles = {int(row): role_at(int(row)) for row in enqueue}
+    enqueue_marks = _markers_at(arrays, markers, enqueue)
+    marks = dict(zip(enqueue.tolist(), enqueue_marks, strict=True))
+    roles = dict(zip(enqueue.tolist(), _roles_at(arrays, enqueue, enqueue_marks), strict=True))
     if any(m is not None and m[1] == DEFAULT_PG_NAME for m in marks.values()):
         # the markers name the default group: an unmarked enqueue (the loop's own collective)
         # is on that same group, and its queue holds it too
@@ -406,14 +407,6 @@ def _pair_in_order(
             record["role"] = role
 
 
-def _launches(events: pd.DataFrame, on_cpu: np.ndarray) -> dict[int, int]:
-    """correlation id -> row of the CPU runtime call that launched it."""
-    corr = events["correlation"].to_numpy()
-    mask = on_cpu & (corr >= 0)
-    rows = np.flatnonzero(mask)
-    return dict(zip(corr[rows].tolist(), rows.tolist(), strict=True))
-
-
 def _from_enclosing(row: int, structs: dict[int, Event], source: str) -> dict[str, Any] | None:
     if row < 0 or row not in structs:
         return None
@@ -423,28 +416,49 @@ def _from_enclosing(row: int, structs: dict[int, Event], source: str) -> dict[st
     return record
 
 
+_ARG_FIELDS = operator.attrgetter(
+    "coll_name",
+    "in_nelems",
+    "out_nelems",
+    "group_size",
+    "dtype",
+    "in_split",
+    "out_split",
+    "pg_name",
+    "pg_desc",
+    "pg_ranks",
+    "seq",
+    "comms_id",
+)
+"""The raw collective fields of an :class:`Args`, in the order :func:`_from_args` reads them."""
+
+
 def _from_args(args: Args | None) -> dict[str, Any] | None:
     if args is None or not args.coll_name:
         return None
+    # the fields as one JSON array (an absent field as null): one decode instead of twelve
+    text = b"[" + b",".join([raw or b"null" for raw in _ARG_FIELDS(args)]) + b"]"
     try:
-        coll = raw_value(args.coll_name)
-        record: dict[str, Any] = {
-            "coll": normalize_collective(str(coll)),
-            "in_nelems": _int(raw_value(args.in_nelems)),
-            "out_nelems": _int(raw_value(args.out_nelems)),
-            "group_size": _int(raw_value(args.group_size), bits=31),
-            "dtype": _str(raw_value(args.dtype)),
-            "in_split": _str(raw_value(args.in_split)),
-            "out_split": _str(raw_value(args.out_split)),
-            "pg_name": _str(raw_value(args.pg_name)),
-            "pg_desc": _str(raw_value(args.pg_desc)),
-            "pg_ranks": _str(raw_value(args.pg_ranks)),
-            "seq": _int(raw_value(args.seq)),
-            "comms_id": _uint(raw_value(args.comms_id)),
-            "source": "args",
-        }
+        values = msgspec.json.decode(text)
     except msgspec.DecodeError:
         return None
+    coll, in_nelems, out_nelems, group_size, dtype, in_split, out_split = values[:7]
+    pg_name, pg_desc, pg_ranks, seq, comms_id = values[7:]
+    record: dict[str, Any] = {
+        "coll": normalize_collective(str(coll)),
+        "in_nelems": _int(in_nelems),
+        "out_nelems": _int(out_nelems),
+        "group_size": _int(group_size, limit=2**31),
+        "dtype": _str(dtype),
+        "in_split": _str(in_split),
+        "out_split": _str(out_split),
+        "pg_name": _str(pg_name),
+        "pg_desc": _str(pg_desc),
+        "pg_ranks": _str(pg_ranks),
+        "seq": _int(seq),
+        "comms_id": _uint(comms_id),
+        "source": "args",
+    }
     record["msg_bytes"] = _bytes(record["in_nelems"], record["dtype"])
     return record
 
@@ -479,8 +493,9 @@ def _bytes(nelems: int, dtype: str | None) -> int:
     return total if total < 2**63 else -1
 
 
-def _int(value: object, bits: int = 63) -> int:
-    """An integer field, -1 when absent, malformed or outside the column's range."""
+def _int(value: object, limit: int = 2**63) -> int:
+    """An integer field, -1 when absent, malformed or outside the column's range
+    ``[-limit, limit)``."""
     if isinstance(value, str):
         try:
             value = int(value)
@@ -488,11 +503,11 @@ def _int(value: object, bits: int = 63) -> int:
             return -1
     if not isinstance(value, int):
         return -1
-    return int(value) if -(2**bits) <= value < 2**bits else -1
+    return int(value) if -limit <= value < limit else -1
 
 
 def _uint(value: object) -> int:
-    number = _int(value, bits=64)
+    number = _int(value, limit=2**64)
     return number if number >= 0 else 0
 
 
@@ -505,17 +520,32 @@ def _str(value: object) -> str | None:
 
 
 def _frame(records: list[dict[str, Any]]) -> pd.DataFrame:
-    columns: dict[str, list[Any]] = defaultdict(list)
-    for record in records:
-        for col in COLLECTIVE_COLUMNS:
-            columns[col].append(record.get(col))
     data: dict[str, Any] = {}
     for col in COLLECTIVE_COLUMNS:
-        values = columns[col]
+        values = [record.get(col) for record in records]
         if col in _INT_COLUMNS:
             data[col] = np.array([-1 if v is None else v for v in values], dtype=_INT_COLUMNS[col])
         elif col == "comms_id":
             data[col] = np.array([0 if v is None else v for v in values], dtype=np.uint64)
         else:
-            data[col] = pd.Categorical(values)
-    return pd.DataFrame(data, columns=list(COLLECTIVE_COLUMNS))
+            data[col] = _categorical(values)
+    return pd.DataFrame(data)  # in COLLECTIVE_COLUMNS order
+
+
+_NO_STRINGS = pd.CategoricalDtype(pd.Index([], dtype=np.float64))
+_NO_VALUES = pd.CategoricalDtype(pd.Index([], dtype=object))
+
+
+def _categorical(values: list[str | None]) -> pd.Categorical:
+    """``pd.Categorical(values)`` (the distinct strings, sorted, are the categories; None is
+    missing) without pandas' type inference, which costs tens of microseconds a column."""
+    categories = sorted({v for v in values if v is not None})
+    if not categories:  # pandas infers float64 categories from Nones, object ones from []
+        dtype = _NO_STRINGS if values else _NO_VALUES
+        codes = np.full(len(values), -1)
+    else:
+        dtype = pd.CategoricalDtype(categories)
+        code = {v: i for i, v in enumerate(categories)}
+        codes = np.array([-1 if v is None else code[v] for v in values])
+    # pandas-stubs: codes are array-likes, not only a Sequence
+    return pd.Categorical.from_codes(codes, dtype=dtype)  # type: ignore[arg-type]

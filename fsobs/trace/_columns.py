@@ -16,7 +16,7 @@ import pandas as pd
 
 from fsobs.errors import TraceFormatError
 from fsobs.storage import Location
-from fsobs.trace._decode import Event, raw_value
+from fsobs.trace._decode import Args, Event, raw_value
 from fsobs.trace._legacy import modern_category
 from fsobs.trace.classify import COMM_KERNEL_RE
 
@@ -53,14 +53,16 @@ class ColumnBuilder:
 
     def add(self, events: list[Event], offset: int) -> None:
         """Add a batch whose first event is ``traceEvents[offset]``."""
-        self._check_complete(events, offset)
+        index = [i for i, e in enumerate(events) if e.dur is not None and e.cat != "Trace"]
+        kept = [events[i] for i in index]
+        times, names, tids = [e.ts for e in kept], [e.name for e in kept], [e.tid for e in kept]
+        if None in times or None in names or None in tids or self._x_without_dur(events, kept):
+            self._check_complete(events, offset)  # raises, naming the first such event
         if not self.hta_round:
             self.hta_round = any(e.ts.__class__ is not int for e in events)
         self._collect_thread_names(events)
-        index = [i for i, e in enumerate(events) if e.dur is not None and e.cat != "Trace"]
-        kept = [events[i] for i in index]
         where = np.asarray(index, dtype=np.int64) + offset
-        ts = self._array([e.ts for e in kept], np.float64, "ts", where)
+        ts = self._array(times, np.float64, "ts", where)
         dur = self._array([e.dur for e in kept], np.float64, "dur", where)
         self._check_values(ts, dur, where)
         args = [e.args for e in kept]
@@ -68,10 +70,10 @@ class ColumnBuilder:
             "ts_raw": ts,
             "dur_raw": dur,
             "event_index": where.astype(np.int32),
-            "name": self._codes("name", [e.name for e in kept]),
+            "name": self._codes("name", names),
             "cat": self._codes("cat", [e.cat for e in kept]),
             "pid": self._codes("pid", [e.pid for e in kept]),
-            "tid": self._codes("tid", [e.tid for e in kept]),
+            "tid": self._codes("tid", tids),
             "stream": self._streams([a.stream if a is not None else -1 for a in args], where),
             "correlation": self._array(
                 [a.correlation if a is not None else -1 for a in args],
@@ -79,7 +81,7 @@ class ColumnBuilder:
                 "args.correlation",
                 where,
             ),
-            "shape_key": np.array([_shape_key(a) for a in args], dtype=np.int64),
+            "shape_key": _shape_keys(args),
         }
         for key, values in columns.items():
             self._chunks.setdefault(key, []).append(values)
@@ -146,6 +148,12 @@ class ColumnBuilder:
             if isinstance(value, str) and "pt_gloo_runloop" not in self.thread_names.get(key, ""):
                 self.thread_names[key] = value
 
+    @staticmethod
+    def _x_without_dur(events: list[Event], kept: list[Event]) -> bool:
+        """Whether an ``X`` event of the batch has no ``dur`` (only events without one are
+        left out of ``kept``, besides ``Trace`` spans)."""
+        return len(kept) < len(events) and any(e.dur is None and e.ph == "X" for e in events)
+
     def _check_complete(self, events: list[Event], offset: int) -> None:
         """Complete events need ``ts``, ``dur``, ``name`` and ``tid``.
 
@@ -177,7 +185,7 @@ class ColumnBuilder:
 
     def _streams(self, values: list[int | str], where: np.ndarray) -> np.ndarray:
         """HTA's rule: ``int(stream)``, -1 when that fails; beyond int64 an error."""
-        if any(isinstance(v, str) for v in values):
+        if str in set(map(type, values)):  # msgspec gives ints and strs, no subclasses
             return self._array(
                 [_int_or_minus_one(v) for v in values], np.int64, "args.stream", where
             )
@@ -213,15 +221,18 @@ def _detached(event: Event) -> Event:
     return msgspec.structs.replace(event, args=msgspec.structs.replace(event.args, **raws))
 
 
-def _shape_key(args: Any) -> int:
+def _shape_keys(args: list[Args | None]) -> np.ndarray:
     """A hash of what makes two events of one name alike: a CPU op's ``Input Dims`` (with
     ``record_shapes``; ``Input dims`` in 2021 traces), a kernel's ``grid`` and ``block``; 0 when
     the trace has neither."""
-    if args is None:
-        return 0
-    dims = args.input_dims or args.input_dims_2021
-    parts = (bytes(dims), bytes(args.grid), bytes(args.block))
-    return zlib.crc32(b"|".join(parts)) + 1 if any(parts) else 0
+    keys = np.zeros(len(args), dtype=np.int64)
+    for i, a in enumerate(args):
+        if a is None:
+            continue
+        dims = a.input_dims or a.input_dims_2021
+        if dims or a.grid or a.block:  # most events have neither: nothing hashed for them
+            keys[i] = zlib.crc32(b"|".join((bytes(dims), bytes(a.grid), bytes(a.block)))) + 1
+    return keys
 
 
 def _int_or_minus_one(value: int | str) -> int:

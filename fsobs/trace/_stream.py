@@ -26,6 +26,7 @@ _EVENT_END = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\Z")
 _LOOKBACK = 256  # bytes before a `{` searched for that end; more whitespace: no cut there
 _MAX_HEADER = 64 * 2**20  # text before traceEvents (deviceProperties, distributedInfo, ...)
 _WS = b" \t\r\n"
+_WS_RUN = re.compile(rb"[ \t\r\n]*")
 
 
 class SplitError(Exception):
@@ -59,11 +60,13 @@ class EventStream:
                         raise SplitError("no traceEvents array near the start")
                     continue
                 header = bytes(buf[: found.end()])
-                del buf[: len(buf) - len(buf[found.end() :].lstrip(_WS))]
+                blank = _WS_RUN.match(buf, found.end())  # found without copying buf
+                assert blank is not None  # "*": an empty run matches too
+                del buf[: blank.end()]
             cut = _last_boundary(buf, searched)
             searched = len(buf)
             if cut is not None:
-                yield b"[" + bytes(buf[: cut[0]]) + b"]"
+                yield _as_array(buf, cut[0])
                 del buf[: cut[1]]
                 searched -= cut[1]
         if not header:
@@ -72,6 +75,13 @@ class EventStream:
         if events.strip(_WS):
             yield b"[" + events + b"]"
         self.skeleton = header + b"]" + trailer
+
+
+def _as_array(buf: bytearray, end: int) -> bytes:
+    """``b"[" + buf[:end] + b"]"``, copied once (a slice of a bytearray is a copy, and so is
+    each ``+``: for MBs of text, each copy costs as much as the rest of the cut)."""
+    with memoryview(buf) as view:
+        return b"".join((b"[", view[:end], b"]"))
 
 
 def _last_boundary(buf: bytearray, start: int) -> tuple[int, int] | None:

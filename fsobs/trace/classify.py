@@ -184,10 +184,9 @@ come first (:mod:`fsobs.trace._collectives`).
 
 def framework_role(name: str) -> str | None:
     """The role a range of :data:`FRAMEWORK_ROLE_RANGES` gives, None for any other name."""
-    for prefix, role in FRAMEWORK_ROLE_RANGES:
-        if name.startswith(prefix):
-            return role
-    return None
+    if name.startswith(_EMBEDDING_RANGES):  # the embedding prefixes come first there
+        return "embedding"
+    return "dense" if name.startswith(_DENSE_RANGES) else None
 
 
 def is_device_cat(cat: str | None) -> bool:
