@@ -34,11 +34,13 @@ Every message is one line: archive readers' multi-line messages are joined.
 from __future__ import annotations
 
 import errno
+import io
 import lzma
 import os
 import re
 import shutil
 import stat
+import struct
 import tarfile
 import tempfile
 import zipfile
@@ -329,19 +331,57 @@ def _extract_zip(file_name: str, stream: IO[bytes], staged: _Staged) -> None:
 
 def _check_zip_directory(file_name: str, stream: IO[bytes]) -> None:
     """Refuse a zip whose end record declares more than :data:`MAX_MEMBERS` entries or a central
-    directory over :data:`MAX_ZIP_DIRECTORY_BYTES`, before zipfile reads it. The end record is
-    found by zipfile's own function, so these are the numbers zipfile would go by."""
-    end = zipfile._EndRecData(stream)
+    directory over :data:`MAX_ZIP_DIRECTORY_BYTES`, before zipfile reads it
+    (:func:`_zip_end_record`: the numbers zipfile goes by)."""
+    end = _zip_end_record(stream)
     if end is None:
         return  # zipfile.ZipFile says why
-    if end[zipfile._ECD_ENTRIES_TOTAL] > MAX_MEMBERS:
+    entries, size = end
+    if entries > MAX_MEMBERS:
         raise UploadError(f"{file_name}: more than {MAX_MEMBERS} entries")
-    size = end[zipfile._ECD_SIZE]
     if size > MAX_ZIP_DIRECTORY_BYTES:
         raise UploadError(
             f"{file_name}: its central directory declares {_size(size)} "
             f"(at most {_size(MAX_ZIP_DIRECTORY_BYTES)})"
         )
+
+
+_EOCD = struct.Struct("<4s4H2LH")
+"""End of central directory record (APPNOTE 4.3.16): signature, disk numbers, entries on this
+disk, entries in all, directory size, directory offset, comment length."""
+_EOCD64_LOCATOR = struct.Struct("<4sLQL")
+"""Zip64 end of central directory locator (4.3.15): signature, disk, record offset, disks
+(zipfile finds the record just before the locator, not at the offset)."""
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")
+"""Zip64 end of central directory record (4.3.14): signature, record size, versions, disk
+numbers, entries on this disk, entries in all, directory size, directory offset."""
+_MAX_COMMENT = 2**16 - 1
+
+
+def _zip_end_record(stream: IO[bytes]) -> tuple[int, int] | None:
+    """(entries in all, central directory bytes) as a zip's end record declares them, found the
+    way zipfile finds it (``zipfile._EndRecData``): the record at the very end, else the last
+    signature in the last 64 KiB + 22 bytes; a zip64 record just before its locator, just
+    before that record, takes its place. None when there is no end record (not a zip)."""
+    file_size = stream.seek(0, io.SEEK_END)
+    start = max(file_size - _MAX_COMMENT - _EOCD.size, 0)
+    stream.seek(start)
+    tail = stream.read()
+    at = len(tail) - _EOCD.size
+    if not (at >= 0 and tail[at : at + 4] == b"PK\x05\x06" and tail[-2:] == b"\0\0"):
+        at = tail.rfind(b"PK\x05\x06")  # a record followed by a comment
+        if at < 0 or len(tail) - at < _EOCD.size:
+            return None
+    fields = _EOCD.unpack_from(tail, at)
+    entries, size = fields[4], fields[5]
+    record_at = start + at - _EOCD64_LOCATOR.size - _EOCD64.size
+    if record_at >= 0:
+        stream.seek(record_at)
+        record, locator = stream.read(_EOCD64.size), stream.read(_EOCD64_LOCATOR.size)
+        if locator[:4] == b"PK\x06\x07" and record[:4] == b"PK\x06\x06":
+            entries, size = _EOCD64.unpack(record)[7:9]
+    stream.seek(0)
+    return entries, size
 
 
 def _check_zip_member(info: zipfile.ZipInfo) -> None:

@@ -9,6 +9,7 @@ import io
 import subprocess
 import sys
 import tarfile
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from dashboard.upload import (
     MAX_ZIP_DIRECTORY_BYTES,
     StoredUpload,
     UploadError,
+    _zip_end_record,
     store_upload,
 )
 from tests.dashboard.stores import (
@@ -231,6 +233,44 @@ def test_a_zip_declaring_a_huge_central_directory_is_refused_before_it_is_read(s
     )
     many = _with_end_record(good, entries=MAX_MEMBERS + 1, directory=100)
     assert _refused(store, "many.zip", many) == f"many.zip: more than {MAX_MEMBERS} entries"
+
+
+def _zip64_end(payload: bytes, *, entries: int, directory: int) -> bytes:
+    """``payload`` (a zip) with a zip64 end record and locator (APPNOTE 4.3.14-15) before its
+    end record, whose own numbers become the 0xFFFF / 0xFFFFFFFF of "see zip64"."""
+    at = payload.rindex(b"PK\x05\x06")
+    record = b"PK\x06\x06" + (44).to_bytes(8, "little") + bytes(4 + 8)  # size, versions, disks
+    record += entries.to_bytes(8, "little") * 2 + directory.to_bytes(8, "little") + bytes(8)
+    locator = b"PK\x06\x07" + bytes(4) + at.to_bytes(8, "little") + (1).to_bytes(4, "little")
+    end = bytearray(payload[at:])
+    end[8:12] = b"\xff" * 4
+    end[12:16] = b"\xff" * 4
+    return payload[:at] + record + locator + bytes(end)
+
+
+def test_the_zip_end_record_is_read_as_zipfile_reads_it():
+    """Its numbers are zipfile's own (``zipfile._EndRecData``, the oracle here) on plain zips,
+    a comment, zip64 records and damaged copies; and a zip64 record is where the limit looks."""
+    good = zip_bytes({"rank0.json": b"{}", "rank1.json": b"[]"})
+    commented = good[:-2] + (5).to_bytes(2, "little") + b"hello"
+    cases = [good, commented, _zip64_end(good, entries=2, directory=100), b"", b"not a zip"]
+    rng = np.random.default_rng(7)
+    cases += [_mutate(c, rng) for c in cases[:3] for _ in range(100)]
+    for payload in cases:
+        end = zipfile._EndRecData(io.BytesIO(payload))
+        expected = (
+            None if end is None else (end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE])
+        )
+        assert _zip_end_record(io.BytesIO(payload)) == expected
+    assert _zip_end_record(io.BytesIO(_zip64_end(good, entries=2, directory=100))) == (2, 100)
+
+
+def test_a_zip64_end_record_declaring_too_much_is_refused(store):
+    good = zip_bytes({"rank0.json": b"{}"})
+    many = _zip64_end(good, entries=2**40, directory=100)
+    assert _refused(store, "many64.zip", many) == f"many64.zip: more than {MAX_MEMBERS} entries"
+    huge = _zip64_end(good, entries=1, directory=2**33)
+    assert _refused(store, "huge64.zip", huge).startswith("huge64.zip: its central directory")
 
 
 def test_a_zip_name_that_is_not_utf8_is_one_line(store):
