@@ -114,6 +114,24 @@ def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
     return starts[keep], ends[keep]
 
 
+def clip_each(iv: Intervals, lo: np.ndarray, hi: np.ndarray) -> list[Intervals]:
+    """:func:`clip` of a canonical set to each window ``[lo[k], hi[k])`` (int64 arrays; windows
+    may overlap), in one pass: the candidates of window k are the intervals from the first one
+    ending after ``lo[k]`` to the last one starting before ``hi[k]``, all windows' candidates
+    are clipped together, and each window's result is a view of the kept ones."""
+    first = np.searchsorted(iv[1], lo, "right")
+    count = np.maximum(np.searchsorted(iv[0], hi, "left") - first, 0)
+    window = np.repeat(np.arange(len(lo)), count)
+    offset = np.repeat(first - (np.cumsum(count) - count), count)  # candidate -> its interval
+    at = np.arange(len(window)) + offset
+    starts = np.maximum(iv[0][at], lo[window])
+    ends = np.minimum(iv[1][at], hi[window])
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    bounds = [0, *np.cumsum(np.bincount(window[keep], minlength=len(lo))).tolist()]
+    return [(starts[a:b], ends[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
 def position(ordered: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Position of each of ``values`` in ``ordered`` (sorted, distinct), -1 where absent."""
     if not len(ordered):

@@ -133,22 +133,27 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     if not windows:  # no step launched GPU work: the GPU during the steps' CPU ranges
         windows, clock = ranges, "cpu"
     coverage = gpu_coverage(windows, step, start, end)
+    lo = np.array([w[0] for w in windows.values()], np.int64)
+    hi = np.array([w[1] for w in windows.values()], np.int64)
+    compute_in, comm_in, transfer_in, everything_in = (
+        iv.clip_each(s, lo, hi) for s in (compute, comm, transfer, everything)
+    )
     out = []
-    for s, (lo, hi) in windows.items():
+    for k, (s, (lo_s, hi_s)) in enumerate(windows.items()):
         out.append(
             StepParts(
                 rank=trace.rank,
                 step=s,
                 device="gpu",
-                window=(lo, hi),
+                window=(lo_s, hi_s),
                 clock=clock,
                 cpu_ns=_length(ranges.get(s)),
                 coverage=coverage[s],
-                compute=iv.clip(compute, lo, hi),
-                comm=iv.clip(comm, lo, hi),
-                comm_rows=comm_rows[(comm_start < hi) & (comm_end > lo)],
-                transfer=iv.clip(transfer, lo, hi),
-                everything=iv.clip(everything, lo, hi),
+                compute=compute_in[k],
+                comm=comm_in[k],
+                comm_rows=comm_rows[(comm_start < hi_s) & (comm_end > lo_s)],
+                transfer=transfer_in[k],
+                everything=everything_in[k],
                 contention_ns=int(contention[step[is_compute] == s].sum()),
             )
         )

@@ -113,17 +113,16 @@ def gpu_coverage(
     return {
         s: GpuCoverage(
             unlaunched_events=int(n_in),
-            unlaunched_ns=int(iv.length(iv.clip(unlaunched_set, lo[k], hi[k]))),
+            unlaunched_ns=int(iv.length(in_window)),
             outside_events=int(n_out),
             outside_ns=int(ns_out),
         )
-        for k, (s, n_in, n_out, ns_out) in enumerate(
-            zip(
-                order,
-                np.bincount(owner[unlaunched], minlength=count),
-                np.bincount(owner[~inside], minlength=count),
-                np.bincount(gap_owner, outside_set[1] - outside_set[0], minlength=count),
-                strict=True,
-            )
+        for s, n_in, in_window, n_out, ns_out in zip(
+            order,
+            np.bincount(owner[unlaunched], minlength=count),
+            iv.clip_each(unlaunched_set, lo, hi),
+            np.bincount(owner[~inside], minlength=count),
+            np.bincount(gap_owner, outside_set[1] - outside_set[0], minlength=count),
+            strict=True,
         )
     }
