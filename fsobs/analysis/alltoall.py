@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.categorical import decoded, is_in
+from fsobs.analysis.categorical import codes, decoded, is_in
 from fsobs.trace.classify import dtype_bytes
 
 ALL_TO_ALL = ("all_to_all", "all_to_allv")
@@ -70,7 +70,8 @@ def volume_columns(colls: pd.DataFrame, at: np.ndarray) -> dict[str, np.ndarray]
     recv = np.where((out >= 0) & (size > 0), out * size, -1)
     texts = decoded(colls["in_split"])[at]
     splits = np.full(len(at), None, object)
-    for k in np.flatnonzero(is_in(colls["coll"], ALL_TO_ALL)[at]).tolist():
+    recorded = is_in(colls["coll"], ALL_TO_ALL) & (codes(colls["in_split"]) >= 0)
+    for k in np.flatnonzero(recorded[at]).tolist():  # no text: no split sizes (None)
         splits[k] = _splits(texts[k])
     return {"recv_bytes": recv, "in_split": splits}
 

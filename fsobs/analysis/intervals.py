@@ -120,16 +120,21 @@ def clip_each(iv: Intervals, lo: np.ndarray, hi: np.ndarray) -> list[Intervals]:
     ending after ``lo[k]`` to the last one starting before ``hi[k]``, all windows' candidates
     are clipped together, and each window's result is a view of the kept ones."""
     first = np.searchsorted(iv[1], lo, "right")
-    count = np.maximum(np.searchsorted(iv[0], hi, "left") - first, 0)
-    window = np.repeat(np.arange(len(lo)), count)
-    offset = np.repeat(first - (np.cumsum(count) - count), count)  # candidate -> its interval
-    at = np.arange(len(window)) + offset
+    window, at = runs_of(first, np.maximum(np.searchsorted(iv[0], hi, "left") - first, 0))
     starts = np.maximum(iv[0][at], lo[window])
     ends = np.minimum(iv[1][at], hi[window])
     keep = ends > starts
     starts, ends = starts[keep], ends[keep]
     bounds = [0, *np.cumsum(np.bincount(window[keep], minlength=len(lo))).tolist()]
     return [(starts[a:b], ends[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def runs_of(first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions ``first[k], ..., first[k] + count[k] - 1`` of every k, concatenated, and
+    the k of each (``count`` >= 0)."""
+    owner = np.repeat(np.arange(len(first)), count)
+    offset = np.repeat(first - (np.cumsum(count) - count), count)  # k's first minus its start
+    return owner, np.arange(len(owner)) + offset
 
 
 def position(ordered: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -64,11 +64,14 @@ def gpu_gaps(
     since = np.where(pos >= 0, gpu[1][np.maximum(pos, 0)], int(ts.min()))
     gap = np.where(busy_at, 0, arrival - since).astype(np.int64)
     first = np.searchsorted(host[1], arrival - gap, "right")  # host: sorted, disjoint
-    stop = np.searchsorted(host[0], arrival, "left")
-    for k in np.flatnonzero((gap > 0) & (first < stop)).tolist():
-        a, g, i, j = int(arrival[k]), int(gap[k]), first[k], stop[k]
-        starts, ends = np.maximum(host[0][i:j], a - g), np.minimum(host[1][i:j], a)
-        pieces[k] = np.stack((starts, ends), axis=1) - a
+    count = np.where(gap > 0, np.maximum(np.searchsorted(host[0], arrival, "left") - first, 0), 0)
+    owner, at = iv.runs_of(first, count)  # every collective's host pieces, cut out at once
+    a = arrival[owner]
+    starts, ends = np.maximum(host[0][at], a - gap[owner]), np.minimum(host[1][at], a)
+    cut = np.stack((starts, ends), axis=1) - a[:, None]
+    bounds = [0, *np.cumsum(count).tolist()]
+    for k in np.flatnonzero(count).tolist():
+        pieces[k] = cut[bounds[k] : bounds[k + 1]]
     return gap, pieces
 
 
