@@ -36,7 +36,7 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     new_group = np.empty(len(starts), dtype=bool)
     new_group[0] = True
     new_group[1:] = starts[1:] > reach[:-1]
-    group_end = np.flatnonzero(np.append(new_group[1:], True))
+    group_end = np.concatenate((np.flatnonzero(new_group[1:]), [len(starts) - 1]))
     return starts[new_group], np.maximum(reach[group_end], starts[new_group])
 
 

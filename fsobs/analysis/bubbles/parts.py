@@ -138,6 +138,7 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     compute_in, comm_in, transfer_in, everything_in = (
         iv.clip_each(s, lo, hi) for s in (compute, comm, transfer, everything)
     )
+    contention_in = _sums_by_step(step[is_compute], contention, list(windows))
     out = []
     for k, (s, (lo_s, hi_s)) in enumerate(windows.items()):
         out.append(
@@ -154,10 +155,20 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
                 comm_rows=comm_rows[(comm_start < hi_s) & (comm_end > lo_s)],
                 transfer=transfer_in[k],
                 everything=everything_in[k],
-                contention_ns=int(contention[step[is_compute] == s].sum()),
+                contention_ns=contention_in[k],
             )
         )
     return out
+
+
+def _sums_by_step(step: np.ndarray, values: np.ndarray, steps: list[int]) -> list[int]:
+    """The sum of the ``values`` of each of ``steps`` (``step``: each value's step), 0 for a
+    step without values; integer sums, exact."""
+    order = np.argsort(step, kind="stable")
+    ordered, total = step[order], np.concatenate(([0], np.cumsum(values[order])))
+    wanted = np.array(steps, np.int64)
+    right = total[np.searchsorted(ordered, wanted, "right")]
+    return cast(list[int], (right - total[np.searchsorted(ordered, wanted, "left")]).tolist())
 
 
 def _main_thread(ev: pd.DataFrame, marks: np.ndarray) -> object:
