@@ -253,3 +253,9 @@ def test_clip_each_equals_the_grid_in_every_window(seed, offset):
         inside = np.zeros(GRID, bool)
         inside[start:stop] = True
         _assert_same(part, _canonical(_grid(a) & inside), offset)
+
+
+def test_concat_ranges():
+    owner, at = iv.concat_ranges(np.array([5, 0, 2]), np.array([2, 0, 3]))
+    assert owner.tolist() == [0, 0, 2, 2, 2]
+    assert at.tolist() == [5, 6, 2, 3, 4]

@@ -120,7 +120,7 @@ def clip_each(iv: Intervals, lo: np.ndarray, hi: np.ndarray) -> list[Intervals]:
     ending after ``lo[k]`` to the last one starting before ``hi[k]``, all windows' candidates
     are clipped together, and each window's result is a view of the kept ones."""
     first = np.searchsorted(iv[1], lo, "right")
-    window, at = runs_of(first, np.maximum(np.searchsorted(iv[0], hi, "left") - first, 0))
+    window, at = concat_ranges(first, np.maximum(np.searchsorted(iv[0], hi, "left") - first, 0))
     starts = np.maximum(iv[0][at], lo[window])
     ends = np.minimum(iv[1][at], hi[window])
     keep = ends > starts
@@ -129,7 +129,7 @@ def clip_each(iv: Intervals, lo: np.ndarray, hi: np.ndarray) -> list[Intervals]:
     return [(starts[a:b], ends[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-def runs_of(first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def concat_ranges(first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The positions ``first[k], ..., first[k] + count[k] - 1`` of every k, concatenated, and
     the k of each (``count`` >= 0)."""
     owner = np.repeat(np.arange(len(first)), count)

@@ -160,7 +160,7 @@ class RankTrace:
         if self.step_source == "whole trace":
             return [0]
         marks = self.events["step"].to_numpy()[_is(self.events["kind"], "step")]
-        return list(np.unique(marks).tolist())
+        return cast(list[int], np.unique(marks).tolist())
 
 
 def _is(column: pd.Series, value: str) -> np.ndarray:

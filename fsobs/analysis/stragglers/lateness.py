@@ -65,7 +65,7 @@ def gpu_gaps(
     gap = np.where(busy_at, 0, arrival - since).astype(np.int64)
     first = np.searchsorted(host[1], arrival - gap, "right")  # host: sorted, disjoint
     count = np.where(gap > 0, np.maximum(np.searchsorted(host[0], arrival, "left") - first, 0), 0)
-    owner, at = iv.runs_of(first, count)  # every collective's host pieces, cut out at once
+    owner, at = iv.concat_ranges(first, count)  # every collective's host pieces, cut out at once
     a = arrival[owner]
     starts, ends = np.maximum(host[0][at], a - gap[owner]), np.minimum(host[1][at], a)
     cut = np.stack((starts, ends), axis=1) - a[:, None]
