@@ -13,7 +13,6 @@ compute overlaps ``~`` or ``x`` it is busy. ``m`` memcpy, blank: nothing.
 from __future__ import annotations
 
 import gc
-import pickle
 import weakref
 
 import numpy as np
@@ -21,6 +20,7 @@ import pytest
 
 import fsobs
 from fsobs.analysis import analyze
+from fsobs.analysis.bubbles.packing import unpack
 from fsobs.analysis.matching import Collectives
 from tests.bubble_rows import TOL_MS, checked_table, expect_row, load_docs
 from tests.kineto import (
@@ -577,7 +577,7 @@ def test_the_step_parts_and_the_classes_wait_on_disk_one_rank_each():
         s.process_groups == (group,) and s.process_groups[0] is group for s in run.ranks.values()
     )
     steps = {
-        r: [p.step for p in pickle.loads(s.parts.read())]  # type: ignore[union-attr]
+        r: [p.step for p in unpack(s.parts.read())]  # type: ignore[union-attr]
         for r, s in run.ranks.items()
     }
     assert all(steps.values())

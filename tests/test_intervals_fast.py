@@ -236,3 +236,26 @@ def test_one_pass_equals_the_rules_and_each_step_alone(seed, device, overlapping
         assert (sb.caused_ns, sb.by_role_ns) == (alone.caused_ns, alone.by_role_ns)
         assert sum(sb.caused_ns.values()) == sb.total_ns("straggler_wait")
         assert sb.contention_ns == part.contention_ns
+
+
+@pytest.mark.parametrize("offset", [0, HUGE], ids=["small", "1.8e18"])
+@pytest.mark.parametrize("seed", range(50))
+def test_clip_each_equals_the_grid_in_every_window(seed, offset):
+    """Windows at random (overlapping, touching, empty, outside the set): each window's part
+    of the set is the grid's cells of the set inside the window."""
+    rng = np.random.default_rng(seed)
+    a = _random_set(rng)
+    lo = rng.integers(0, SPAN + 10, int(rng.integers(0, 8)))
+    hi = lo + rng.integers(0, 15, len(lo))
+    got = iv.clip_each(_shift(iv.union(*a), offset), lo + offset, hi + offset)
+    assert len(got) == len(lo)
+    for start, stop, part in zip(lo.tolist(), hi.tolist(), got, strict=True):
+        inside = np.zeros(GRID, bool)
+        inside[start:stop] = True
+        _assert_same(part, _canonical(_grid(a) & inside), offset)
+
+
+def test_concat_ranges():
+    owner, at = iv.concat_ranges(np.array([5, 0, 2]), np.array([2, 0, 3]))
+    assert owner.tolist() == [0, 0, 2, 2, 2]
+    assert at.tolist() == [5, 6, 2, 3, 4]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from fsobs.analysis.categorical import codes, decoded, is_in
 from fsobs.trace.classify import dtype_bytes
 
 ALL_TO_ALL = ("all_to_all", "all_to_allv")
@@ -59,18 +60,24 @@ class AllToAll:
     matrices: dict[int, tuple[list[int], np.ndarray]] = field(default_factory=dict)
 
 
-def volume_columns(colls: pd.DataFrame) -> dict[str, np.ndarray]:
-    """For a rank's collectives (rows of :attr:`fsobs.trace.RankTrace.collectives`): the bytes
-    received (``Out msg nelems`` x dtype size, -1 unknown) and the send split sizes (a list of
-    ints, None unless an all_to_all(v) recorded them whole)."""
-    dtypes = colls["dtype"].astype(object).tolist()
-    size = np.array([dtype_bytes(d if isinstance(d, str) else None) for d in dtypes], np.int64)
-    out = colls["out_nelems"].to_numpy(np.int64)
+def volume_columns(colls: pd.DataFrame, at: np.ndarray) -> dict[str, np.ndarray]:
+    """For the collectives at positions ``at`` of a rank's
+    :attr:`fsobs.trace.RankTrace.collectives`: the bytes received (``Out msg nelems`` x dtype
+    size, -1 unknown) and the send split sizes (a list of ints, None unless an all_to_all(v)
+    recorded them whole; an object array)."""
+    size = decoded(colls["dtype"], dtype_bytes(None), _dtype_bytes)[at].astype(np.int64)
+    out = colls["out_nelems"].to_numpy(np.int64)[at]
     recv = np.where((out >= 0) & (size > 0), out * size, -1)
-    is_a2a = colls["coll"].isin(ALL_TO_ALL).to_numpy()
-    texts = colls["in_split"].astype(object).tolist()
-    splits = [_splits(t) if a else None for t, a in zip(texts, is_a2a, strict=True)]
-    return {"recv_bytes": recv, "in_split": pd.Series(splits, dtype=object).to_numpy()}
+    texts = decoded(colls["in_split"])[at]
+    splits = np.full(len(at), None, object)
+    recorded = is_in(colls["coll"], ALL_TO_ALL) & (codes(colls["in_split"]) >= 0)
+    for k in np.flatnonzero(recorded[at]).tolist():  # no text: no split sizes (None)
+        splits[k] = _splits(texts[k])
+    return {"recv_bytes": recv, "in_split": splits}
+
+
+def _dtype_bytes(dtype: object) -> int:
+    return dtype_bytes(dtype if isinstance(dtype, str) else None)
 
 
 def _splits(text: object) -> list[int] | None:

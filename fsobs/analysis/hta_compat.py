@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import intervals as iv
+from fsobs.analysis.categorical import codes, is_in
 from fsobs.trace.schema import RankTrace
 
 _COMM_RE = re.compile(r"(^nccl)")
@@ -120,7 +121,8 @@ class _Rows:
     stream: np.ndarray
     correlation: np.ndarray
     kind: np.ndarray
-    """:func:`kernel_type` of the name."""
+    """:func:`kernel_type` of the name, on the GPU rows (``stream != -1``, the only ones the
+    tables classify); None elsewhere."""
     is_step: np.ndarray
     """The name is a ProfilerStep's."""
     is_gpu: np.ndarray
@@ -132,25 +134,27 @@ class _Rows:
     @staticmethod
     def of(trace: RankTrace) -> _Rows:
         ev = trace.events
-        cat = ev["cat"].cat.codes.to_numpy()
+        cat = codes(ev["cat"])
         keep = np.flatnonzero(cat >= 0)
         names = [str(n) for n in ev["name"].cat.categories]
-        name = ev["name"].cat.codes.to_numpy()[keep]
+        name = codes(ev["name"])[keep]
         stream = ev["stream"].to_numpy()[keep]
         correlation = ev["correlation"].to_numpy()[keep]
         is_step = np.array(["ProfilerStep" in n for n in names], bool)
         is_sync = np.array([n in _GPU_SYNC_NAMES for n in names], bool)
-        idle_cats = np.array([c in _IDLE_KERNEL_CATS for c in ev["cat"].cat.categories], bool)
+        kinds = np.full(len(names), None, object)
+        for c in np.unique(name[stream != -1]).tolist():  # the kernels' names only
+            kinds[c] = kernel_type(names[c])
         return _Rows(
             event_index=ev["event_index"].to_numpy()[keep],
             ts=ev["hta_ts"].to_numpy()[keep],
             end=ev["hta_end"].to_numpy()[keep],
             stream=stream,
             correlation=correlation,
-            kind=np.array([kernel_type(n) for n in names], object)[name],
+            kind=kinds[name],
             is_step=is_step[name],
             is_gpu=((stream >= 0) & (correlation >= 0)) | is_sync[name],
-            idle_kernel=idle_cats[cat[keep]],
+            idle_kernel=is_in(ev["cat"], _IDLE_KERNEL_CATS)[keep],
             step_names=frozenset(names[c] for c in np.unique(name[is_step[name]]).tolist()),
         )
 
@@ -319,8 +323,9 @@ def comm_comp_overlap(views: dict[int, HtaView]) -> pd.DataFrame:
 
 def _overlap_row(rank: int, ts: np.ndarray, end: np.ndarray, kind: np.ndarray) -> dict[str, float]:
     """:func:`comm_comp_overlap` of one rank's GPU rows (in HTA's row order)."""
-    comp = _hta_merge(ts[kind == "COMPUTATION"], end[kind == "COMPUTATION"])
-    comm = _hta_merge(ts[kind == "COMMUNICATION"], end[kind == "COMMUNICATION"])
+    is_comp, is_comm = kind == "COMPUTATION", kind == "COMMUNICATION"
+    comp = _hta_merge(ts[is_comp], end[is_comp])
+    comm = _hta_merge(ts[is_comm], end[is_comm])
     times = np.concatenate([comm[0], comm[1], comp[0], comp[1]]).astype(np.float64)
     steps = np.repeat([1, -1, 2, -2], [len(comm[0])] * 2 + [len(comp[0])] * 2)
     order = np.argsort(times, kind="stable")  # ties cannot change the sum
@@ -444,8 +449,9 @@ def _stream_idle(
         host = runtime > prev_end
         kernel_wait = ~host & (gap < delay)
     category = np.where(host, 0, np.where(kernel_wait, 1, 2))
-    present = sorted(set(category.tolist()))
-    sums = np.array([np.nansum(gap[category == c]) for c in present])
+    present = np.unique(category).tolist()
+    known = np.where(np.isnan(gap), 0.0, gap)  # as np.nansum: NaN counts 0, the sum is np.sum's
+    sums = np.array([known[category == c].sum() for c in present])
     total = sums.sum()
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = sums / total

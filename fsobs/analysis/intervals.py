@@ -36,7 +36,7 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     new_group = np.empty(len(starts), dtype=bool)
     new_group[0] = True
     new_group[1:] = starts[1:] > reach[:-1]
-    group_end = np.flatnonzero(np.append(new_group[1:], True))
+    group_end = np.concatenate((np.flatnonzero(new_group[1:]), [len(starts) - 1]))
     return starts[new_group], np.maximum(reach[group_end], starts[new_group])
 
 
@@ -112,6 +112,29 @@ def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
     ends = np.minimum(iv[1], hi)
     keep = ends > starts
     return starts[keep], ends[keep]
+
+
+def clip_each(iv: Intervals, lo: np.ndarray, hi: np.ndarray) -> list[Intervals]:
+    """:func:`clip` of a canonical set to each window ``[lo[k], hi[k])`` (int64 arrays; windows
+    may overlap), in one pass: the candidates of window k are the intervals from the first one
+    ending after ``lo[k]`` to the last one starting before ``hi[k]``, all windows' candidates
+    are clipped together, and each window's result is a view of the kept ones."""
+    first = np.searchsorted(iv[1], lo, "right")
+    window, at = concat_ranges(first, np.maximum(np.searchsorted(iv[0], hi, "left") - first, 0))
+    starts = np.maximum(iv[0][at], lo[window])
+    ends = np.minimum(iv[1][at], hi[window])
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    bounds = [0, *np.cumsum(np.bincount(window[keep], minlength=len(lo))).tolist()]
+    return [(starts[a:b], ends[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def concat_ranges(first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions ``first[k], ..., first[k] + count[k] - 1`` of every k, concatenated, and
+    the k of each (``count`` >= 0)."""
+    owner = np.repeat(np.arange(len(first)), count)
+    offset = np.repeat(first - (np.cumsum(count) - count), count)  # k's first minus its start
+    return owner, np.arange(len(owner)) + offset
 
 
 def position(ordered: np.ndarray, values: np.ndarray) -> np.ndarray:

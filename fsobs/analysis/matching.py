@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.alltoall import VOLUME_INPUTS, AllToAll, all_to_all_table, volume_columns
+from fsobs.analysis.categorical import decoded, is_in
 from fsobs.analysis.clocks import Clock, align_clocks, unaligned
 from fsobs.analysis.stragglers.lateness import (
     LATENESS_COLUMNS,
@@ -213,51 +214,53 @@ def _shared_strings(frame: pd.DataFrame) -> pd.DataFrame:
 def rank_collectives(trace: RankTrace) -> pd.DataFrame:
     """One rank's synchronising collectives with their instance keys (see the module doc),
     in arrival order."""
-    colls = trace.collectives
-    colls = colls[colls["coll"].isin(SYNC_COLLECTIVES).to_numpy()]
-    rows = colls["row"].to_numpy()
-    start = arrivals(trace, colls)
-    end = trace.events["ts_ns"].to_numpy()[rows] + trace.events["dur_ns"].to_numpy()[rows]
+    colls, events = trace.collectives, trace.events
+    row, enqueue = colls["row"].to_numpy(), colls["enqueue_ns"].to_numpy()
+    sync = np.flatnonzero(is_in(colls["coll"], SYNC_COLLECTIVES))
+    start = arrivals(trace, row[sync], enqueue[sync])
     order = np.argsort(start, kind="stable")
-    group = colls["pg_name"].astype(object).where(colls["pg_name"].notna(), DEFAULT_GROUP)
-    gap, host_busy = gpu_gaps(trace, rows[order], start[order])
-    frame = pd.DataFrame(
-        {
-            "rank": trace.rank,
-            "group": group.astype(str).to_numpy()[order],
-            "coll": colls["coll"].astype(str).to_numpy()[order],
-            "seq": colls["seq"].to_numpy()[order],
-            "row": rows[order],
-            "step": _issue_steps(trace, colls)[order],
-            "start_ns": start[order],
-            "end_ns": end[order],
-            "in_nelems": colls["in_nelems"].to_numpy()[order],
-            "msg_bytes": colls["msg_bytes"].to_numpy()[order],
-            "pg_ranks": colls["pg_ranks"].astype(object).to_numpy()[order],
-            "pg_desc": colls["pg_desc"].astype(object).to_numpy()[order],
-            "role": colls["role"].astype(object).to_numpy()[order],
-            "gpu_gap_ns": gap,
-            "host_busy": pd.Series(host_busy, dtype=object).to_numpy(),
-            **{k: v[order] for k, v in volume_columns(colls).items()},
-        }
-    )
-    frame["key"] = _instance_keys(frame)
-    return frame
+    at, start = sync[order], start[order]  # positions in colls, in arrival order
+    rows = row[at]
+    end = events["ts_ns"].to_numpy()[rows] + events["dur_ns"].to_numpy()[rows]
+    gap, host_busy = gpu_gaps(trace, rows, start)
+    columns = {
+        "rank": trace.rank,
+        "group": decoded(colls["pg_name"], DEFAULT_GROUP, str)[at],
+        "coll": decoded(colls["coll"], convert=str)[at],
+        "seq": colls["seq"].to_numpy()[at],
+        "row": rows,
+        "step": _issue_steps(trace, rows, enqueue[at]),
+        "start_ns": start,
+        "end_ns": end,
+        "in_nelems": colls["in_nelems"].to_numpy()[at],
+        "msg_bytes": colls["msg_bytes"].to_numpy()[at],
+        "pg_ranks": decoded(colls["pg_ranks"])[at],
+        "pg_desc": decoded(colls["pg_desc"])[at],
+        "role": decoded(colls["role"])[at],
+        "gpu_gap_ns": gap,
+        "host_busy": host_busy,
+        **volume_columns(colls, at),
+    }
+    columns["key"] = _instance_keys(*(columns[c] for c in ("group", "coll", "step", "seq")))
+    # a block per column: consolidating them would cost more than it saves on a frame this size
+    return pd.DataFrame(columns, copy=False)
 
 
-def _instance_keys(frame: pd.DataFrame) -> np.ndarray:
+def _instance_keys(
+    group: np.ndarray, coll: np.ndarray, step: np.ndarray, seq: np.ndarray
+) -> np.ndarray:
     """``seq <n>`` where the trace has NCCL's Seq, else ``<coll> @<step> #<ordinal>`` (the
     ordinal counting this rank's collectives of that group, collective and step in arrival
-    order); a key seen before in the same group gets ``.1``, ``.2``, ..."""
+    order); a key seen before in the same group gets ``.1``, ``.2``, ... (one value per
+    collective in each array)."""
     ordinal: dict[tuple[str, str, int], int] = defaultdict(int)
     seen: dict[tuple[str, str], int] = defaultdict(int)
     keys = []
-    columns = (frame[c].tolist() for c in ("group", "coll", "step", "seq"))
-    for group, coll, step, seq in zip(*columns, strict=True):
-        key = f"seq {seq}" if seq >= 0 else f"{coll} @{step} #{ordinal[group, coll, step]}"
-        ordinal[group, coll, step] += 1
-        repeat = seen[group, key]
-        seen[group, key] += 1
+    for g, c, s, n in zip(group.tolist(), coll.tolist(), step.tolist(), seq.tolist(), strict=True):
+        key = f"seq {n}" if n >= 0 else f"{c} @{s} #{ordinal[g, c, s]}"
+        ordinal[g, c, s] += 1
+        repeat = seen[g, key]
+        seen[g, key] += 1
         keys.append(f"{key}.{repeat}" if repeat else key)
     return np.array(keys, dtype=object)
 
@@ -286,30 +289,38 @@ def _roles(run: Run[C], raw: pd.DataFrame) -> tuple[np.ndarray, bool]:
     return role.fillna("other").to_numpy(object), bool(role.notna().any())
 
 
-def _issue_steps(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:
-    """The step in which each collective of ``colls`` was asked for: on gloo the step window
-    holding its enqueue (its worker may start it after the step ended, and the step of that
-    start differs between ranks), else the step of its event."""
+def _issue_steps(trace: RankTrace, rows: np.ndarray, enqueue: np.ndarray) -> np.ndarray:
+    """The step in which each collective (its event ``rows``, its ``enqueue`` times) was asked
+    for: on gloo the step window holding its enqueue (its worker may start it after the step
+    ended, and the step of that start differs between ranks), else the step of its event."""
     events = trace.events
-    step: np.ndarray = events["step"].to_numpy()[colls["row"].to_numpy()]
-    marks = events[(events["kind"] == "step").to_numpy() & (events["device"] == "cpu").to_numpy()]
-    enqueue = colls["enqueue_ns"].to_numpy()
-    if marks.empty or not (enqueue >= 0).any():
+    step: np.ndarray = events["step"].to_numpy()[rows]
+    if not (enqueue >= 0).any():
         return step
-    marks = marks.sort_values("ts_ns")
-    lo = marks["ts_ns"].to_numpy()
-    hi = lo + marks["dur_ns"].to_numpy()
+    marks = step_marks(events)
+    if not len(marks):
+        return step
+    ts = events["ts_ns"].to_numpy()
+    marks = marks[np.argsort(ts[marks], kind="quicksort")]  # as pandas' sort_values
+    lo = ts[marks]
+    hi = lo + events["dur_ns"].to_numpy()[marks]
     pos = np.searchsorted(lo, enqueue, side="right") - 1
     inside = (enqueue >= 0) & (pos >= 0) & (enqueue < hi[np.maximum(pos, 0)])
-    return np.where(inside, marks["step"].to_numpy()[np.maximum(pos, 0)], step)
+    return np.where(inside, events["step"].to_numpy()[marks][np.maximum(pos, 0)], step)
 
 
-def arrivals(trace: RankTrace, colls: pd.DataFrame) -> np.ndarray:
-    """When each collective of ``colls`` (rows of ``trace.collectives``) arrived on this rank:
-    its enqueue on gloo (the rank asked; a queue delay after that is the collective's own
-    time), else the start of its event (an NCCL kernel starts when the rank reaches it)."""
-    start = trace.events["ts_ns"].to_numpy()[colls["row"].to_numpy()]
-    enqueue = colls["enqueue_ns"].to_numpy()
+def step_marks(events: pd.DataFrame) -> np.ndarray:
+    """Rows of the step ranges (ProfilerSteps, or the step marker's) of a rank's events."""
+    kind, device = events["kind"], events["device"]
+    return np.flatnonzero(is_in(kind, ("step",)) & is_in(device, ("cpu",)))
+
+
+def arrivals(trace: RankTrace, rows: np.ndarray, enqueue: np.ndarray) -> np.ndarray:
+    """When each collective (its event ``rows``, its ``enqueue`` times: those of
+    ``trace.collectives``) arrived on this rank: its enqueue on gloo (the rank asked; a queue
+    delay after that is the collective's own time), else the start of its event (an NCCL
+    kernel starts when the rank reaches it)."""
+    start = trace.events["ts_ns"].to_numpy()[rows]
     return cast(np.ndarray, np.where(enqueue >= 0, np.minimum(enqueue, start), start))
 
 

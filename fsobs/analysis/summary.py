@@ -17,9 +17,11 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
+from fsobs.analysis.bubbles import packing
 from fsobs.analysis.bubbles.parts import BubbleConfig, StepParts, step_parts
+from fsobs.analysis.categorical import is_in
 from fsobs.analysis.hta_compat import RankHta, rank_hta
 from fsobs.analysis.matching import rank_collectives
 from fsobs.analysis.spill import Spilled, SpillFile
@@ -50,8 +52,9 @@ class RankSummary:
     """:func:`fsobs.analysis.matching.rank_collectives`, pickled: a few rows, but as a
     frame of its own several times their size, for every rank (the matching opens them)."""
     parts: bytes | Spilled | None
-    """The per-step interval sets (:func:`~fsobs.analysis.bubbles.parts.step_parts`), pickled, or
-    the file they were spilled to (:meth:`spill`); None once taken (:meth:`take_parts`)."""
+    """The per-step interval sets (:func:`~fsobs.analysis.bubbles.parts.step_parts`), pickled
+    (:func:`fsobs.analysis.bubbles.packing.pack`), or the file they were spilled to
+    (:meth:`spill`); None once taken (:meth:`take_parts`)."""
     hta: RankHta | None
     """None on CPU-only ranks."""
     warnings: list[str] = field(default_factory=list)
@@ -70,7 +73,7 @@ class RankSummary:
         if parts is None:
             raise RuntimeError(f"the step parts of rank {self.rank} were taken already")
         data = parts.read() if isinstance(parts, Spilled) else parts
-        return cast(list[StepParts], pickle.loads(data))
+        return packing.unpack(data)
 
 
 def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> RankSummary:
@@ -89,7 +92,7 @@ def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> Rank
         step_source=trace.step_source,
         overview=overview_row(trace),
         sync_collectives=pickle.dumps(rank_collectives(trace), pickle.HIGHEST_PROTOCOL),
-        parts=pickle.dumps(step_parts(trace, config), pickle.HIGHEST_PROTOCOL),
+        parts=packing.pack(step_parts(trace, config)),
         hta=rank_hta(trace) if device == "gpu" else None,
         warnings=list(trace.warnings),
     )
@@ -144,8 +147,8 @@ def overview_row(trace: RankTrace) -> dict[str, Any]:
     comm_time_ms (sum of communication event durations; they may overlap)."""
     ev = trace.events
     dur = ev["dur_ns"].to_numpy()
-    steps = dur[(ev["kind"] == "step").to_numpy()]
-    comm = dur[(ev["kind"] == "comm").to_numpy()]
+    steps = dur[is_in(ev["kind"], ("step",))]
+    comm = dur[is_in(ev["kind"], ("comm",))]
     return {
         "rank": trace.rank,
         "host": trace.host_name or "",

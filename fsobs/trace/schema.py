@@ -66,8 +66,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
+import numpy as np
 import pandas as pd
 
 from fsobs.runformat.runmeta import RunMeta
@@ -151,15 +152,24 @@ class RankTrace:
     @property
     def device(self) -> str:
         """``gpu`` when the trace has device-side events, else ``cpu``."""
-        return "gpu" if bool((self.events["device"] == "gpu").any()) else "cpu"
+        return "gpu" if bool(_is(self.events["device"], "gpu").any()) else "cpu"
 
     @cached_property
     def steps(self) -> list[int]:
         """Step numbers recorded on this rank, in order (``[0]`` for a whole-trace window)."""
         if self.step_source == "whole trace":
             return [0]
-        marks = self.events.loc[self.events["kind"] == "step", "step"]
-        return sorted(int(s) for s in marks.unique())
+        marks = self.events["step"].to_numpy()[_is(self.events["kind"], "step")]
+        return cast(list[int], np.unique(marks).tolist())
+
+
+def _is(column: pd.Series, value: str) -> np.ndarray:
+    """Row mask of a categorical column: its value is ``value`` (from the codes: a pandas
+    comparison costs tens of microseconds, and these properties are asked for often)."""
+    categorical = cast(pd.Categorical, column.array)
+    if value not in categorical.categories:
+        return np.zeros(len(column), bool)
+    return np.asarray(categorical.codes == categorical.categories.get_loc(value))
 
 
 class RankLike(Protocol):

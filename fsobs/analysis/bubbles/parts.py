@@ -12,7 +12,8 @@ import pandas as pd
 from fsobs.analysis import intervals as iv
 from fsobs.analysis.bubbles.optree import op_tree
 from fsobs.analysis.bubbles.windows import GpuCoverage, cpu_windows, gpu_coverage, gpu_windows
-from fsobs.analysis.matching import SYNC_COLLECTIVES, arrivals
+from fsobs.analysis.categorical import codes, is_in
+from fsobs.analysis.matching import SYNC_COLLECTIVES, arrivals, step_marks
 from fsobs.trace.schema import RankTrace
 from optim.markers import DATA_MARKER
 
@@ -107,13 +108,14 @@ def _spans(frame: pd.DataFrame) -> iv.Intervals:
 
 def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     ev = trace.events
-    rows = np.flatnonzero((ev["stream"].to_numpy() >= 0) & _is_in(ev["kind"], _GPU_WORK))
+    kind = ev["kind"]
+    rows = np.flatnonzero((ev["stream"].to_numpy() >= 0) & is_in(kind, _GPU_WORK))
     start = ev["ts_ns"].to_numpy()[rows]
     end = start + ev["dur_ns"].to_numpy()[rows]
-    is_compute = _is_in(ev["kind"], ("compute",))[rows]
-    is_comm = _is_in(ev["kind"], ("comm",))[rows]
-    is_transfer = is_comm & np.isin(rows, _transfer_rows(trace))
-    sm_comm = is_comm & _is_in(ev["cat"], ("kernel",))[rows]  # copy engines take no SMs
+    is_compute = is_in(kind, ("compute",))[rows]
+    is_comm = is_in(kind, ("comm",))[rows]
+    is_transfer = is_comm & _transfers(trace)[rows]
+    sm_comm = is_comm & is_in(ev["cat"], ("kernel",))[rows]  # copy engines take no SMs
     contention = _contention(
         end[is_compute] - start[is_compute],
         _like(ev, rows[is_compute]),
@@ -126,50 +128,56 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     transfer = iv.union(start[is_transfer], end[is_transfer])
     everything = iv.union(start, end)
     comm_rows, comm_start, comm_end = rows[is_comm], start[is_comm], end[is_comm]
-    ranges = cpu_windows(ev[ev["device"] == "cpu"], _marks(ev))
+    ranges = cpu_windows(ev, step_marks(ev))
     windows, clock = gpu_windows(step, start, end), "gpu"
     if not windows:  # no step launched GPU work: the GPU during the steps' CPU ranges
         windows, clock = ranges, "cpu"
     coverage = gpu_coverage(windows, step, start, end)
+    lo = np.array([w[0] for w in windows.values()], np.int64)
+    hi = np.array([w[1] for w in windows.values()], np.int64)
+    compute_in, comm_in, transfer_in, everything_in = (
+        iv.clip_each(s, lo, hi) for s in (compute, comm, transfer, everything)
+    )
+    contention_in = _sums_by_step(step[is_compute], contention, list(windows))
     out = []
-    for s, (lo, hi) in windows.items():
+    for k, (s, (lo_s, hi_s)) in enumerate(windows.items()):
         out.append(
             StepParts(
                 rank=trace.rank,
                 step=s,
                 device="gpu",
-                window=(lo, hi),
+                window=(lo_s, hi_s),
                 clock=clock,
                 cpu_ns=_length(ranges.get(s)),
                 coverage=coverage[s],
-                compute=iv.clip(compute, lo, hi),
-                comm=iv.clip(comm, lo, hi),
-                comm_rows=comm_rows[(comm_start < hi) & (comm_end > lo)],
-                transfer=iv.clip(transfer, lo, hi),
-                everything=iv.clip(everything, lo, hi),
-                contention_ns=int(contention[step[is_compute] == s].sum()),
+                compute=compute_in[k],
+                comm=comm_in[k],
+                comm_rows=comm_rows[(comm_start < hi_s) & (comm_end > lo_s)],
+                transfer=transfer_in[k],
+                everything=everything_in[k],
+                contention_ns=contention_in[k],
             )
         )
     return out
 
 
-def _is_in(column: pd.Series, values: tuple[str, ...]) -> np.ndarray:
-    """Row mask of a categorical column: its value is one of ``values`` (never when NaN)."""
-    hit = np.array([c in values for c in column.cat.categories] + [False])
-    return hit[column.cat.codes.to_numpy()]
+def _sums_by_step(step: np.ndarray, values: np.ndarray, steps: list[int]) -> list[int]:
+    """The sum of the ``values`` of each of ``steps`` (``step``: each value's step), 0 for a
+    step without values; integer sums, exact."""
+    order = np.argsort(step, kind="stable")
+    ordered, total = step[order], np.concatenate(([0], np.cumsum(values[order])))
+    wanted = np.array(steps, np.int64)
+    right = total[np.searchsorted(ordered, wanted, "right")]
+    return cast(list[int], (right - total[np.searchsorted(ordered, wanted, "left")]).tolist())
 
 
-def _main_thread(ev: pd.DataFrame, marks: pd.DataFrame) -> object:
-    """The training thread: the one with the step marks, else the one with the most ops."""
+def _main_thread(ev: pd.DataFrame, marks: np.ndarray) -> object:
+    """The training thread: the one with the step marks (rows), else the one with the most
+    ops."""
     if len(marks):
-        return marks["tid"].mode().iloc[0]
+        return ev["tid"].iloc[marks].mode().iloc[0]
     ops = ev[(ev["cat"] == "cpu_op") & (ev["device"] == "cpu")]
     return ops["tid"].value_counts().index[0] if len(ops) else None
-
-
-def _marks(ev: pd.DataFrame) -> pd.DataFrame:
-    """The step ranges (ProfilerSteps, or the step marker's) of a rank's events."""
-    return ev[(ev["kind"] == "step") & (ev["device"] == "cpu")]
 
 
 def _length(window: tuple[int, int] | None) -> int:
@@ -178,12 +186,13 @@ def _length(window: tuple[int, int] | None) -> int:
 
 def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     ev = trace.events
-    marks = _marks(ev)
+    marks = step_marks(ev)
     main_tid = _main_thread(ev, marks)
     main = ev[(ev["tid"] == main_tid) & (ev["device"] == "cpu")]
     comm_all = ev[(ev["kind"] == "comm") & (ev["device"] == "cpu")]
-    colls = trace.collectives.set_index("row").reindex(comm_all.index).rename_axis("row")
-    comm_start = arrivals(trace, colls.reset_index())  # in flight from its enqueue on gloo
+    colls = trace.collectives.set_index("row").reindex(comm_all.index)
+    # in flight from its enqueue on gloo
+    comm_start = arrivals(trace, comm_all.index.to_numpy(), colls["enqueue_ns"].to_numpy())
     comm_end = (comm_all["ts_ns"] + comm_all["dur_ns"]).to_numpy()
     ops = main[(main["cat"] == "cpu_op") & (main["kind"] != "step")]
     tree = op_tree(ops["ts_ns"].to_numpy(), (ops["ts_ns"] + ops["dur_ns"]).to_numpy())
@@ -204,7 +213,7 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     in_loader = iv.covered(loading, comm_start)
     loader_comm = iv.intersect(iv.union(comm_start[in_loader], comm_end[in_loader]), loading)
     out = []
-    for step, (lo, hi) in cpu_windows(ev[ev["device"] == "cpu"], marks).items():
+    for step, (lo, hi) in cpu_windows(ev, marks).items():
         comm = (comm_start < hi) & (comm_end > lo)
         out.append(
             StepParts(
@@ -224,16 +233,18 @@ def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     return out
 
 
-def _transfer_rows(trace: RankTrace) -> np.ndarray:
-    """Rows of the communication events that are no synchronizing collective."""
+def _transfers(trace: RankTrace) -> np.ndarray:
+    """Event mask of the communication events that are no synchronizing collective."""
     colls = trace.collectives
-    return colls.loc[~colls["coll"].isin(SYNC_COLLECTIVES), "row"].to_numpy()
+    mask = np.zeros(len(trace.events), bool)
+    mask[colls["row"].to_numpy()[~is_in(colls["coll"], SYNC_COLLECTIVES)]] = True
+    return mask
 
 
 def _like(events: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """One code per kind of op or kernel at ``rows`` of ``events``: its name and, where
     recorded, its shapes."""
-    name = events["name"].cat.codes.to_numpy()[rows]
+    name = codes(events["name"])[rows]
     shape = events["shape_key"].to_numpy()[rows]
     order = np.lexsort((shape, name))
     new = np.ones(len(rows), bool)

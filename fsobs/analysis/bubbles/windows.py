@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import intervals as iv
+from fsobs.analysis.categorical import is_in
 
 Windows = dict[int, tuple[int, int]]
 """step -> [start, end) in ns."""
@@ -74,18 +75,21 @@ def gpu_windows(step: np.ndarray, start: np.ndarray, end: np.ndarray) -> Windows
     }
 
 
-def cpu_windows(cpu: pd.DataFrame, marks: pd.DataFrame) -> Windows:
-    """The CPU range of every step (``cpu``: the rank's CPU events; ``marks``: its step
+def cpu_windows(events: pd.DataFrame, marks: np.ndarray) -> Windows:
+    """The CPU range of every step (``events``: the rank's; ``marks``: the rows of its step
     ranges), else, for a trace without steps, the span of all its CPU events, as step 0."""
+    ts, dur = events["ts_ns"].to_numpy(), events["dur_ns"].to_numpy()
     if len(marks):
+        step = events["step"].to_numpy()[marks].tolist()
         return {
-            int(s): (int(lo), int(lo) + int(dur))
-            for s, lo, dur in marks[["step", "ts_ns", "dur_ns"]].itertuples(index=False)
+            s: (lo, lo + d)
+            for s, lo, d in zip(step, ts[marks].tolist(), dur[marks].tolist(), strict=True)
         }
-    if cpu.empty:
+    cpu = is_in(events["device"], ("cpu",))
+    if not cpu.any():
         return {}
-    start = cpu["ts_ns"].to_numpy()
-    return {0: (int(start.min()), int((start + cpu["dur_ns"].to_numpy()).max()))}
+    start = ts[cpu]
+    return {0: (int(start.min()), int((start + dur[cpu]).max()))}
 
 
 def gpu_coverage(
@@ -109,17 +113,16 @@ def gpu_coverage(
     return {
         s: GpuCoverage(
             unlaunched_events=int(n_in),
-            unlaunched_ns=int(iv.length(iv.clip(unlaunched_set, lo[k], hi[k]))),
+            unlaunched_ns=int(iv.length(in_window)),
             outside_events=int(n_out),
             outside_ns=int(ns_out),
         )
-        for k, (s, n_in, n_out, ns_out) in enumerate(
-            zip(
-                order,
-                np.bincount(owner[unlaunched], minlength=count),
-                np.bincount(owner[~inside], minlength=count),
-                np.bincount(gap_owner, outside_set[1] - outside_set[0], minlength=count),
-                strict=True,
-            )
+        for s, n_in, in_window, n_out, ns_out in zip(
+            order,
+            np.bincount(owner[unlaunched], minlength=count),
+            iv.clip_each(unlaunched_set, lo, hi),
+            np.bincount(owner[~inside], minlength=count),
+            np.bincount(gap_owner, outside_set[1] - outside_set[0], minlength=count),
+            strict=True,
         )
     }

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import intervals as iv
+from fsobs.analysis.categorical import codes, is_in
 from fsobs.trace.schema import RankTrace
 
 LATENESS_PARTS = ("gpu_active", "host_bound", "idle")
@@ -43,41 +44,46 @@ _HOST_WORK = ("compute", "runtime", "annotation")
 
 def gpu_gaps(
     trace: RankTrace, rows: np.ndarray, arrival: np.ndarray
-) -> tuple[np.ndarray, list[np.ndarray | None]]:
+) -> tuple[np.ndarray, np.ndarray]:
     """Per collective (event ``rows``, arriving at ``arrival``): the length of the GPU's idle
     gap that ends at its arrival (0 when the GPU was busy then; to the trace's start for a
     first kernel), and the host-busy pieces inside the gap as an ``(n, 2)`` array of times
-    relative to the arrival (None when there are none). CPU ranks: ``-1`` and None."""
+    relative to the arrival (None when there are none; an object array). CPU ranks: ``-1`` and
+    None."""
+    pieces = np.full(len(rows), None, object)
     if trace.device != "gpu" or not len(rows):
-        return np.full(len(rows), -1, np.int64), [None] * len(rows)
+        return np.full(len(rows), -1, np.int64), pieces
     ev = trace.events
     ts = ev["ts_ns"].to_numpy()
     end = ts + ev["dur_ns"].to_numpy()
-    on_gpu = (ev["stream"].to_numpy() >= 0) & ev["kind"].isin(_GPU_WORK).to_numpy()
+    on_gpu = (ev["stream"].to_numpy() >= 0) & is_in(ev["kind"], _GPU_WORK)
     gpu = iv.union(ts[on_gpu], end[on_gpu])
     host = _host_busy(ev, ts, end)
     pos = np.searchsorted(gpu[1], arrival, "left") - 1  # the last GPU work ending before it
     busy_at = iv.covered(gpu, arrival - 1)
     since = np.where(pos >= 0, gpu[1][np.maximum(pos, 0)], int(ts.min()))
     gap = np.where(busy_at, 0, arrival - since).astype(np.int64)
-    first = np.searchsorted(host[1], arrival - gap, "right").tolist()  # host: sorted, disjoint
-    stop = np.searchsorted(host[0], arrival, "left").tolist()
-    pieces: list[np.ndarray | None] = []
-    for a, g, i, j in zip(arrival.tolist(), gap.tolist(), first, stop, strict=True):
-        if g <= 0 or i >= j:
-            pieces.append(None)
-            continue
-        starts, ends = np.maximum(host[0][i:j], a - g), np.minimum(host[1][i:j], a)
-        pieces.append(np.stack((starts, ends), axis=1) - a)
+    first = np.searchsorted(host[1], arrival - gap, "right")  # host: sorted, disjoint
+    count = np.where(gap > 0, np.maximum(np.searchsorted(host[0], arrival, "left") - first, 0), 0)
+    owner, at = iv.concat_ranges(first, count)  # every collective's host pieces, cut out at once
+    a = arrival[owner]
+    starts, ends = np.maximum(host[0][at], a - gap[owner]), np.minimum(host[1][at], a)
+    cut = np.stack((starts, ends), axis=1) - a[:, None]
+    bounds = [0, *np.cumsum(count).tolist()]
+    for k in np.flatnonzero(count).tolist():
+        pieces[k] = cut[bounds[k] : bounds[k + 1]]
     return gap, pieces
 
 
 def _host_busy(ev: pd.DataFrame, ts: np.ndarray, end: np.ndarray) -> iv.Intervals:
     """When any CPU thread that launches GPU work is in a recorded range (not the step)."""
-    on_cpu = (ev["device"] == "cpu").to_numpy()
-    tid = ev["tid"].cat.codes.to_numpy()
-    launches = on_cpu & (ev["kind"] == "runtime").to_numpy() & (ev["correlation"].to_numpy() >= 0)
-    busy = on_cpu & ev["kind"].isin(_HOST_WORK).to_numpy() & np.isin(tid, np.unique(tid[launches]))
+    on_cpu = is_in(ev["device"], ("cpu",))
+    kind = ev["kind"]
+    tid = codes(ev["tid"])
+    launches = on_cpu & is_in(kind, ("runtime",)) & (ev["correlation"].to_numpy() >= 0)
+    launching = np.zeros(len(ev["tid"].cat.categories) + 1, bool)  # by tid code; -1: NaN
+    launching[tid[launches]] = True
+    busy = on_cpu & is_in(kind, _HOST_WORK) & launching[tid]
     return iv.union(ts[busy], end[busy])
 
 
