@@ -22,25 +22,6 @@ On a CPU device, the three points where ``TrainPipelinePEC`` assumes CUDA:
 
 On a CUDA device none of the three applies: torchrec's own code runs.
 
-On a CPU device, PEC's mask exchange is made cheaper. torchrec's ``_pec_overlap_dist``, before
-the forward of batch N, sends two int32 masks per PEC module (batch N+1's forward mask, batch
-N's backward mask) in two all-to-alls, and waits them there: with no data-dist stream the
-training thread blocks until both arrive, behind the lookup all-to-alls queued before them.
-Here (:meth:`ExactTrainPipelinePEC._pec_overlap_dist`) they go as one all-to-all
-(:func:`optim.pec_masks.start_overlap_dist`: one all-to-all fewer per PEC module and step),
-and are waited after the forward, where their results are first used (N+1's lookup ahead, or
-N's backward; range ``## pec_overlap_wait ##``): the exchange overlaps the forward. Batch N's
-forward merges its embeddings before N's backward partition is known, which torchrec's merge
-allows (``backward_ctxs=None``); the partition is put into the batch's autograd contexts when
-it arrives, before the backward reads it. And the gradient of batch N's overlapped IDs,
-whose all-to-all torchrec waits at the end of step N, is applied at the start of step N+1's
-overlapped lookup, its first reader (:meth:`ExactTrainPipelinePEC._pec_ol_compute`): the
-wait overlaps the loading of the next batch. Those rows are read by nothing in between
-(N+1's other IDs were looked up a step ahead, and are not in batch N), and the updates reach
-each row in the same order, so this too changes no number; the last step applies its own,
-and :meth:`ExactTrainPipelinePEC.drain` applies a pending one. Same values, same collectives
-in the same order (only waits move and two messages become one): training stays exact.
-
 On every device, two defects of PEC's gradient, which make its embedding updates differ from
 plain torchrec's (``distributed/pec_comm_ops.py``, ``PECGradientApply``):
 
@@ -73,17 +54,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
-from torch.autograd.profiler import record_function
 from torchrec.distributed.comm_ops import get_gradient_division
 from torchrec.distributed.pec_comm_ops import PECGradUpdateAwaitable
 from torchrec.distributed.pec_embedding import (
-    BackwardPartitionContext,
-    OverlapDistAwaitable,
     PECEmbeddingCollectionContext,
     ShardedPECEmbeddingCollection,
 )
@@ -94,8 +71,6 @@ from torchrec.distributed.train_pipeline.runtime_forwards import PECPipelinedFor
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
 from torchrec.distributed.types import Awaitable
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-from optim.pec_masks import start_overlap_dist, to_rank_major
 
 __all__ = [
     "PEC_INNER",
@@ -118,8 +93,7 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
     docstring); the arguments are ``TrainPipelinePEC``'s.
 
     ``divide_gradients=False`` and ``reorder_gradients=False`` keep torchrec's own gradient
-    (to show its defects); ``torchrec_schedule=True`` keeps torchrec's own mask exchange and
-    waits on CPU too (module docstring). The CPU changes apply on a CPU ``device`` only."""
+    (to show its defects); the CPU changes apply on a CPU ``device`` only."""
 
     def __init__(
         self,
@@ -132,14 +106,10 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
         *,
         divide_gradients: bool = True,
         reorder_gradients: bool = True,
-        torchrec_schedule: bool = False,
     ) -> None:
         self._divide_gradients = divide_gradients
         self._reorder_gradients = reorder_gradients
         self._on_cpu = device.type == "cpu"
-        self._cpu_schedule = self._on_cpu and not torchrec_schedule
-        self._overlap_pending: list[_PendingOverlap] = []
-        self._ol_grad_pending: dict[str, list[Awaitable[None]]] = {}
         if not self._on_cpu:
             super().__init__(
                 model, optimizer, device, execute_all_batches, apply_jit, custom_model_fwd
@@ -162,18 +132,17 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
         self._overlap_dist_event = torch.cpu.Event()
 
     def drain(self) -> None:
-        """Apply the last step's deferred gradients now (the NOL one, and on CPU the OL one:
-        module docstring). Collective: every rank calls it.
+        """Apply the last step's deferred NOL gradient now. Collective: every rank calls it.
 
         Call it before a checkpoint and when a run stops before its data ends: the tables then
         hold every finished step's whole update, as plain torchrec's do. Training goes on as
         before (the next step finds nothing deferred; the IDs of a deferred gradient are not in
         the next batch, so applying it earlier changes no number). A no-op before the first
         step and after the last (the last step applies its own)."""
+        if not self.contexts:
+            return
         with self._cpu_steps():
-            self._apply_ol_grad()
-            if self.contexts:
-                self._wait_pec_grad(self._start_deferred_nol_grad(self.contexts[0]))
+            self._wait_pec_grad(self._start_deferred_nol_grad(self.contexts[0]))
 
     def enqueue_batch(self, dataloader_iter: Iterator[Any]) -> bool:
         """torchrec's, refusing a batch PEC cannot take before any of its work starts
@@ -193,9 +162,7 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
 
     def progress(self, dataloader_iter: Iterator[Any]) -> Any:
         with self._cpu_steps():
-            output = super().progress(dataloader_iter)
-            self._finish_overlap_dist()  # the last batch out of training: nothing needed it
-            return output
+            return super().progress(dataloader_iter)
 
     def fill_pipeline(self, dataloader_iter: Iterator[Any]) -> None:
         with self._cpu_steps():
@@ -218,69 +185,13 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
                 if not isinstance(module, ShardedPECEmbeddingCollection):
                     module.forward._device = self._device
 
-    # ----------------------------------------------------------- the mask exchange (CPU)
-
-    def _pec_overlap_dist(
-        self,
-        current_ctx: PECTrainPipelineContext | None,
-        prev_ctx: PECTrainPipelineContext | None,
-    ) -> None:
-        # TrainPipelinePEC._pec_overlap_dist (pec_train_pipeline.py), on CPU with one mask
-        # all-to-all per group, waited by _finish_overlap_dist (module docstring)
-        if not self._cpu_schedule:
-            super()._pec_overlap_dist(current_ctx, prev_ctx)
-            return
-        self._finish_overlap_dist()
-        for name, pec in self._pec_modules.items():
-            dist_input, module_ctx = None, None
-            if current_ctx is not None:
-                dist_input = current_ctx.input_dist_tensors_requests.pop(name).wait()
-                current_ctx.pec_dist_inputs[name] = dist_input
-                module_ctx = self._pec_module_ctx(current_ctx, name)
-            prev_input, prev_module_ctx = None, None
-            if prev_ctx is not None:
-                prev_input = prev_ctx.pec_dist_inputs[name]
-                prev_module_ctx = self._pec_module_ctx(prev_ctx, name)
-                # the forward of prev_ctx's batch merges without them (torchrec's
-                # merge_partitioned_embeddings takes None); _finish_overlap_dist adds them
-                prev_ctx.pec_backward_ctxs[name] = None
-            results = start_overlap_dist(pec, module_ctx, dist_input, prev_module_ctx, prev_input)
-            self._overlap_pending.append(_PendingOverlap(name, results, current_ctx, prev_ctx))
-
-    def _finish_overlap_dist(self) -> None:
-        """Wait the mask exchange :meth:`_pec_overlap_dist` started and hand its results where
-        torchrec's ``_pec_overlap_dist`` does; a batch whose forward has run gets its backward
-        partition where ``merge_partitioned_embeddings`` puts it. A no-op when nothing waits."""
-        if not self._overlap_pending:
-            return
-        with record_function("## pec_overlap_wait ##"):
-            stream = torch.cpu.current_stream()
-            for pending in self._overlap_pending:
-                fwd_ctxs, bwd_ctxs = self._wait_pec_overlap_results(pending.results, stream)
-                if pending.current is not None:
-                    pending.current.pec_forward_ctxs[pending.name] = fwd_ctxs
-                if pending.prev is not None:
-                    pending.prev.pec_backward_ctxs[pending.name] = bwd_ctxs
-                    module_ctx = self._pec_module_ctx(pending.prev, pending.name)
-                    _attach_backward(module_ctx, bwd_ctxs)
-        self._overlap_pending.clear()
-
-    def _pec_nol_compute(self, context: PECTrainPipelineContext) -> None:
-        self._finish_overlap_dist()  # the first use of a forward partition
-        super()._pec_nol_compute(context)
-
-    def _backward(self, losses: torch.Tensor) -> None:
-        self._finish_overlap_dist()  # the first use of a backward partition (last batch)
-        super()._backward(losses)
-
     # ---------------------------------------------------------------------- the gradient
 
     def _start_pec_ol_grad(
         self, context: PECTrainPipelineContext
     ) -> dict[str, list[Awaitable[None]]]:
-        # TrainPipelinePEC._start_pec_ol_grad (pec_train_pipeline.py), through _grad_dist; on
-        # CPU, but for the last batch, kept for _apply_ol_grad (the caller waits nothing)
-        awaitables = {
+        # TrainPipelinePEC._start_pec_ol_grad (pec_train_pipeline.py), through _grad_dist
+        return {
             name: self._grad_dist(
                 pec,
                 self._pec_module_ctx(context, name),
@@ -289,22 +200,6 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
             )
             for name, pec in self._pec_modules.items()
         }
-        if not self._cpu_schedule or len(self.contexts) < 2:
-            return awaitables
-        self._ol_grad_pending = awaitables
-        return {}
-
-    def _pec_ol_compute(self, context: PECTrainPipelineContext) -> None:
-        self._apply_ol_grad()  # the previous batch's OL gradient, before its rows are read
-        super()._pec_ol_compute(context)
-
-    def _apply_ol_grad(self) -> None:
-        """Wait and apply the OL gradient :meth:`_start_pec_ol_grad` kept; a no-op if none."""
-        if not self._ol_grad_pending:
-            return
-        with record_function("## pec_ol_grad_apply ##"):
-            self._wait_pec_grad(self._ol_grad_pending)
-        self._ol_grad_pending = {}
 
     def _start_deferred_nol_grad(
         self, context: PECTrainPipelineContext
@@ -356,32 +251,6 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
         return awaitables
 
 
-@dataclass(frozen=True)
-class _PendingOverlap:
-    """One PEC module's mask exchange in flight: its results, for ``current`` (forward
-    partitions) and ``prev`` (backward partitions)."""
-
-    name: str
-    results: list[OverlapDistAwaitable]
-    current: PECTrainPipelineContext | None
-    prev: PECTrainPipelineContext | None
-
-
-def _attach_backward(
-    module_ctx: PECEmbeddingCollectionContext, backward_ctxs: list[BackwardPartitionContext]
-) -> None:
-    """Put the backward partitions into a batch's autograd contexts, as
-    ``merge_partitioned_embeddings`` does when it has them (pec_embedding.py); nothing when
-    the batch's forward has not run (its merge will)."""
-    infos = module_ctx.autograd_ctx_per_sharding
-    if infos is None:
-        return
-    for info, bwd in zip(infos, backward_ctxs, strict=True):
-        info.backward_splits = bwd.splits
-        info.backward_ol_permute = bwd.ol_permute
-        info.backward_nol_permute = bwd.nol_permute
-
-
 def variable_batch_fields(batch: Any) -> list[str]:
     """The fields of ``batch`` that are a ``KeyedJaggedTensor`` with a variable batch size per
     feature (VBE): PEC's overlap split assumes one stride (``lengths().view(-1, stride())``)."""
@@ -425,8 +294,16 @@ def arrival_order_lookup(
 def _rank_major_order(features: KeyedJaggedTensor, recat: torch.Tensor) -> torch.Tensor:
     """Positions into ``features.values()`` in rank-major order (as in
     ``RWOverlapHandler.mask_dist``, pec_collision_handlers.py)."""
+    to_rank_major = torch.ops.fbgemm.invert_permute(recat)
     positions = torch.arange(features.values().numel(), device=features.values().device)
-    return to_rank_major(features, recat, positions)
+    _, order, _ = torch.ops.fbgemm.permute_2D_sparse_data(
+        to_rank_major,
+        features.lengths().view(to_rank_major.shape[0], -1),
+        positions,
+        None,
+        positions.numel(),
+    )
+    return cast(torch.Tensor, order)
 
 
 class _DivideGradient(torch.autograd.Function):
