@@ -27,12 +27,11 @@ bubble reduction from each pair's control run (the median over pairs) beside the
     .venv/bin/python benchmarks/bench_ab.py --job seqrec --world-sizes 2 --pairs 3 --steps 12 \\
         --whatif --arm balance="--balance" --arm priority_overlap="--priority-overlap"
 
-An arm's leading ``NAME=VALUE`` words are environment variables of its runs, e.g. PEC with
-torchrec's own schedule on CPU (``fsobs.workload.train.PEC_SCHEDULE_ENV``):
+An arm's leading ``NAME=VALUE`` words are environment variables of its runs, e.g. the balance
+plans made on the training thread (``fsobs.workload.train.PLAN_AHEAD_ENV``):
 
-    .venv/bin/python benchmarks/bench_ab.py --world-sizes 2,4 --pairs 3 \\
-        --common "--item-popularity 1.1" --arm pec="--priority-overlap" \\
-        --arm pec_torchrec="FSOBS_PEC_SCHEDULE=torchrec --priority-overlap"
+    .venv/bin/python benchmarks/bench_ab.py --control="--balance" \\
+        --arm in_place="FSOBS_PLAN_AHEAD=0 --balance"
 """
 
 from __future__ import annotations

@@ -174,17 +174,16 @@ class FreeScale:
         return out
 
     def pipeline(
-        self, model: nn.Module, optimizer: Any, device: Any, *, torchrec_pec_schedule: bool = False
+        self, model: nn.Module, optimizer: Any, device: Any
     ) -> TrainPipelineSparseDist[Any, Any]:
         """The train pipeline with the toggles applied, attached (:meth:`attach`): PEC's
         (:class:`optim.pec.ExactTrainPipelinePEC`) when PEC took tables, torchrec's
-        ``TrainPipelineSparseDist`` otherwise. ``torchrec_pec_schedule``: on a CPU device, PEC
-        with torchrec's own mask exchange and waits (for A/B runs; :mod:`optim.pec`)."""
+        ``TrainPipelineSparseDist`` otherwise."""
         if self._pec is not None and self._pec.applied:
             from optim.pec import ExactTrainPipelinePEC
 
             pipeline: TrainPipelineSparseDist[Any, Any] = ExactTrainPipelinePEC(
-                model, optimizer, device, torchrec_schedule=torchrec_pec_schedule
+                model, optimizer, device
             )
         else:
             from torchrec.distributed.train_pipeline import TrainPipelineSparseDist

@@ -57,9 +57,6 @@ from optim.freescale import FreeScale
 PLAN_AHEAD_ENV = "FSOBS_PLAN_AHEAD"
 """For A/B runs and equivalence tests: ``0`` makes the balance plans on the training thread
 (``FreeScale.split``'s way) instead of one step ahead on FreeScale's planner thread."""
-PEC_SCHEDULE_ENV = "FSOBS_PEC_SCHEDULE"
-"""For A/B runs: ``torchrec`` runs PEC (``--priority-overlap``) on CPU with torchrec's own mask
-exchange and waits instead of :mod:`optim.pec`'s CPU schedule (the same numbers either way)."""
 PIN_ENV = "FSOBS_PIN_CORES"
 """``1``: pin each rank, and every thread it has or starts (gloo's, the profiler's, the balance
 planner's), to one core, ``LOCAL_RANK`` modulo the cores it may use (an experiment on where a
@@ -131,8 +128,7 @@ def train(
         model, device, dmp_kwargs=dmp_kwargs, optimizer=job.optimizer, add_sharders=fs.sharders
     )
     optimizer = build_optimizer(dmp, optimizer=job.optimizer)
-    torchrec_schedule = os.environ.get(PEC_SCHEDULE_ENV) == "torchrec"
-    pipeline = fs.pipeline(dmp, optimizer, device, torchrec_pec_schedule=torchrec_schedule)
+    pipeline = fs.pipeline(dmp, optimizer, device)
     made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
     fed = _recorded(iter(inputs), made)
     fail, how = _fault(rank)
