@@ -111,43 +111,53 @@ def top_ops(ops: pd.DataFrame, steps: Sequence[int], n: int = TOP_OPS) -> pd.Dat
 def bar_names(bars: pd.DataFrame, ops: pd.DataFrame, shifts_ns: dict[int, int]) -> list[str]:
     """For each timeline bar (rows of :func:`dashboard.tables.timeline_frame`), the ops or
     kernels of its class's kinds (:data:`LANE_KINDS`) that ran inside it, the most self time
-    inside the bar first: ``aten::mm ×3 (0.41 ms, thread 7)``, at most :data:`NAMES_PER_BAR`,
-    ``; ``-separated; ``""`` where none did.
+    inside the bar first (ties: the first to appear in ``ops``):
+    ``aten::mm ×3 (0.41 ms, thread 7)``, at most :data:`NAMES_PER_BAR`, ``; ``-separated;
+    ``""`` where none did.
 
     ``shifts_ns``: per rank, the absolute time of the timeline's 0 on that rank's clock (the
     frame's ``origin_ns`` plus the rank's clock offset). An op's time inside a bar is its self
     time times the fraction of it that overlaps the bar.
     """
     names = [""] * len(bars)
+    name_codes, name_of = pd.factorize(ops["name"])
+    place_codes, place_of = pd.factorize(ops["place"])
+    key = name_codes.astype(np.int64) * max(len(place_of), 1) + place_codes
+    rank_of, kind_of = ops["rank"].to_numpy(), ops["kind"].to_numpy()
+    bar_start, bar_end = bars["start_ms"].to_numpy(), bars["end_ms"].to_numpy()
     for (rank, lane), rows in bars.groupby(["rank", "lane"], sort=False).indices.items():
-        mine = ops[(ops["rank"] == rank) & ops["kind"].isin(LANE_KINDS[str(lane)])]
-        if mine.empty:
+        mine = np.flatnonzero((rank_of == rank) & np.isin(kind_of, LANE_KINDS[str(lane)]))
+        if not len(mine):
             continue
-        start = (mine["start_ns"].to_numpy(np.int64) - shifts_ns[int(rank)]) / 1e6
-        end = (mine["end_ns"].to_numpy(np.int64) - shifts_ns[int(rank)]) / 1e6
-        weight = mine["self_ns"].to_numpy(np.float64) / 1e6 / np.maximum(end - start, 1e-12)
+        shift = shifts_ns[int(rank)]
+        start = (ops["start_ns"].to_numpy(np.int64)[mine] - shift) / 1e6
+        end = (ops["end_ns"].to_numpy(np.int64)[mine] - shift) / 1e6
+        weight = ops["self_ns"].to_numpy(np.float64)[mine] / 1e6 / np.maximum(end - start, 1e-12)
         for row in rows:
-            lo, hi = bars["start_ms"].iat[row], bars["end_ms"].iat[row]
+            lo, hi = bar_start[row], bar_end[row]
             inside = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None) * weight
             hit = np.flatnonzero(inside > 0)
             if len(hit):
-                names[row] = _describe(mine.iloc[hit], inside[hit])
+                names[row] = _describe(key[mine[hit]], inside[hit], name_of, place_of)
     return names
 
 
-def _describe(ops: pd.DataFrame, inside_ms: np.ndarray) -> str:
-    per = (
-        ops.assign(inside_ms=inside_ms)
-        .groupby(["name", "place"], sort=False)
-        .agg(count=("inside_ms", "size"), inside_ms=("inside_ms", "sum"))
-        .sort_values("inside_ms", ascending=False, kind="stable")
-        .head(NAMES_PER_BAR)
-    )
+def _describe(
+    keys: np.ndarray, inside_ms: np.ndarray, name_of: pd.Index, place_of: pd.Index
+) -> str:
+    """The bar's text from its ops' (name, place) keys and times inside it: per key, the count
+    and the summed time, the most time first, ties in the order the keys first appear."""
+    places = len(place_of) or 1
+    count: dict[int, int] = {}
+    total: dict[int, float] = {}
+    for k, ms in zip(keys.tolist(), inside_ms.tolist(), strict=True):
+        count[k] = count.get(k, 0) + 1
+        total[k] = total.get(k, 0.0) + ms
+    top = sorted(total, key=lambda k: -total[k])[:NAMES_PER_BAR]  # stable: first seen first
     return "; ".join(
-        f"{_short(str(name))} ×{count} ({inside:.3f} ms, {place})"
-        for (name, place), count, inside in zip(
-            per.index, per["count"], per["inside_ms"], strict=True
-        )
+        f"{_short(str(name_of[k // places]))} ×{count[k]} "
+        f"({total[k]:.3f} ms, {place_of[k % places]})"
+        for k in top
     )
 
 
