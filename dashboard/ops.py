@@ -124,15 +124,17 @@ def bar_names(bars: pd.DataFrame, ops: pd.DataFrame, shifts_ns: dict[int, int]) 
     place_codes, place_of = pd.factorize(ops["place"])
     key = name_codes.astype(np.int64) * max(len(place_of), 1) + place_codes
     rank_of, kind_of = ops["rank"].to_numpy(), ops["kind"].to_numpy()
+    op_start, op_end = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
+    self_ms = ops["self_ns"].to_numpy(np.float64) / 1e6
     bar_start, bar_end = bars["start_ms"].to_numpy(), bars["end_ms"].to_numpy()
     for (rank, lane), rows in bars.groupby(["rank", "lane"], sort=False).indices.items():
         mine = np.flatnonzero((rank_of == rank) & np.isin(kind_of, LANE_KINDS[str(lane)]))
         if not len(mine):
             continue
         shift = shifts_ns[int(rank)]
-        start = (ops["start_ns"].to_numpy(np.int64)[mine] - shift) / 1e6
-        end = (ops["end_ns"].to_numpy(np.int64)[mine] - shift) / 1e6
-        weight = ops["self_ns"].to_numpy(np.float64)[mine] / 1e6 / np.maximum(end - start, 1e-12)
+        start = (op_start[mine] - shift) / 1e6
+        end = (op_end[mine] - shift) / 1e6
+        weight = self_ms[mine] / np.maximum(end - start, 1e-12)
         for row in rows:
             lo, hi = bar_start[row], bar_end[row]
             inside = np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None) * weight
@@ -167,15 +169,21 @@ def _short(name: str) -> str:
 
 def lane_places(bars: pd.DataFrame, ops: pd.DataFrame) -> dict[tuple[int, str], str]:
     """Per (rank, class) lane, where its named ops ran: ``stream 7, 20`` / ``thread 1234``
-    (the streams or threads of the lane's kinds on that rank, by self time, at most 3)."""
+    (the streams or threads of the lane's kinds on that rank, by self time, at most 3; ties:
+    the first in the order of the places' names)."""
     out: dict[tuple[int, str], str] = {}
+    rank_of, kind_of = ops["rank"].to_numpy(), ops["kind"].to_numpy()
+    place_codes, place_of = pd.factorize(ops["place"], sort=True)
+    self_ns = ops["self_ns"].to_numpy(np.float64)
     for rank, lane in bars[["rank", "lane"]].drop_duplicates().itertuples(index=False):
-        mine = ops[(ops["rank"] == rank) & ops["kind"].isin(LANE_KINDS[str(lane)])]
-        if mine.empty:
+        mine = (rank_of == rank) & np.isin(kind_of, LANE_KINDS[str(lane)])
+        if not mine.any():
             continue
-        by = mine.groupby("place")["self_ns"].sum().sort_values(ascending=False)
-        prefix = str(by.index[0]).split(" ")[0]
-        ids = [str(p).split(" ", 1)[1] for p in by.index[:3]]
+        per_place = np.bincount(place_codes[mine], weights=self_ns[mine], minlength=len(place_of))
+        present = np.flatnonzero(np.bincount(place_codes[mine], minlength=len(place_of)))
+        by = present[np.argsort(-per_place[present], kind="stable")]
+        prefix = str(place_of[by[0]]).split(" ")[0]
+        ids = [str(place_of[p]).split(" ", 1)[1] for p in by[:3]]
         more = " ..." if len(by) > 3 else ""
         out[(int(rank), str(lane))] = f"{prefix} {', '.join(ids)}{more}"
     return out
