@@ -1,11 +1,13 @@
-"""A rank's step parts survive the packed pickle (fsobs.analysis.bubbles.packing) whole: every
-field, every array's values and dtype, empty arrays and arrays of several dtypes included."""
+"""A rank's step parts and class interval sets survive the packed pickle
+(fsobs.analysis.bubbles.packing) whole: every field, every array's values and dtype, empty
+arrays and arrays of several dtypes included."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from fsobs.analysis.bubbles.packing import pack, unpack
+from fsobs.analysis.bubbles.classify import StepBubbles
+from fsobs.analysis.bubbles.packing import pack, pack_bubbles, unpack, unpack_bubbles
 from fsobs.analysis.bubbles.parts import StepParts
 from fsobs.analysis.bubbles.windows import GpuCoverage
 
@@ -70,3 +72,39 @@ def test_every_field_comes_back_with_its_values_and_dtype() -> None:
 
 def test_no_parts() -> None:
     assert unpack(pack([])) == []
+
+
+def test_class_interval_sets_come_back_in_their_order_with_every_field() -> None:
+    """A rank's StepBubbles (what the bubble store spills): the classes in their order, each
+    interval set with its values and dtype, and the per-rank charges."""
+    steps = [
+        StepBubbles(
+            rank=2,
+            step=0,
+            window=(0, 100),
+            classes={"busy": (_i64(0, 50), _i64(40, 90)), "straggler_wait": (_i64(40), _i64(50))},
+            contention_ns=3,
+            caused_ns={1: 10},
+            by_role_ns={("straggler_wait", "embedding"): 10},
+        ),
+        StepBubbles(
+            rank=2,
+            step=1,
+            window=(100, 150),
+            classes={"straggler_wait": (_i64(), _i64()), "busy": (np.array([100.5]), _i64(149))},
+        ),
+    ]
+    after = unpack_bubbles(pack_bubbles(steps))
+    for old, new in zip(steps, after, strict=True):
+        assert type(new) is StepBubbles
+        assert list(new.classes) == list(old.classes)
+        for name, intervals in old.classes.items():
+            assert _same(intervals, new.classes[name]), name
+        assert (new.rank, new.step, new.window) == (old.rank, old.step, old.window)
+        assert (new.contention_ns, new.caused_ns, new.by_role_ns) == (
+            old.contention_ns,
+            old.caused_ns,
+            old.by_role_ns,
+        )
+    assert after[1].classes["busy"][0].dtype == np.float64
+    assert unpack_bubbles(pack_bubbles([])) == []

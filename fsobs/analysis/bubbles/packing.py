@@ -1,9 +1,10 @@
-"""A rank's step parts (:class:`~.parts.StepParts`) as one pickle, their arrays in one buffer.
+"""A rank's step parts (:class:`~.parts.StepParts`) or class interval sets
+(:class:`~.classify.StepBubbles`) as one pickle, their arrays in one buffer per dtype.
 
-A rank's parts hold a dozen interval arrays per step, most of them a few elements long, and
-pickling an array costs about a microsecond whatever its size: more than the data. So the
-arrays of all steps travel concatenated, one buffer per dtype, with their lengths, and come
-back as views of that buffer; everything else of a part is pickled as it is.
+A rank holds a dozen interval arrays per step, most of them a few elements long, and pickling
+an array costs about a microsecond whatever its size: more than the data. So the arrays of
+all steps travel concatenated, one buffer per dtype, with their lengths, and come back as
+views of that buffer; everything else of a step is pickled as it is.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.parts import StepParts
 
 _ARRAYS = ("comm_rows",)
@@ -29,6 +31,45 @@ def pack(parts: list[StepParts]) -> bytes:
         arrays += [shell.pop(name) for name in _ARRAYS]
         arrays += [a for name in _INTERVALS for a in shell.pop(name)]
         shells.append(shell)
+    return _dumps(shells, arrays)
+
+
+def unpack(data: bytes) -> list[StepParts]:
+    """The parts :func:`pack` pickled."""
+    shells, given = _loads(data)
+    parts = []
+    for shell in shells:
+        arrays: dict[str, Any] = {name: next(given) for name in _ARRAYS}
+        arrays |= {name: (next(given), next(given)) for name in _INTERVALS}
+        parts.append(StepParts(**shell, **arrays))
+    return parts
+
+
+def pack_bubbles(steps: list[StepBubbles]) -> bytes:
+    """``steps`` pickled (:func:`unpack_bubbles` gives them back); their classes in order."""
+    arrays: list[np.ndarray] = []
+    shells = []
+    for step in steps:
+        shell = dict(vars(step))
+        classes = shell.pop("classes")
+        shell["class_names"] = list(classes)
+        arrays += [a for intervals in classes.values() for a in intervals]
+        shells.append(shell)
+    return _dumps(shells, arrays)
+
+
+def unpack_bubbles(data: bytes) -> list[StepBubbles]:
+    """The steps :func:`pack_bubbles` pickled."""
+    shells, given = _loads(data)
+    steps = []
+    for shell in shells:
+        names = shell.pop("class_names")
+        classes = {name: (next(given), next(given)) for name in names}
+        steps.append(StepBubbles(**shell, classes=classes))
+    return steps
+
+
+def _dumps(shells: list[dict[str, Any]], arrays: list[np.ndarray]) -> bytes:
     kinds = [a.dtype for a in arrays]
     dtypes = list(dict.fromkeys(kinds))
     which = np.array([dtypes.index(k) for k in kinds], np.int64)
@@ -39,17 +80,11 @@ def pack(parts: list[StepParts]) -> bytes:
     return pickle.dumps((shells, which, lengths, buffers), pickle.HIGHEST_PROTOCOL)
 
 
-def unpack(data: bytes) -> list[StepParts]:
-    """The parts :func:`pack` pickled."""
+def _loads(data: bytes) -> tuple[list[dict[str, Any]], Iterator[np.ndarray]]:
+    """The shells, and the arrays in the order they were given to :func:`_dumps`."""
     shells, which, lengths, buffers = pickle.loads(data)
     pieces = [_pieces(buffer, lengths[which == d]) for d, buffer in enumerate(buffers)]
-    given = iter([next(pieces[d]) for d in which.tolist()])
-    parts = []
-    for shell in shells:
-        arrays: dict[str, Any] = {name: next(given) for name in _ARRAYS}
-        arrays |= {name: (next(given), next(given)) for name in _INTERVALS}
-        parts.append(StepParts(**shell, **arrays))
-    return parts
+    return shells, iter([next(pieces[d]) for d in which.tolist()])
 
 
 def _pieces(buffer: np.ndarray, lengths: np.ndarray) -> Iterator[np.ndarray]:

@@ -1,20 +1,21 @@
 """The class interval sets of an analyzed run, one rank at a time.
 
 Every rank's :class:`~fsobs.analysis.bubbles.classify.StepBubbles` (its steps' interval sets
-of every class) grow with the rank's event count, so an analysis does not keep them in memory: each
-rank's are pickled into a :class:`~fsobs.analysis.spill.SpillFile` as soon as the rank is
-classified, and read back on demand, a rank at a time (the export, the dashboard's timeline of
-the chosen ranks, the what-if's segment graph). A pickled store (the dashboard's disk cache)
+of every class) grow with the rank's event count, so an analysis does not keep them in memory:
+each rank's are pickled (:func:`~fsobs.analysis.bubbles.packing.pack_bubbles`) into a
+:class:`~fsobs.analysis.spill.SpillFile` as soon as the rank is classified, and read back on
+demand, a rank at a time (the export, the dashboard's timeline of the chosen ranks, the
+what-if's segment graph). A pickled store (the dashboard's disk cache)
 carries every rank's blob and keeps them in memory once unpickled.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterable, Iterator
-from typing import Any, cast
+from typing import Any
 
 from fsobs.analysis.bubbles.classify import StepBubbles
+from fsobs.analysis.bubbles.packing import pack_bubbles, unpack_bubbles
 from fsobs.analysis.spill import Spilled, SpillFile
 
 
@@ -33,7 +34,7 @@ class BubbleStore:
             raise ValueError(f"rank {rank} is already stored")
         if self._file is None:
             self._file = SpillFile()
-        self._blobs[rank] = self._file.put(pickle.dumps(steps, pickle.HIGHEST_PROTOCOL))
+        self._blobs[rank] = self._file.put(pack_bubbles(steps))
         self._count += len(steps)
 
     @property
@@ -45,9 +46,7 @@ class BubbleStore:
         blob = self._blobs.get(rank)
         if blob is None:
             return []
-        return cast(
-            list[StepBubbles], pickle.loads(blob.read() if isinstance(blob, Spilled) else blob)
-        )
+        return unpack_bubbles(blob.read() if isinstance(blob, Spilled) else blob)
 
     def of_ranks(self, ranks: Iterable[int]) -> list[StepBubbles]:
         """The steps of each of ``ranks``, rank by rank (in the order given)."""
