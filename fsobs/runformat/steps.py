@@ -195,7 +195,7 @@ class StepRecord:
         if lengths is not None:
             if not isinstance(lengths, list):
                 raise ValueError(f"seq_lengths must be a list, got {_kind(lengths)}")
-            values = [_non_negative_int(v, "seq_lengths") for v in lengths]
+            values = _non_negative_ints(lengths, "seq_lengths")
             sums = _sums(values)
             num_samples = record.get("num_samples", len(values))
         else:
@@ -524,4 +524,14 @@ def _lengths(lengths: Sequence[int] | np.ndarray, name: str = "seq lengths") -> 
     raw = lengths.tolist() if hasattr(lengths, "tolist") else list(lengths)
     if not isinstance(raw, list):  # a 0-d array or tensor
         raise ValueError(f"{name} must be a 1-D sequence, got {lengths!r}")
-    return [_non_negative_int(v, name) for v in raw]
+    return _non_negative_ints(raw, name)
+
+
+def _non_negative_ints(values: list[Any], name: str) -> list[int]:
+    """``values`` as ints >= 0 (:func:`_non_negative_int` of each; the first bad one's error).
+    A list of plain ints in range, as JSON gives, is returned as it is, checked at C speed."""
+    if all(type(v) is int for v in values) and (
+        not values or 0 <= min(values) <= max(values) < 2**63
+    ):
+        return values
+    return [_non_negative_int(v, name) for v in values]
