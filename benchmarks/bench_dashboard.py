@@ -92,7 +92,7 @@ BUBBLES_CHARTS = 3  # bubble classes by rank, straggler-wait heatmap, step timel
 BUBBLES_READY = page_ready_js("Bubbles", BUBBLES_CHARTS)
 GOAL_COLD_S = 10.0
 GOAL_SWITCH_S = 1.0
-NAV_LINK = '[data-testid="stSidebarNav"] a'
+NAV_LINK = '[data-testid="stSidebar"] a'
 
 
 def link_run(run_dir: Path, store: Path) -> Path:
