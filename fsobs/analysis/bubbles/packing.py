@@ -24,14 +24,14 @@ _INTERVALS = ("compute", "comm", "transfer", "everything", "loading", "loader_co
 
 def pack(parts: list[StepParts]) -> bytes:
     """``parts`` pickled (:func:`unpack` gives them back)."""
-    arrays: list[np.ndarray] = []
-    shells = []
-    for part in parts:
-        shell = dict(vars(part))
-        arrays += [shell.pop(name) for name in _ARRAYS]
-        arrays += [a for name in _INTERVALS for a in shell.pop(name)]
-        shells.append(shell)
-    return _dumps(shells, arrays)
+    return _dumps([_split_part(part) for part in parts])
+
+
+def _split_part(part: StepParts) -> tuple[dict[str, Any], list[np.ndarray]]:
+    shell = dict(vars(part))
+    arrays = [shell.pop(name) for name in _ARRAYS]
+    arrays += [a for name in _INTERVALS for a in shell.pop(name)]
+    return shell, arrays
 
 
 def unpack(data: bytes) -> list[StepParts]:
@@ -47,15 +47,14 @@ def unpack(data: bytes) -> list[StepParts]:
 
 def pack_bubbles(steps: list[StepBubbles]) -> bytes:
     """``steps`` pickled (:func:`unpack_bubbles` gives them back); their classes in order."""
-    arrays: list[np.ndarray] = []
-    shells = []
-    for step in steps:
-        shell = dict(vars(step))
-        classes = shell.pop("classes")
-        shell["class_names"] = list(classes)
-        arrays += [a for intervals in classes.values() for a in intervals]
-        shells.append(shell)
-    return _dumps(shells, arrays)
+    return _dumps([_split_bubbles(step) for step in steps])
+
+
+def _split_bubbles(step: StepBubbles) -> tuple[dict[str, Any], list[np.ndarray]]:
+    shell = dict(vars(step))
+    classes = shell.pop("classes")
+    shell["class_names"] = list(classes)
+    return shell, [a for intervals in classes.values() for a in intervals]
 
 
 def unpack_bubbles(data: bytes) -> list[StepBubbles]:
@@ -69,7 +68,10 @@ def unpack_bubbles(data: bytes) -> list[StepBubbles]:
     return steps
 
 
-def _dumps(shells: list[dict[str, Any]], arrays: list[np.ndarray]) -> bytes:
+def _dumps(split: list[tuple[dict[str, Any], list[np.ndarray]]]) -> bytes:
+    """Each item's shell (what is pickled as it is) and arrays (concatenated per dtype)."""
+    shells = [shell for shell, _ in split]
+    arrays = [a for _, mine in split for a in mine]
     kinds = [a.dtype for a in arrays]
     dtypes = list(dict.fromkeys(kinds))
     which = np.array([dtypes.index(k) for k in kinds], np.int64)
