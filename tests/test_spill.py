@@ -8,6 +8,8 @@ import gc
 import os
 import pickle
 import weakref
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -16,8 +18,9 @@ import pytest
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.parts import CLASSES
 from fsobs.analysis.bubbles.store import BubbleStore
-from fsobs.analysis.matching import _shared_strings
+from fsobs.analysis.matching import _INTERN_RANKS, _all_ranks, _shared_strings
 from fsobs.analysis.spill import SpillFile
+from fsobs.trace.schema import Run
 
 
 def test_blobs_come_back_whole_from_their_offsets():
@@ -108,3 +111,21 @@ def test_the_collectives_text_of_every_rank_is_held_once():
     assert out["pg_ranks"].iloc[2] is nan
     assert out["pg_ranks"].dtype == object and out["pg_desc"].dtype == object
     assert out["n"].tolist() == [1, 2, 3]
+
+
+def test_every_rank_holds_the_one_text_when_read_group_by_group():
+    """_all_ranks reads the ranks' collectives _INTERN_RANKS at a time: across the groups too,
+    every rank's member list is the one object, and the rows stay in rank order."""
+    num_ranks = 2 * _INTERN_RANKS + 3
+    members = ", ".join(str(r) for r in range(num_ranks))
+
+    def frame(rank: int) -> bytes:
+        text = "".join(["[", members, "]"])  # a new object on every rank, as unpickled
+        rows = {"rank": [rank, rank], "pg_ranks": [text, text]}
+        return pickle.dumps(pd.DataFrame(rows).astype({"pg_ranks": object}))
+
+    ranks = {r: SimpleNamespace(sync_collectives=frame(r)) for r in reversed(range(num_ranks))}
+    out = _all_ranks(Run(path=Path("run"), world_size=num_ranks, ranks=ranks, meta=None))
+    assert out["rank"].tolist() == [r for r in range(num_ranks) for _ in range(2)]
+    assert len({id(v) for v in out["pg_ranks"]}) == 1
+    assert out["pg_ranks"].iloc[0] == f"[{members}]"

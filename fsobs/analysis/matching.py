@@ -186,17 +186,31 @@ def match_collectives(run: Run[C]) -> Collectives:
     )
 
 
+_INTERN_RANKS = 64
+"""Ranks whose collectives are read and their strings interned together (:func:`_all_ranks`)."""
+
+
 def _all_ranks(run: Run[C]) -> pd.DataFrame:
-    """Every rank's collectives in one frame (the ranks' own frames are freed here)."""
-    frames = [pickle.loads(run[r].sync_collectives) for r in run.rank_ids]
-    return _shared_strings(pd.concat(frames, ignore_index=True)) if frames else pd.DataFrame()
+    """Every rank's collectives in one frame (the ranks' own frames are freed here), read
+    :data:`_INTERN_RANKS` ranks at a time: each group's strings are interned before the next
+    group is read, so at most that many ranks' own copies coexist."""
+    ids = run.rank_ids
+    groups = [
+        _shared_strings(
+            pd.concat(
+                [pickle.loads(run[r].sync_collectives) for r in ids[i : i + _INTERN_RANKS]],
+                ignore_index=True,
+            )
+        )
+        for i in range(0, len(ids), _INTERN_RANKS)
+    ]
+    return pd.concat(groups, ignore_index=True) if groups else pd.DataFrame()
 
 
 def _shared_strings(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with each string of its text columns interned: every rank's rows name the same
     groups, collectives and member lists (``pg_ranks``: N ranks' worth of text on each of the N
-    ranks), which the run then holds once. Each distinct string of a column is interned once
-    and shared by its rows (a rank's pickled frame already shares its own)."""
+    ranks), which the run then holds once. Each distinct string of a column is interned once."""
     for column in frame.select_dtypes(object).columns:
         values = frame[column].to_numpy()
         if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
