@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.errors import TraceFormatError, TraceReadError
-from fsobs.runformat.atomic import publish, write_atomic
+from fsobs.runformat.atomic import publish, temp_path, write_atomic
 from fsobs.runformat.bounded import MAX_SIDECAR_LINE_BYTES, iter_lines
 from fsobs.runformat.names import PARTIAL_SUFFIX, SIDECAR_RE, sidecar_file_name
 from fsobs.storage import Location, as_location, list_dir
@@ -377,20 +377,29 @@ def recover_partial(partial: Path) -> int:
 
     Keeps the longest prefix of lines that are whole JSON objects with a ``step`` (a write cut
     short can only tear the last line), writes it atomically to the final name and removes the
-    partial file. Returns the number of lines dropped.
+    partial file. Returns the number of lines dropped. The file is read a line at a time: what
+    is held is one line, however long the run was.
     """
     if not partial.name.endswith(PARTIAL_SUFFIX):
         raise ValueError(f"{partial}: not a {PARTIAL_SUFFIX} file")
     final = partial.with_name(partial.name[: -len(PARTIAL_SUFFIX)])
-    pieces = [p for p in partial.read_bytes().split(b"\n") if p.strip()]
-    kept = 0
-    for piece in pieces:
-        if not _is_record(piece):
-            break
-        kept += 1
-    write_atomic(final, b"".join(p + b"\n" for p in pieces[:kept]))
+    # every line is taken, however long (the limit is the file's size): the reader refuses
+    # one over MAX_SIDECAR_LINE_BYTES later, naming it
+    lines = (line for _, line in iter_lines(partial, partial.stat().st_size + 1) if line.strip())
+    dropped = 0
+    temp = temp_path(final)
+    try:
+        with open(temp, "xb") as out:
+            for line in lines:
+                if not _is_record(line):
+                    dropped = 1 + sum(1 for _ in lines)
+                    break
+                out.write(line + b"\n")
+        publish(temp, final)
+    finally:
+        temp.unlink(missing_ok=True)
     partial.unlink()
-    return len(pieces) - kept
+    return dropped
 
 
 def read_sidecar(path: Location, rank: int) -> list[StepRecord]:

@@ -18,7 +18,7 @@ from fsobs.runformat import (
     read_sidecars,
     read_step_lengths,
 )
-from fsobs.runformat.steps import MAX_LISTED_LENGTHS
+from fsobs.runformat.steps import MAX_LISTED_LENGTHS, recover_partial
 
 
 def _lines(path):
@@ -300,3 +300,22 @@ def test_bad_sample_ids_are_refused(ids, wanted):
     line = {"step": 0, "seq_lengths": [3, 4], "sample_ids": ids}
     with pytest.raises(ValueError, match=wanted):
         StepRecord.from_json(line)
+
+
+def test_recover_partial_keeps_the_whole_records_before_the_first_torn_line(tmp_path):
+    """Read a line at a time: the records up to the first line that is not one are published
+    (blank lines skipped, a line longer than the reader's 1 MiB chunk kept whole), that line
+    and every non-blank one after it dropped and counted, the partial file and no temporary
+    file left."""
+    long = '{"step": 1, "note": "' + "x" * (3 * 2**20) + '"}'
+    lines = ['{"step": 0}', "", long, '{"step": 2, "num_sam', "", '{"step": 3}', "[1, 2]"]
+    partial = tmp_path / "steps.rank0.jsonl.partial"
+    partial.write_text("\n".join(lines) + "\n")
+    assert recover_partial(partial) == 3  # the torn line, step 3, the list
+    assert (tmp_path / "steps.rank0.jsonl").read_text() == '{"step": 0}\n' + long + "\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["steps.rank0.jsonl"]
+
+    whole = tmp_path / "steps.rank1.jsonl.partial"
+    whole.write_bytes(b'{"step": 0}\n{"step": 1}')  # the last line has no newline yet
+    assert recover_partial(whole) == 0
+    assert (tmp_path / "steps.rank1.jsonl").read_bytes() == b'{"step": 0}\n{"step": 1}\n'
