@@ -1,4 +1,4 @@
-"""Reads of categorical columns from their codes (fsobs.analysis.categorical) give what the
+"""Reads of categorical columns from their codes (fsobs.trace.categorical) give what the
 pandas operations they replace give, NaN rows included."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.categorical import codes, decoded, is_in
+from fsobs.trace.categorical import codes, decoded, is_in
 
 
 def _column() -> pd.Series:

@@ -123,18 +123,24 @@ def test_replay_error_is_zero_for_an_identical_run() -> None:
     assert err["step_time_median"] == 0 and err["classes_p90"] == 0
 
 
-def _calibration(lengths: dict[tuple[int, int], list[int]], model: CostModel) -> Calibration:
-    ranks, steps = [0, 1], [0]
-    predicted = np.array([[float(model(np.array(lengths[(r, 0)])).sum())] for r in ranks])
-    fit = CostFit(model=model, r2=1.0, rmse_ms=0.0, n_points=2, points=pd.DataFrame())
+def calibration(
+    lengths: dict[tuple[int, int], list[int]], model: CostModel, steps: list[int] | None = None
+) -> Calibration:
+    """Two ranks of speed 1 and no residual over ``steps`` (default ``[0]``): the predicted busy
+    time of each (rank, step) is ``model`` on its ``lengths``."""
+    ranks, steps = [0, 1], steps or [0]
+    predicted = np.array(
+        [[float(model(np.array(lengths[(r, s)])).sum()) for s in steps] for r in ranks]
+    )
+    fit = CostFit(model=model, r2=1.0, rmse_ms=0.0, n_points=len(lengths), points=pd.DataFrame())
     return Calibration(
         ranks=ranks,
         steps=steps,
         busy_ns=predicted.copy(),
         predicted_ns=predicted,
         speed=np.ones(2),
-        eta=np.ones((2, 1)),
-        contention_ns=np.zeros((2, 1)),
+        eta=np.ones((2, len(steps))),
+        contention_ns=np.zeros((2, len(steps))),
         fit=fit,
         lengths={k: np.array(v) for k, v in lengths.items()},
         run_path=Path("run"),
@@ -145,7 +151,7 @@ def test_balance_resplits_with_the_jobs_planner() -> None:
     # cost L²: rank 0 has 10, 10 (cost 200), rank 1 has 1, 1 (cost 2); equal counts: KK gives
     # each rank one 10 and one 1 (cost 101 each)
     model = CostModel(c0=0.0, a=0.0, b=1.0)
-    cal = _calibration({(0, 0): [10, 10], (1, 0): [1, 1]}, model)
+    cal = calibration({(0, 0): [10, 10], (1, 0): [1, 1]}, model)
     split = resplit(cal, model, planner_ns=0.0)
     assert split.predicted_ns[:, 0].tolist() == [101.0, 101.0]
     assert split.imbalance_before[0] == pytest.approx(200 / 101)
@@ -154,7 +160,7 @@ def test_balance_resplits_with_the_jobs_planner() -> None:
 
 def test_balance_needs_lengths_of_every_rank() -> None:
     model = CostModel(c0=0.0, a=0.0, b=1.0)
-    cal = _calibration({(0, 0): [10, 10], (1, 0): [1, 1]}, model)
+    cal = calibration({(0, 0): [10, 10], (1, 0): [1, 1]}, model)
     del cal.lengths[(1, 0)]
     with pytest.raises(RunError, match="per-sample lengths") as caught:
         resplit(cal, model)

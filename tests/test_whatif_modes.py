@@ -8,19 +8,16 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from fsobs.analysis import analyze_path
-from fsobs.analysis.costfit import CostFit
 from fsobs.analysis.whatif.calibration import Calibration
 from fsobs.analysis.whatif.predict import whatif
 from fsobs.analysis.whatif.splits import BalanceSplit, resplit
 from fsobs.cli import main
 from fsobs.simulate.simulator import Schedule, SimConfig, simulate, truth_frame, write_run
 from optim.balance import CostModel
-from tests.test_whatif import QUIET
+from tests.test_whatif import QUIET, calibration
 
 LENGTHS = {
     (0, 0): [9, 7, 6],
@@ -37,23 +34,7 @@ FITTED = CostModel(c0=1.0, a=1.0, b=0.0)
 
 def _calibration(lengths: dict[tuple[int, int], list[int]], steps: list[int]) -> Calibration:
     """Speed 1, no residual: the predicted busy time is the fitted model on the new share."""
-    ranks = [0, 1]
-    predicted = np.array(
-        [[float(FITTED(np.array(lengths[(r, s)])).sum()) for s in steps] for r in ranks]
-    )
-    fit = CostFit(model=FITTED, r2=1.0, rmse_ms=0.0, n_points=4, points=pd.DataFrame())
-    return Calibration(
-        ranks=ranks,
-        steps=steps,
-        busy_ns=predicted.copy(),
-        predicted_ns=predicted,
-        speed=np.ones(2),
-        eta=np.ones((2, len(steps))),
-        contention_ns=np.zeros((2, len(steps))),
-        fit=fit,
-        lengths={k: np.array(v) for k, v in lengths.items()},
-        run_path=Path("run"),
-    )
+    return calibration(lengths, FITTED, steps)
 
 
 def _busy(name: str, steps: tuple[int, ...] = (0, 1)) -> list[list[float]]:

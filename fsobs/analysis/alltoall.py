@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.categorical import codes, decoded, is_in
+from fsobs.trace.categorical import codes, decoded, is_in
 from fsobs.trace.classify import dtype_bytes
 
 ALL_TO_ALL = ("all_to_all", "all_to_allv")

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import intervals as iv
-from fsobs.analysis.categorical import codes, is_in
+from fsobs.trace.categorical import codes, is_in
 from fsobs.trace.schema import RankTrace
 
 _COMM_RE = re.compile(r"(^nccl)")

@@ -55,7 +55,6 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.alltoall import VOLUME_INPUTS, AllToAll, all_to_all_table, volume_columns
-from fsobs.analysis.categorical import decoded, is_in
 from fsobs.analysis.clocks import Clock, align_clocks, unaligned
 from fsobs.analysis.stragglers.lateness import (
     LATENESS_COLUMNS,
@@ -63,6 +62,7 @@ from fsobs.analysis.stragglers.lateness import (
     gpu_gaps,
     lateness_table,
 )
+from fsobs.trace.categorical import decoded, is_in
 from fsobs.trace.schema import ProcessGroup, RankLike, RankTrace, Run
 from optim.markers import DENSE_DESC, EMB_DESC
 

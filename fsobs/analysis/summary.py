@@ -21,11 +21,11 @@ from typing import Any
 
 from fsobs.analysis.bubbles import packing
 from fsobs.analysis.bubbles.parts import BubbleConfig, StepParts, step_parts
-from fsobs.analysis.categorical import is_in
 from fsobs.analysis.hta_compat import RankHta, rank_hta
 from fsobs.analysis.matching import rank_collectives
 from fsobs.analysis.spill import Spilled, SpillFile
 from fsobs.storage import Location
+from fsobs.trace.categorical import is_in
 from fsobs.trace.cluster import Progress
 from fsobs.trace.loader import LoadConfig, Source, map_run
 from fsobs.trace.schema import ProcessGroup, RankTrace, Run

@@ -37,7 +37,7 @@ gloo collective's enqueue (the ``c10d::*`` op it is paired with in FIFO order)::
                           pec_overlapped                     pec_overlapped_grad
 
 A job without FreeScale's markers still says the role of most of its collectives: torchrec and
-DDP record ranges of their own around the issue (:data:`fsobs.trace.classify.FRAMEWORK_ROLE_RANGES`:
+DDP record ranges of their own around the issue (:func:`fsobs.trace.classify.framework_role`:
 torchrec's input dist, pooled and sequence all-to-alls, reduce-scatter and their backward are
 ``embedding``, DDP's gradient all-reduce ``dense``). The innermost such range around the launch
 gives the role when neither PEC's range nor a marker does; a collective none of them encloses
@@ -164,6 +164,12 @@ class EventArrays:
         self.markers = [parse_comm_marker(n) for n in self.names]
         """FreeScale's marker (:func:`optim.markers.parse_comm_marker`) of each name."""
 
+    def launch_of(self, rows: Sequence[int] | np.ndarray) -> npt.NDArray[np.int64]:
+        """The row of the CPU call that launched each of ``rows`` (by correlation id); -1
+        where none did."""
+        corr = self.corr[np.asarray(rows, dtype=np.int64)].tolist()
+        return np.array([self.launches.get(c, -1) for c in corr], dtype=np.int64)
+
     def cpu_rows(self, per_name: Sequence[bool]) -> npt.NDArray[np.bool_]:
         """Row mask of the CPU events whose name is flagged in ``per_name`` (one flag a name)."""
         rows: npt.NDArray[np.bool_] = np.array(per_name, dtype=bool)[self.codes] & self.on_cpu
@@ -192,9 +198,7 @@ def communication_launches(arrays: EventArrays, kind: np.ndarray) -> np.ndarray:
     if not context.any():
         return candidates[:0]
     enclosing = _Enclosing(arrays.ts, arrays.end, arrays.tid, context)
-    launches = arrays.launches
-    corr = arrays.corr[candidates].tolist()
-    launch = np.array([launches.get(c, -1) for c in corr], dtype=np.int64)
+    launch = arrays.launch_of(candidates)
     candidates, launch = candidates[launch >= 0], launch[launch >= 0]
     return candidates[enclosing.find(arrays.tid[launch], arrays.ts[launch]) >= 0]
 
@@ -243,9 +247,7 @@ def _around_launches(
     and 3): the ``record_param_comms`` op's args, else the ``nccl:*`` annotation; None where
     neither does, or the row has no launch."""
     found: list[dict[str, Any] | None] = [None] * len(rows)
-    launch = np.array(
-        [arrays.launches.get(c, -1) for c in arrays.corr[rows].tolist()], dtype=np.int64
-    )
+    launch = arrays.launch_of(rows)
     has = np.flatnonzero(launch >= 0)
     if not len(has):
         return found
@@ -270,12 +272,11 @@ def _comm_markers(arrays: EventArrays, records: list[dict[str, Any]]) -> None:
     (:func:`_link_gloo`)."""
     markers = arrays.enclosing([m is not None for m in arrays.markers])
     issued = [r for r in records if r["source"] != "gloo"]
-    corr = arrays.corr[[r["row"] for r in issued]].tolist()
-    launches = [(r, arrays.launches.get(c)) for r, c in zip(issued, corr, strict=True)]
-    launched = [(record, row) for record, row in launches if row is not None]
-    rows = np.array([row for _, row in launched], dtype=np.int64)
+    launch = arrays.launch_of([r["row"] for r in issued])
+    launched = [record for record, row in zip(issued, launch.tolist(), strict=True) if row >= 0]
+    rows = launch[launch >= 0]
     roles = _roles_at(arrays, rows, _markers_at(arrays, markers, rows))
-    for (record, _), role in zip(launched, roles, strict=True):
+    for record, role in zip(launched, roles, strict=True):
         if role:
             record["role"] = role
     gloo = [r for r in records if r["source"] == "gloo"]

@@ -154,37 +154,35 @@ _DENSE_RANGES = (
     "torch::autograd::AccumulateGrad",
     "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
 )
-FRAMEWORK_ROLE_RANGES = tuple((p, "embedding") for p in _EMBEDDING_RANGES) + tuple(
-    (p, "dense") for p in _DENSE_RANGES
-)
-"""(name prefix, role) of the CPU ranges that torchrec and DDP record themselves around the
-issue of their collectives: what gives a plain torchrec job (no FreeScale markers) its roles.
-
-- ``embedding``: torchrec's embedding communication (``torchrec.distributed.comm_ops`` and
-  ``dist_data``). The autograd functions, recorded as CPU ops for the forward and the backward
-  (``All2All_Pooled_Req``, ``All2All_Pooled_WaitBackward``, ``All2All_Seq_Req``,
-  ``ReduceScatterBase_Req``, ``ReduceScatterBase_WaitBackward``, ...); their ranges, of
-  torchrec 1.x (``## All2All_Pooled_fwd ##``, ``## All2All_Seq_bwd ##``,
-  ``## ReduceScatterV_fwd ##``, ...) and of older releases (``## alltoall_fwd_single ##``,
-  ``## alltoall_bwd_single ##``, ``## reduce_scatter_base ##``,
-  ``## reduce_scatter_base_bw (all_gather) ##``); the input dist, i.e. the KJT all-to-alls
-  (``## all2all_data:kjt splits ##``, ``... lengths ##``, ``... values ##``, ``## KJTAllToAll*
-  wait() ##``, ``## KJTList* wait() ##``, ``## SplitsAllToAllAwaitable wait() ##``) and the
-  pipeline's ``## sparse_data_dist ##`` stage around them; the awaitables of the output
-  (``## PooledEmbeddingsAwaitable wait() ##``, ``## SequenceEmbeddingsAwaitable wait() ##``);
-  DLRM-style ``## forward:all2all_global_emb ##``.
-- ``dense``: DDP's gradient all-reduce, which its reducer issues from the hook it places on each
-  parameter's gradient accumulation (``torch::autograd::AccumulateGrad``).
-
-The innermost such range around a collective's launch (a GPU kernel's ``cudaLaunchKernel``, a
-gloo collective's enqueue) gives its role; FreeScale's own markers and PEC's ranges, finer,
-come first (:mod:`fsobs.trace._collectives`).
-"""
 
 
 def framework_role(name: str) -> str | None:
-    """The role a range of :data:`FRAMEWORK_ROLE_RANGES` gives, None for any other name."""
-    if name.startswith(_EMBEDDING_RANGES):  # the embedding prefixes come first there
+    """The role a CPU range that torchrec or DDP records itself around the issue of its
+    collectives gives (by name prefix: ``_EMBEDDING_RANGES``, ``_DENSE_RANGES``), None for any
+    other name: what gives a plain torchrec job (no FreeScale markers) its roles.
+
+    - ``embedding``: torchrec's embedding communication (``torchrec.distributed.comm_ops`` and
+      ``dist_data``). The autograd functions, recorded as CPU ops for the forward and the
+      backward (``All2All_Pooled_Req``, ``All2All_Pooled_WaitBackward``, ``All2All_Seq_Req``,
+      ``ReduceScatterBase_Req``, ``ReduceScatterBase_WaitBackward``, ...); their ranges, of
+      torchrec 1.x (``## All2All_Pooled_fwd ##``, ``## All2All_Seq_bwd ##``,
+      ``## ReduceScatterV_fwd ##``, ...) and of older releases (``## alltoall_fwd_single ##``,
+      ``## alltoall_bwd_single ##``, ``## reduce_scatter_base ##``,
+      ``## reduce_scatter_base_bw (all_gather) ##``); the input dist, i.e. the KJT all-to-alls
+      (``## all2all_data:kjt splits ##``, ``... lengths ##``, ``... values ##``,
+      ``## KJTAllToAll* wait() ##``, ``## KJTList* wait() ##``,
+      ``## SplitsAllToAllAwaitable wait() ##``) and the pipeline's ``## sparse_data_dist ##``
+      stage around them; the awaitables of the output (``## PooledEmbeddingsAwaitable wait()
+      ##``, ``## SequenceEmbeddingsAwaitable wait() ##``); DLRM-style
+      ``## forward:all2all_global_emb ##``.
+    - ``dense``: DDP's gradient all-reduce, which its reducer issues from the hook it places on
+      each parameter's gradient accumulation (``torch::autograd::AccumulateGrad``).
+
+    The innermost such range around a collective's launch (a GPU kernel's ``cudaLaunchKernel``,
+    a gloo collective's enqueue) gives its role; FreeScale's own markers and PEC's ranges,
+    finer, come first (:mod:`fsobs.trace._collectives`).
+    """
+    if name.startswith(_EMBEDDING_RANGES):
         return "embedding"
     return "dense" if name.startswith(_DENSE_RANGES) else None
 

@@ -72,6 +72,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.runformat.runmeta import RunMeta
+from fsobs.trace.categorical import is_in
 
 if TYPE_CHECKING:
     from fsobs.storage import Location
@@ -152,24 +153,15 @@ class RankTrace:
     @property
     def device(self) -> str:
         """``gpu`` when the trace has device-side events, else ``cpu``."""
-        return "gpu" if bool(_is(self.events["device"], "gpu").any()) else "cpu"
+        return "gpu" if bool(is_in(self.events["device"], ("gpu",)).any()) else "cpu"
 
     @cached_property
     def steps(self) -> list[int]:
         """Step numbers recorded on this rank, in order (``[0]`` for a whole-trace window)."""
         if self.step_source == "whole trace":
             return [0]
-        marks = self.events["step"].to_numpy()[_is(self.events["kind"], "step")]
+        marks = self.events["step"].to_numpy()[is_in(self.events["kind"], ("step",))]
         return cast(list[int], np.unique(marks).tolist())
-
-
-def _is(column: pd.Series, value: str) -> np.ndarray:
-    """Row mask of a categorical column: its value is ``value`` (from the codes: a pandas
-    comparison costs tens of microseconds, and these properties are asked for often)."""
-    categorical = cast(pd.Categorical, column.array)
-    if value not in categorical.categories:
-        return np.zeros(len(column), bool)
-    return np.asarray(categorical.codes == categorical.categories.get_loc(value))
 
 
 class RankLike(Protocol):

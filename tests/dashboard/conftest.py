@@ -8,10 +8,13 @@ Fixtures:
   the suite fast.
 - ``store``: a fresh copy of it in ``tmp_path`` for tests that write (uploads).
 - ``app_env``: sets ``FSOBS_STORE`` to ``store``; ``shared_app_env`` to ``shared_store``.
+- ``chromium``: the headless browser of the real-browser tests; without one they skip, or
+  fail when ``CI=true``.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.dashboard.cdp import find_chromium
 from tests.dashboard.stores import build_store
 
 
@@ -56,3 +60,14 @@ def shared_app_env(shared_store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``FSOBS_STORE`` pointing at the shared read-only store; returns it."""
     monkeypatch.setenv("FSOBS_STORE", str(shared_store))
     return shared_store
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    path = find_chromium()
+    if path is None:
+        reason = "chromium not found on PATH (make test installs it with apt-get; or set CHROMIUM)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path

@@ -21,7 +21,6 @@ Chromium comes from ``make test`` (apt-get); without it these tests skip, or fai
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,7 +38,6 @@ from tests.dashboard.cdp import (
     ROOT,
     Browser,
     StreamlitServer,
-    find_chromium,
     page_ready_js,
 )
 from tests.dashboard.stores import BIG_RUN_ID, RUN_IDS, write_big_run
@@ -124,17 +122,6 @@ PAGES = (
         ),
     ),
 )
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = find_chromium()
-    if path is None:
-        reason = "chromium not found on PATH (make test installs it with apt-get; or set CHROMIUM)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return path
 
 
 @pytest.fixture(scope="module")

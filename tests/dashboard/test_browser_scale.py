@@ -30,7 +30,7 @@ from fsobs import analyze_path
 from fsobs.analysis.costfit import fit_cost
 from fsobs.runformat.steps import read_step_lengths
 from fsobs.simulate.simulator import SimConfig, simulate, write_run
-from tests.dashboard.cdp import PAGE_STATE_JS, Browser, StreamlitServer, find_chromium
+from tests.dashboard.cdp import PAGE_STATE_JS, Browser, StreamlitServer
 
 pytestmark = pytest.mark.browser
 
@@ -70,10 +70,7 @@ def scale_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def scale_browser(scale_store: Path) -> Iterator[tuple[Browser, StreamlitServer]]:
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("chromium not found on PATH (make test installs it; or set CHROMIUM)")
+def scale_browser(scale_store: Path, chromium: str) -> Iterator[tuple[Browser, StreamlitServer]]:
     with (
         StreamlitServer(scale_store) as server,
         Browser(chromium, width=1400, height=1400, timeout_s=120) as browser,

@@ -27,7 +27,7 @@ from fsobs import analyze_path
 from fsobs.analysis.ab import compare
 from fsobs.runformat import RunMeta, ToggleStatus, write_run_json
 from fsobs.simulate import write_gpu_run
-from tests.dashboard.cdp import PAGE_STATE_JS, Browser, StreamlitServer, find_chromium
+from tests.dashboard.cdp import PAGE_STATE_JS, Browser, StreamlitServer
 from tests.dashboard.stores import FIRST_STEP, NUM_RANKS, NUM_STEPS, small_run
 
 pytestmark = pytest.mark.browser
@@ -145,14 +145,6 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "broken").mkdir()
     (root / "broken" / "rank0.json").write_text('{"traceEvents": [', encoding="utf-8")
     return root
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = find_chromium()
-    if path is None:
-        pytest.skip("chromium not found on PATH (make test installs it; or set CHROMIUM)")
-    return path
 
 
 @pytest.fixture(scope="module")

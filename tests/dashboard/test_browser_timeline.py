@@ -30,7 +30,6 @@ from fsobs import analyze_path, load_rank
 from fsobs.export import PID
 from fsobs.simulate import write_gpu_run
 from tests.dashboard.cdp import PAGE_STATE_JS, ROOT, Browser, StreamlitServer, page_ready_js
-from tests.dashboard.test_browser import chromium  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.browser
 
@@ -50,13 +49,13 @@ def timeline_store(shared_store: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="module")
-def server(timeline_store: Path, chromium: str) -> Iterator[StreamlitServer]:  # noqa: F811
+def server(timeline_store: Path, chromium: str) -> Iterator[StreamlitServer]:
     with StreamlitServer(timeline_store) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
-def browser(chromium: str, server: StreamlitServer) -> Iterator[Browser]:  # noqa: F811
+def browser(chromium: str, server: StreamlitServer) -> Iterator[Browser]:
     with Browser(chromium, width=1400, height=1400, timeout_s=30) as chrome:
         yield chrome
 

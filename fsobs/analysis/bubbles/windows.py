@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import intervals as iv
-from fsobs.analysis.categorical import is_in
+from fsobs.trace.categorical import is_in
 
 Windows = dict[int, tuple[int, int]]
 """step -> [start, end) in ns."""

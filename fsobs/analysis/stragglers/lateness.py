@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import intervals as iv
-from fsobs.analysis.categorical import codes, is_in
+from fsobs.trace.categorical import codes, is_in
 from fsobs.trace.schema import RankTrace
 
 LATENESS_PARTS = ("gpu_active", "host_bound", "idle")
