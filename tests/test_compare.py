@@ -402,7 +402,18 @@ def test_json_is_strict():
         "step_time_ratio",
         "per_rank",
         "same_batches",
+        "same_batches_check",
         "warnings",
+    }
+    assert out["same_batches_check"] == {
+        "same": None,
+        "basis": "none",
+        "unit": "step",
+        "window_steps": 1,
+        "checked": 0,
+        "differing": 0,
+        "first_differing": None,
+        "weaker_because": ["neither run has step sidecars"],
     }
     assert out["bubble_reduction"] == pytest.approx(1 - 5 / 35)
     assert out["by_class"]["host_idle"] is None

@@ -196,7 +196,12 @@ def test_cli_fit_cost_writes_the_model(fit_run, capsys):
     assert "8 (rank, step) points" in out and "R^2 1.0000" in out
     assert "warning" not in out
     assert f"wrote {path}\n" in out
-    assert out.endswith(f"use it with: fsobs run --balance --cost-model {path}\n")
+    # the closing hint: the flag for the reference job, the loader for one's own loop
+    assert out.endswith(
+        f"use it with: fsobs run --balance --cost-model {path}  (the reference job)\n"
+        f"  or in your own loop: optim.CostModel.from_json('{path}'), passed as cost_model= "
+        "to optim.FreeScale and fsobs.collect.RunRecorder\n"
+    )
     assert set(json.loads(path.read_text())) == {"c0", "a", "b", "ids"}
 
 

@@ -209,5 +209,9 @@ def _fit_cost(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise FsobsError(f"cannot write the cost model ({exc.strerror})", path=out) from exc
     print(f"wrote {out}")
-    print(f"use it with: fsobs run --balance --cost-model {out}")
+    print(f"use it with: fsobs run --balance --cost-model {out}  (the reference job)")
+    print(
+        f"  or in your own loop: optim.CostModel.from_json({str(out)!r}), passed as cost_model= "
+        "to optim.FreeScale and fsobs.collect.RunRecorder"
+    )
     return 0
