@@ -591,6 +591,16 @@ def test_toggles_line_says_what_applied_and_why_not():
         "balance on; priority_overlap off; sm_free requested, not applied (backend gloo: no SMs)"
     )
     assert toggles_line({}) == "not recorded (no run.json, or no toggles in it)"
+    partly = {
+        "priority_overlap": {
+            "requested": True,
+            "applied": True,
+            "reason": "partly applied: PEC on tables t_item; not on ebc: a bag",
+        }
+    }
+    assert toggles_line(partly) == (
+        "priority_overlap partly applied (PEC on tables t_item; not on ebc: a bag)"
+    )
 
 
 def test_cli_compare_bad_input(tmp_path, capsys):

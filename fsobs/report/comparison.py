@@ -222,14 +222,22 @@ def _over_pairs(point: float, ci: tuple[float, float], confidence: float, n: int
     )
 
 
+PARTLY = "partly applied: "
+"""How a toggle's reason begins when it acted on part of what it was asked for
+(``optim.FreeScale.status``: PEC on some tables only)."""
+
+
 def toggles_line(toggles: dict[str, Any]) -> str:
-    """``balance on, priority_overlap off, sm_free requested, not applied (why)``."""
+    """``balance on; priority_overlap partly applied (what, and what not); sm_free requested,
+    not applied (why)``."""
     if not toggles:
         return "not recorded (no run.json, or no toggles in it)"
     parts = []
     for name, t in toggles.items():
         if not t.get("requested"):
             parts.append(f"{name} off")
+        elif t.get("applied") and str(t.get("reason") or "").startswith(PARTLY):
+            parts.append(f"{name} partly applied ({t['reason'][len(PARTLY) :]})")
         elif t.get("applied"):
             parts.append(f"{name} on" + (f" ({t['reason']})" if t.get("reason") else ""))
         else:
