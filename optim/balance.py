@@ -56,7 +56,7 @@ import numpy as np
 __all__ = ["METHODS", "SHAPES", "CostModel", "imbalance", "imbalance_bound", "partition"]
 
 MAX_COST_MODEL_BYTES = 2**20
-"""The largest cost-model file read (1 MiB; :meth:`CostModel.to_json` writes about 100 B)."""
+"""The largest cost-model file read (1 MiB; :meth:`CostModel.to_json` writes under 200 B)."""
 
 METHODS: tuple[str, ...] = ("kk", "lpt", "random")
 SHAPES: tuple[str, ...] = ("additive", "padded")
@@ -142,9 +142,10 @@ class CostModel:
         return cost + self.ids * n_ids
 
     def to_json(self, path: str | os.PathLike[str]) -> None:
-        """Write ``{"c0": .., "a": .., "b": .., "ids": .., "batch": .., "padded": ..}``
-        atomically (temp file + rename). Files without ``ids``, ``batch`` or ``padded`` (the
-        additive format before them) read as 0."""
+        """Write ``{"c0": .., "a": .., "b": .., "ids": ..}``, with ``"batch"`` and ``"padded"``
+        for a padded model, atomically (temp file + rename). A field a file lacks besides
+        ``c0, a, b`` reads as 0: the additive files of before the padded shape read as they did,
+        and an additive model's file is what they were."""
         target = Path(path)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
@@ -152,12 +153,18 @@ class CostModel:
             os.umask(umask)
             os.fchmod(fd, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(asdict(self), fh, indent=2)
+                json.dump(self._fields(), fh, indent=2)
                 fh.write("\n")
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def _fields(self) -> dict[str, float]:
+        data = asdict(self)
+        if self.shape == "additive":
+            del data["batch"], data["padded"]
+        return data
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> CostModel:
