@@ -204,7 +204,8 @@ def _best_contiguous(lengths: list[int], k: int, model: CostModel) -> float:
     n, best = len(ordered), float("inf")
     for cuts in combinations_with_replacement(range(n + 1), k - 1):
         bounds = [0, *cuts, n]
-        costs = [model.batch_cost(np.array(ordered[lo:hi])) for lo, hi in zip(bounds, bounds[1:])]
+        pairs = zip(bounds[:-1], bounds[1:], strict=True)
+        costs = [model.batch_cost(np.array(ordered[lo:hi])) for lo, hi in pairs]
         best = min(best, max(costs))
     return best
 
