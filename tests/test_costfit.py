@@ -368,8 +368,11 @@ def test_cli_fit_cost_padded(tmp_path, capsys):
     model = CostModel.from_json(run / "cost_model.json")
     assert model.shape == "padded" and model.padded == pytest.approx(1000.0, rel=1e-6)
     assert model.batch + 3 * model.c0 + 12 * model.a == pytest.approx(0.0, abs=1e-3)
+    path = run / "cost_model.json"
     assert out.endswith(
-        f"use it with: fsobs run --balance --cost-model {run / 'cost_model.json'}\n"
+        f"use it with: fsobs run --balance --cost-model {path}  (the reference job)\n"
+        f"  or in your own loop: optim.CostModel.from_json('{path}'), passed as cost_model= "
+        "to optim.FreeScale and fsobs.collect.RunRecorder\n"
     )
 
 
