@@ -210,10 +210,19 @@ def _sidecar_findings(analysis: Analysis) -> list[str]:
     ]
 
 
+def causes_unknown_line(analysis: Analysis) -> str:
+    """Why the causes of the stragglers' lateness are unknown, naming each missing input (the
+    report's finding and the dashboard's Stragglers tab say the same)."""
+    gaps = analysis.gaps.sidecar
+    if gaps is None or gaps.comparable is None or gaps.comparable.empty:
+        return "the run has no step sidecars (steps.rank<R>.jsonl: fsobs.collect.RunRecorder)"
+    return _missing_line(_missing(analysis) if analysis.causes is None else [])
+
+
 def _causes_finding(analysis: Analysis) -> str:
     causes = analysis.causes
     if causes is None or not len(causes.per_step):
-        missing = _missing_line(_missing(analysis) if causes is None else [])
+        missing = causes_unknown_line(analysis)
         if _lateness_findings(analysis):  # the trace told part of it already
             return f"GC pauses and preemption of the late ranks are unknown: {missing}"
         return f"why the stragglers were late is unknown: {missing}"
