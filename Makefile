@@ -42,27 +42,16 @@ $(BROWSER_STAMP): $(STAMP)
 test: install browser
 	$(BIN)/python -m pytest -q
 
-# The main job, an A/B/C: the reference model on 2 gloo ranks, first the baseline (random split
-# of each global batch), then with the balance toggle, then with every toggle (balance,
-# priority_overlap; sm_free is requested and recorded as not applied: no GPU here), all on the
-# same global batches; each run is analyzed, the cost model refit from the baseline, and both
-# runs compared with the baseline.
+# The main job, measured like the benchmarks: the reference model on 2 gloo ranks in four arms
+# (baseline: random split of each global batch; balanced; pec: priority overlap; freescale: every
+# toggle, sm_free recorded as not applied without a GPU), all on the same global batches, run as
+# 3 interleaved pairs (fsobs/workload/demo.py); then the first baseline analyzed, the cost model
+# refit from it and exported, each arm compared with the baseline over the pairs (mean, t
+# interval) beside what-if's prediction from the baselines, and one table of it all.
 DEMO := out/demo
 demo: install
 	rm -rf $(DEMO) $(DEMO)-export
-	$(BIN)/fsobs run --world-size 2 --steps 20 --item-popularity 1.1 --out $(DEMO)/baseline
-	$(BIN)/fsobs run --world-size 2 --steps 20 --item-popularity 1.1 --out $(DEMO)/balanced \
-	    --balance
-	$(BIN)/fsobs run --world-size 2 --steps 20 --item-popularity 1.1 --out $(DEMO)/pec \
-	    --priority-overlap
-	$(BIN)/fsobs run --world-size 2 --steps 20 --item-popularity 1.1 --out $(DEMO)/freescale \
-	    --balance --priority-overlap --sm-free --sync-gc
-	$(BIN)/fsobs analyze $(DEMO)/baseline
-	$(BIN)/fsobs fit-cost $(DEMO)/baseline
-	$(BIN)/fsobs export $(DEMO)/baseline $(DEMO)-export
-	$(BIN)/fsobs compare $(DEMO)/baseline $(DEMO)/balanced $(DEMO)/pec $(DEMO)/freescale
-	@echo
-	@echo "Explore both runs in the dashboard: $(BIN)/fsobs dashboard --store $(DEMO)"
+	$(BIN)/python -m fsobs.workload.demo --out $(DEMO) --pairs 3 --steps 12 --world-size 2
 
 lint: install
 	$(BIN)/ruff check .

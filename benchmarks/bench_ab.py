@@ -1,7 +1,8 @@
 """Benchmark: A/B of FreeScale toggles on the reference job, same global batches, N pairs.
 
 Each pair runs every arm once (control first on even pairs, last on odd ones, so that a drift
-of the machine does not favour one arm), with the same seed, so every arm trains the same
+of the machine does not favour one arm: ``fsobs.workload.pairs``, which ``make demo`` uses
+too), with the same seed, so every arm trains the same
 global batches; each run is analyzed with fsobs. Per arm against the control it reports the
 median over pairs and a 95% bootstrap CI over the pooled steps of every pair (steps paired with
 the control's same step of the same pair) of:
@@ -51,7 +52,8 @@ import pandas as pd
 from fsobs.analysis import Analysis, analyze_path
 from fsobs.analysis.ab import bootstrap_reduction
 from fsobs.analysis.stragglers.causes import CAUSES
-from fsobs.analysis.whatif.predict import TOGGLES, whatif
+from fsobs.analysis.whatif.predict import TOGGLES
+from fsobs.workload.pairs import pair_order, predicted_reductions
 from optim.markers import EMBEDDING_ROLES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -129,8 +131,8 @@ def predicted(pairs: list[dict], arm: str) -> str:
         return "n/a"
     values = []
     for pair in pairs:
-        result = whatif(pair["control"], (arm,), draws=20)
-        values += [p.bubble_reduction for p in result.predictions if p.toggles == (arm,)]
+        value = predicted_reductions(pair["control"], [(arm,)], draws=20)[(arm,)]
+        values += [] if value is None else [value]
     if not values:
         return "none"
     each = ", ".join(f"{v:.0%}" for v in values)
@@ -140,9 +142,8 @@ def predicted(pairs: list[dict], arm: str) -> str:
 def measure(tmp: Path, world: int, args: argparse.Namespace, arms: list[Arm]) -> list[dict]:
     pairs = []
     for index in range(args.pairs):
-        order = arms if index % 2 == 0 else [*arms[1:], arms[0]]
         result = {arm.name: run(tmp / f"w{world}-{arm.name}-{index}", world, args, arm)
-                  for arm in order}  # fmt: skip
+                  for arm in pair_order(arms, index)}  # fmt: skip
         line = ", ".join(
             f"{name} emb exposed {METRICS['embedding exposed comm'](a).mean():.1f} "
             f"step {METRICS['step time'](a).mean():.0f} ms"
