@@ -29,7 +29,7 @@ def add_analyze(commands: Commands) -> None:
     cmd = commands.add_parser(
         "analyze",
         help="analyze a run directory or Kineto trace files",
-        epilog=example("fsobs analyze out/demo/baseline --json > report.json"),
+        epilog=example("fsobs analyze out/demo/baseline-0 --json > report.json"),
     )
     cmd.add_argument(
         "paths", nargs="+", metavar="PATH", help="a run directory, or one or more trace files"
@@ -43,7 +43,7 @@ def add_export(commands: Commands) -> None:
     cmd = commands.add_parser(
         "export",
         help="write the run's traces with bubble tracks added (for Perfetto / chrome://tracing)",
-        epilog=example("fsobs export out/demo/baseline out/demo-export"),
+        epilog=example("fsobs export out/demo/baseline-0 out/demo-export"),
     )
     cmd.add_argument("run", metavar="RUN", help="a run directory, or a trace file")
     cmd.add_argument("out", metavar="OUT", help="output directory (created if needed)")
@@ -64,7 +64,7 @@ def add_compare(commands: Commands) -> None:
             "Student t interval (one pair's interval covers its steps, not run-to-run variation)"
         ),
         epilog=example(
-            "fsobs compare out/demo/baseline out/demo/balanced; "
+            "fsobs compare out/demo/baseline-0 out/demo/balanced-0; "
             "fsobs compare --control s0/base s1/base s2/base --test s0/bal s1/bal s2/bal"
         ),
     )
@@ -88,7 +88,7 @@ def add_fit_cost(commands: Commands) -> None:
         "fit-cost",
         help="fit the balancer's per-sample cost model c(L) = c0 + a*L + b*L^2 on a run "
         "(or a padded model's batch cost: --shape padded)",
-        epilog=example("fsobs fit-cost out/demo/baseline --out cost.json"),
+        epilog=example("fsobs fit-cost out/demo/baseline-0 --out cost.json"),
     )
     cmd.add_argument("run", metavar="RUN", help="a run directory with step sidecars")
     cmd.add_argument("--out", help="JSON file to write (default: RUN/cost_model.json)")

@@ -49,7 +49,7 @@ def add_whatif(commands: Commands) -> None:
         description="Replays the run's segment graph (per rank and step, compute between the "
         "matched collectives) with each toggle applied; every number is a prediction with an "
         "interval over resampled steps and residual noise.",
-        epilog=example("fsobs whatif out/demo/baseline --toggles balance,sm_free --json"),
+        epilog=example("fsobs whatif out/demo/baseline-0 --toggles balance,sm_free --json"),
     )
     cmd.add_argument("run", metavar="RUN", help="the baseline run directory")
     cmd.add_argument(
@@ -105,7 +105,7 @@ def add_simulate(commands: Commands) -> None:
         description="Writes per-rank GPU traces, step sidecars, run.json (simulated: true) and "
         "truth.json (the true bubble classes of every rank and step) into OUT.",
         epilog=example(
-            "fsobs simulate --world-size 256 --steps 20 --calibrate out/demo/baseline "
+            "fsobs simulate --world-size 256 --steps 20 --calibrate out/demo/baseline-0 "
             "--toggles balance --out out/sim256"
         ),
     )
