@@ -58,10 +58,11 @@ from fsobs.collect import ProfilerConfig, RunRecorder  # fsobs: writes the run
 
 NUM_ITEMS, DIM, HEADS, BLOCKS, MAX_CANDIDATES = 20_000, 32, 2, 2, 8
 FEATURES = ("history", "candidates")
-COST = optim.CostModel(c0=1.0, a=0.002, b=1.8e-5)
-"""ms of forward and backward for a history of ``L`` events on one core (the per-sample
-overhead, then attention's ``L²``). Padding makes a rank's real cost ``B·max(L)²``-shaped,
-which a sum over samples only approximates."""
+COST = optim.CostModel(c0=0.1, a=0.002, b=3.3e-5)
+"""ms of the dense forward and backward of one user in a batch of 16 histories all of ``L``
+events, on one core (timed here, roughly: 0.13 ms at 8 events, 0.9 at 128, 10 at 512). Padding
+makes a rank's real cost that of ``B`` histories as long as its longest, which the sum of its
+samples' costs only approximates."""
 CONSTRAINTS = {"t_items": ParameterConstraints(sharding_types=["row_wise"])}
 
 
