@@ -8,7 +8,8 @@
 - ``optim.plan``: the ``balance`` toggle's per-step plan.
 - ``optim.sampler``: the ``balance`` toggle as a ``DataLoader`` batch sampler whose batches
   carry their share (:class:`BalancedBatchSampler`, :class:`ShareDataset`,
-  :class:`ShareCollate`, :class:`BatchShare`; torch only to shuffle).
+  :class:`ShareCollate`, :class:`BatchShare`; torch only to shuffle); ``optim.loader``:
+  :class:`ShareLoader`, the ``DataLoader`` made of them (torch).
 - ``optim.weights``: :func:`loss_weight`, the factor on a rank's summed loss for each reduction
   (:data:`REDUCTIONS`) that makes the averaged gradient the global batch's.
 - ``optim.pec_setup``, ``optim.pec``: the priority_overlap toggle, torchrec's PEC (which
@@ -33,6 +34,7 @@ from optim.weights import REDUCTIONS, loss_weight
 
 if TYPE_CHECKING:
     from optim.freescale import FreeScale, StepShare
+    from optim.loader import ShareLoader
 
 __all__ = [
     "METHODS",
@@ -48,6 +50,7 @@ __all__ = [
     "SMFreeConfig",
     "ShareCollate",
     "ShareDataset",
+    "ShareLoader",
     "StepPlan",
     "StepShare",
     "SyncGCConfig",
@@ -57,7 +60,7 @@ __all__ = [
     "partition",
 ]
 
-# ``FreeScale`` and ``StepShare`` import torch: loaded when first asked for.
+# ``FreeScale``, ``StepShare`` and ``ShareLoader`` import torch: loaded when first asked for.
 __getattr__, __dir__ = lazy_attributes(
-    __name__, {"FreeScale": ".freescale", "StepShare": ".freescale"}
+    __name__, {"FreeScale": ".freescale", "StepShare": ".freescale", "ShareLoader": ".loader"}
 )

@@ -50,7 +50,7 @@ from optim.ddp import DenseGate
 from optim.groups import Groups, make_groups
 from optim.markers import BALANCE_CHECK_MARKER, BALANCE_MARKER, BALANCE_WAIT_MARKER
 from optim.plan import StepPlan, loss_scale, plan_window
-from optim.sampler import BalancedBatchSampler, Lengths
+from optim.sampler import BalancedBatchSampler, BatchShare, Lengths
 from optim.shuffle import ShuffleBalancer, check_plan
 from optim.sm_free import SMFreePath, setup_sm_free
 from optim.sync_gc import SyncGC
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
     from torchrec.distributed.types import ModuleSharder
 
+    from optim.loader import ShareLoader
     from optim.pec_setup import PECSetup
 
 T = TypeVar("T")
@@ -100,6 +101,10 @@ class FreeScale:
         self._pec: PECSetup | None = None
         self._pipeline: Any = None
         self._planners: list[PlanAhead[list[np.ndarray], list[StepPlan]]] = []
+        self._samplers: list[BalancedBatchSampler] = []
+        self._shares_served = 0
+        """Shares of :meth:`split`, :meth:`shares` and :meth:`exchange` (the samplers count
+        their own): balance is applied once one was served."""
 
     @property
     def _gated(self) -> bool:
@@ -345,6 +350,7 @@ class FreeScale:
         for a window's empty step)."""
         mine = plan.parts[self.rank]
         total = sum(len(p) for p in plan.parts)
+        self._shares_served += 1
         if not total and self.window > 1:
             return StepShare(step, mine, 0.0, plan)
         return StepShare(step, mine, loss_scale(len(mine), total, self.world_size), plan)
@@ -411,16 +417,19 @@ class FreeScale:
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
+        loss_counts: Lengths | None = None,
     ) -> BalancedBatchSampler:
         """Plan mode inside the data loader: this rank's :class:`optim.sampler.
         BalancedBatchSampler` over ``dataset`` (``batch_size`` samples per rank and step), with
-        the balance toggle's config and :meth:`costs`, so its shares are :meth:`split`'s."""
+        the balance toggle's config and :meth:`costs`, so its shares are :meth:`split`'s.
+        ``lengths`` drive the costs; ``loss_counts`` (the same forms) are the terms each sample
+        adds to a mean loss, for ``share.loss_weight("token_mean")`` (default: the lengths)."""
         if self.config.balance.enabled and self.config.balance.mode != "plan":
             raise ValueError(
                 f"balance.mode: the sampler plans up front (mode 'plan'), got "
                 f"{self.config.balance.mode!r}; shuffle mode is FreeScale.exchange"
             )
-        return BalancedBatchSampler(
+        sampler = BalancedBatchSampler(
             dataset,
             lengths,
             batch_size=batch_size,
@@ -431,7 +440,48 @@ class FreeScale:
             shuffle=shuffle,
             seed=seed,
             drop_last=drop_last,
+            loss_counts=loss_counts,
         )
+        self._samplers.append(sampler)
+        return sampler
+
+    def loader(
+        self,
+        dataset: Any,
+        lengths: Lengths,
+        *,
+        batch_size: int,
+        collate_fn: Callable[[list[Any], BatchShare], Any],
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        loss_counts: Lengths | None = None,
+        **loader_kwargs: Any,
+    ) -> ShareLoader:
+        """A ``DataLoader`` over :meth:`sampler` whose ``collate_fn(samples, share)`` gets each
+        batch's share (:class:`optim.loader.ShareLoader`; ``loader.sampler.set_epoch(e)``
+        works). ``loader_kwargs``: ``DataLoader``'s other options (``num_workers``, ...)."""
+        from optim.loader import ShareLoader
+
+        sampler = self.sampler(
+            dataset,
+            lengths,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            loss_counts=loss_counts,
+        )
+        return ShareLoader(dataset, sampler, collate_fn, **loader_kwargs)
+
+    def share(self, step: int, epoch: int | None = None) -> BatchShare:
+        """The share of the ``step``-th batch of ``epoch`` (default: the current one) that the
+        sampler of :meth:`sampler` / :meth:`loader` served, for a loop whose batches cannot
+        carry it (:meth:`optim.sampler.BalancedBatchSampler.share`): by step, so right under a
+        pipeline that fetches batches ahead."""
+        if not self._samplers:
+            raise ValueError("step: no sampler to ask; make one with fs.sampler or fs.loader")
+        return self._samplers[-1].share(step, epoch)
 
     def costs(self, lengths: np.ndarray) -> np.ndarray:
         """The cost model's estimate per sample (the lengths themselves without a model)."""
@@ -459,11 +509,25 @@ class FreeScale:
                 for name, on in self.config.requested().items()
             }
         statuses = dict(self._statuses)
+        if statuses["balance"].requested:
+            statuses["balance"] = self._balance_status()
         if statuses["priority_overlap"].requested:
             statuses["priority_overlap"] = _priority_status(
                 statuses["priority_overlap"], self._pec, self._gate
             )
         return {name: s.to_json() for name, s in statuses.items()}
+
+    def _balance_status(self) -> ToggleStatus:
+        """Applied once a balanced share was served (a split, a sampler's batch)."""
+        served = self._shares_served + sum(s.served for s in self._samplers)
+        if served:
+            return ToggleStatus(True, True)
+        return ToggleStatus(
+            True,
+            False,
+            "no balanced share was served: the loop took none from fs.split, fs.shares, "
+            "fs.exchange or the batches of fs.sampler / fs.loader",
+        )
 
     def layout(self) -> dict[str, Any]:
         """The process groups by role (``run.json``'s ``process_groups``)."""

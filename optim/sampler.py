@@ -70,6 +70,7 @@ with an all-to-all and each rank receives its part in ascending position order.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from numbers import Integral
@@ -86,6 +87,9 @@ __all__ = ["BalancedBatchSampler", "BatchShare", "ShareCollate", "ShareDataset",
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 B = TypeVar("B")
+
+KEPT_SHARES = 4096
+"""Shares :meth:`BalancedBatchSampler.share` finds: the most recent ones yielded."""
 
 Lengths: TypeAlias = Sequence[int] | np.ndarray | Callable[[int], int]
 """Per-sample lengths: one per dataset index, or a function from an index to its length."""
@@ -105,18 +109,37 @@ class BatchShare:
     (``BalanceConfig.window``) the step's own."""
     num_tokens: int
     """Tokens the step trains on over all ranks: the sum of those samples' lengths."""
+    num_loss_terms: int
+    """Loss terms the step averages over, over all ranks: the sum of those samples'
+    ``loss_counts`` (masked positions, candidates, ...) when the sampler has them, else
+    ``num_tokens``."""
     digest: str
     """The step plan's :func:`optim.plan.plan_digest`, the same on every rank (to compare across
     ranks with ``optim.shuffle.check_plan``)."""
 
     def loss_weight(self, reduction: str) -> float:
-        """The factor on this share's sum of losses (:func:`optim.weights.loss_weight`)."""
+        """The factor on this share's sum of losses (:func:`optim.weights.loss_weight`):
+        ``token_mean`` averages over :attr:`num_loss_terms`, ``mean`` over the samples."""
         return loss_weight(
             reduction,
             world_size=self.world_size,
             num_samples=self.num_samples,
-            num_tokens=self.num_tokens,
+            num_tokens=self.num_loss_terms,
         )
+
+    # torchrec's ``Pipelineable`` (``to``, ``record_stream``, ``pin_memory``): the share holds
+    # no tensor, so it rides unchanged in a batch that moves, pins or records every attribute.
+
+    def to(self, device: object, non_blocking: bool = False) -> BatchShare:
+        """Itself (nothing to move)."""
+        return self
+
+    def record_stream(self, stream: object) -> None:
+        """Nothing to record."""
+
+    def pin_memory(self) -> BatchShare:
+        """Itself (nothing to pin)."""
+        return self
 
 
 class ShareList(list[T]):
@@ -203,9 +226,14 @@ class BalancedBatchSampler:
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
+        loss_counts: Lengths | None = None,
     ) -> None:
-        """``lengths``: per dataset index (or a function of it); ``costs``: per-sample costs of
-        an int64 array of lengths (an :class:`optim.balance.CostModel`, ``FreeScale.costs``)."""
+        """``lengths``: per dataset index (or a function of it), what the cost model reads;
+        ``costs``: per-sample costs of an int64 array of lengths (an
+        :class:`optim.balance.CostModel`, ``FreeScale.costs``); ``loss_counts``: per dataset
+        index (or a function of it), the number of terms the sample adds to a mean loss (its
+        masked positions, its candidates), for :attr:`BatchShare.num_loss_terms`; without it
+        the lengths."""
         self.num_samples = len(dataset)
         self.batch_size = _count("batch_size", batch_size, 1)
         self.world_size = _count("world_size", world_size, 1)
@@ -216,20 +244,36 @@ class BalancedBatchSampler:
         self.config, self.costs = config, costs
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.epoch = 0
-        self._length_of: Callable[[int], int] | None = None
-        self._lengths = np.empty(0, dtype=np.int64)
-        if callable(lengths):
-            self._length_of = lengths
-        else:
-            self._lengths = _check_lengths(np.asarray(lengths))
-            if self._lengths.size != self.num_samples:
-                raise ValueError(
-                    f"lengths: {self._lengths.size} lengths for a dataset of {self.num_samples}"
-                )
+        self._lengths = _PerSample("lengths", lengths, self.num_samples)
+        self._loss_counts = (
+            None if loss_counts is None else _PerSample("loss_counts", loss_counts, len(dataset))
+        )
+        self._shares: dict[tuple[int, int], BatchShare] = {}
+        self._iterated: int | None = None
+        """The epoch of the last iteration begun, until ``set_epoch`` is called."""
+        self.served = 0
+        """Batches yielded so far (every epoch)."""
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose order the next iteration yields (as ``DistributedSampler``)."""
         self.epoch = _count("epoch", epoch, 0)
+        self._iterated = None
+
+    def share(self, step: int, epoch: int | None = None) -> BatchShare:
+        """The share of the ``step``-th batch of ``epoch`` (default: the current one) that this
+        sampler has yielded, for a loop whose batches cannot carry it. By step, not "the last
+        one": right under a pipeline or loader that fetches batches ahead. The last
+        :data:`KEPT_SHARES` shares yielded are kept."""
+        epoch = self.epoch if epoch is None else epoch
+        found = self._shares.get((epoch, step))
+        if found is None:
+            served = sorted(s for e, s in self._shares if e == epoch)
+            shown = f"steps {served[0]}..{served[-1]}" if served else "none"
+            raise ValueError(
+                f"step: the sampler has not yielded step {step} of epoch {epoch} (served: "
+                f"{shown}); a batch's share exists once the loader has fetched it"
+            )
+        return found
 
     @property
     def global_batch_size(self) -> int:
@@ -250,6 +294,15 @@ class BalancedBatchSampler:
         """This rank's share of each global batch (of each window's steps). With the toggle
         on, the plans are made on a planner thread one global batch (one window) ahead of the
         loader (:mod:`optim.ahead`); ``lengths``, when a function, is called there."""
+        if self._iterated == self.epoch and self.shuffle:
+            warnings.warn(
+                f"BalancedBatchSampler: epoch {self.epoch} is iterated again without "
+                "set_epoch: the same order as before. With DataLoader(batch_sampler=...), "
+                "call loader.batch_sampler.set_epoch(epoch) (loader.sampler is the "
+                "DataLoader's own); FreeScale.loader's loader.sampler.set_epoch works too",
+                stacklevel=2,
+            )
+        self._iterated = self.epoch
         batches = self.global_batches()
         size = self.config.window if self.config.enabled else 1
         groups = [batches[first : first + size] for first in range(0, len(batches), size)]
@@ -272,29 +325,31 @@ class BalancedBatchSampler:
 
     def _costs(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The lengths and the estimated costs of a batch's samples."""
-        lengths = self._lengths_of(batch)
+        lengths = self._lengths.of(batch)
         costs = np.asarray(self.costs(lengths))
         if costs.shape != lengths.shape:
             raise ValueError(f"costs: shape {costs.shape} for lengths of shape {lengths.shape}")
         return lengths, costs
 
-    def _plan_group(self, batches: list[np.ndarray]) -> tuple[np.ndarray, list[StepPlan]]:
-        """The lengths of a global batch (of a window's, concatenated) and its plan (one per
-        step of the window)."""
+    def _plan_group(self, batches: list[np.ndarray]) -> _Planned:
+        """The lengths and loss counts of a global batch (of a window's, concatenated) and its
+        plan (one per step of the window)."""
         found = [self._costs(batch) for batch in batches]
         lengths = np.concatenate([lens for lens, _ in found])
+        indices = np.concatenate(batches)
+        counts = lengths if self._loss_counts is None else self._loss_counts.of(indices)
         costs = [cost for _, cost in found]
         if self.config.enabled and self.config.window > 1:
-            return lengths, plan_window(costs, self.world_size)
+            return lengths, counts, plan_window(costs, self.world_size)
         config = self._config_for(batches[0].size)
-        return lengths, [StepPlan.make(costs[0], self.world_size, config)]
+        return lengths, counts, [StepPlan.make(costs[0], self.world_size, config)]
 
     def _group_shares(
-        self, first: int, batches: list[np.ndarray], planned: tuple[np.ndarray, list[StepPlan]]
+        self, first: int, batches: list[np.ndarray], planned: _Planned
     ) -> Iterator[ShareList[int]]:
         """This rank's share of each step ``first, first + 1, ...`` of ``planned``, the plan of
         ``batches`` (:meth:`_plan_group`)."""
-        lengths, plans = planned
+        lengths, counts, plans = planned
         indices = np.concatenate(batches)
         for k, plan in enumerate(plans):
             share = BatchShare(
@@ -304,8 +359,13 @@ class BalancedBatchSampler:
                 world_size=self.world_size,
                 num_samples=sum(int(p.size) for p in plan.parts),
                 num_tokens=sum(int(lengths[p].sum()) for p in plan.parts),
+                num_loss_terms=sum(int(counts[p].sum()) for p in plan.parts),
                 digest=plan.digest,
             )
+            self._shares[(share.epoch, share.step)] = share
+            if len(self._shares) > KEPT_SHARES:
+                del self._shares[next(iter(self._shares))]  # the oldest
+            self.served += 1
             yield ShareList(indices[plan.parts[self.rank]].tolist(), share)
 
     def _config_for(self, num_samples: int) -> BalanceConfig:
@@ -316,20 +376,43 @@ class BalancedBatchSampler:
             return dataclasses.replace(config, enabled=False)
         return config
 
-    def _lengths_of(self, batch: np.ndarray) -> np.ndarray:
-        if self._length_of is None:
-            picked: np.ndarray = self._lengths[batch]
+
+_Planned: TypeAlias = tuple[np.ndarray, np.ndarray, list[StepPlan]]
+"""A global batch's (a window's) lengths, loss counts and plans (one per step)."""
+
+
+class _PerSample:
+    """A number per dataset index: an array, or a function of the index (``name``: the field,
+    for errors)."""
+
+    def __init__(self, name: str, values: Lengths, num_samples: int) -> None:
+        self.name = name
+        self._function: Callable[[int], int] | None = None
+        self._values = np.empty(0, dtype=np.int64)
+        if callable(values):
+            self._function = values
+            return
+        self._values = self._check(np.asarray(values))
+        if self._values.size != num_samples:
+            raise ValueError(
+                f"{name}: {self._values.size} values for a dataset of {num_samples} samples"
+            )
+
+    def of(self, indices: np.ndarray) -> np.ndarray:
+        """The values of ``indices`` (int64)."""
+        if self._function is None:
+            picked: np.ndarray = self._values[indices]
             return picked
-        length_of = self._length_of
-        found = np.fromiter((length_of(int(i)) for i in batch), dtype=np.int64, count=batch.size)
-        return _check_lengths(found)
+        function = self._function
+        found = np.fromiter((function(int(i)) for i in indices), np.int64, count=indices.size)
+        return self._check(found)
 
-
-def _check_lengths(lengths: np.ndarray) -> np.ndarray:
-    if lengths.ndim != 1:
-        raise ValueError(f"lengths: must be 1-D, got shape {lengths.shape}")
-    if lengths.size and not np.issubdtype(lengths.dtype, np.integer):
-        raise ValueError(f"lengths: must be integers, got dtype {lengths.dtype}")
-    if lengths.size and lengths.min() < 0:
-        raise ValueError(f"lengths: must be >= 0, got {int(lengths.min())}")
-    return lengths.astype(np.int64, copy=False)
+    def _check(self, values: np.ndarray) -> np.ndarray:
+        name = self.name
+        if values.ndim != 1:
+            raise ValueError(f"{name}: must be 1-D, got shape {values.shape}")
+        if values.size and not np.issubdtype(values.dtype, np.integer):
+            raise ValueError(f"{name}: must be integers, got dtype {values.dtype}")
+        if values.size and values.min() < 0:
+            raise ValueError(f"{name}: must be >= 0, got {int(values.min())}")
+        return values.astype(np.int64, copy=False)

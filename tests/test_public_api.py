@@ -82,6 +82,7 @@ def test_optim_exported_members():
             "SMFreeConfig",
             "ShareCollate",
             "ShareDataset",
+            "ShareLoader",
             "StepPlan",
             "StepShare",
             "SyncGCConfig",

@@ -159,6 +159,7 @@ def test_an_epoch_is_the_global_batches_split_by_the_plan(
                 world_size=world,
                 num_samples=len(batch),
                 num_tokens=int(lengths[batch].sum()),
+                num_loss_terms=int(lengths[batch].sum()),  # no loss_counts: the tokens
                 digest=shares[0].share.digest,
             )
 
@@ -382,6 +383,7 @@ def test_loader_batches_carry_their_share(num_workers, dataset):
         num_workers=num_workers,
     )
     batches = list(loader)
+    sampler.set_epoch(1)
     expected = list(sampler)
     assert len(batches) == len(loader) == 4  # 8, 8, 8, 6 samples
     tag = "batched" if isinstance(dataset, _BatchedItems) else "item"

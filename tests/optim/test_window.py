@@ -167,7 +167,7 @@ def test_sampler_window_serves_every_sample_once_near_its_own_step():
 def test_sampler_window_shares_carry_their_steps_counts_and_mean_weights():
     samplers = _samplers(70, 3, WINDOW)
     shares = _epoch(samplers)
-    lengths = samplers[0]._lengths
+    lengths = (np.arange(70) * 37 % 23) ** 2 % 97 + 1  # _samplers' lengths
     for step in range(6):
         step_ids = [i for rank_shares in shares for i in rank_shares[step]]
         for rank_shares in shares:
