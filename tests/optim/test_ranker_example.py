@@ -161,4 +161,6 @@ def test_priority_overlap_and_sync_gc_change_no_number(runs: dict[str, Path]) ->
     priority = toggles["priority_overlap"]
     assert priority["requested"] and priority["applied"]  # the dense order applies
     assert "dense order: auto: " in priority["reason"]
-    assert "PEC" in priority["reason"] and "pipeline" in priority["reason"]
+    assert priority["reason"].endswith(
+        "; PEC: none without a train pipeline (fs.attach got a DistributedModelParallel)"
+    )
