@@ -97,8 +97,6 @@ class FreeScale:
         self._gate = DenseGate(auto=order == "auto") if self._gated else None
         self._shuffle: ShuffleBalancer | None = None
         self._uninstall: Callable[[], None] | None = None
-        self._attached: str | None = None
-        """The type :meth:`attach` got when it is no train pipeline (a plain loop's DMP)."""
         self._gc = SyncGC(self.config.sync_gc)
         self._pec: PECSetup | None = None
         self._pipeline: Any = None
@@ -217,8 +215,6 @@ class FreeScale:
             all_to_all_single=self._sm_free.all_to_all_single if self._sm_free else None,
         )
         self._uninstall = install(router)
-        if not callable(getattr(pipeline, "progress", None)):
-            self._attached = type(pipeline).__name__
         self._gc.start()
         return pipeline
 
@@ -516,11 +512,9 @@ class FreeScale:
         if statuses["balance"].requested:
             statuses["balance"] = self._balance_status()
         if statuses["priority_overlap"].requested:
-            priority = _priority_status(statuses["priority_overlap"], self._pec, self._gate)
-            if self._attached is not None:  # PEC lives in torchrec's pipeline (fs.pipeline)
-                note = f"PEC: none without a train pipeline (fs.attach got a {self._attached})"
-                priority = ToggleStatus(True, priority.applied, f"{priority.reason}; {note}")
-            statuses["priority_overlap"] = priority
+            statuses["priority_overlap"] = _priority_status(
+                statuses["priority_overlap"], self._pec, self._gate
+            )
         return {name: s.to_json() for name, s in statuses.items()}
 
     def _balance_status(self) -> ToggleStatus:
