@@ -102,6 +102,7 @@ class FreeScale:
         self._pipeline: Any = None
         self._planners: list[PlanAhead[list[np.ndarray], list[StepPlan]]] = []
         self._samplers: list[BalancedBatchSampler] = []
+        self._closed_status: dict[str, dict[str, Any]] | None = None
         self._shares_served = 0
         """Shares of :meth:`split`, :meth:`shares` and :meth:`exchange` (the samplers count
         their own): balance is applied once one was served."""
@@ -229,6 +230,8 @@ class FreeScale:
             planner.close()
         self._planners.clear()
         self.drain()
+        if self._statuses and self._closed_status is None:
+            self._closed_status = self.status()  # what the toggles did, as the run ends
         self._pipeline = None
         if self._uninstall is not None:
             self._uninstall()
@@ -500,7 +503,10 @@ class FreeScale:
     # ----------------------------------------------------------------------------- report
 
     def status(self) -> dict[str, dict[str, Any]]:
-        """Per toggle, ``{"requested", "applied", "reason"}`` (what ``run.json`` records)."""
+        """Per toggle, ``{"requested", "applied", "reason"}`` (what ``run.json`` records): what
+        each toggle has done so far (after :meth:`close`, what it did)."""
+        if self._closed_status is not None:
+            return self._closed_status
         if not self._statuses:
             return {
                 name: ToggleStatus(on, False, "FreeScale.setup() was not called").to_json()
@@ -513,7 +519,7 @@ class FreeScale:
             statuses["balance"] = self._balance_status()
         if statuses["priority_overlap"].requested:
             statuses["priority_overlap"] = _priority_status(
-                statuses["priority_overlap"], self._pec, self._gate
+                statuses["priority_overlap"], self._pec, self._pipeline, self._gate
             )
         return {name: s.to_json() for name, s in statuses.items()}
 
@@ -542,13 +548,48 @@ def _groups(lengths: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarra
 
 
 def _priority_status(
-    groups: ToggleStatus, pec: PECSetup | None, gate: DenseGate | None
+    groups: ToggleStatus, pec: PECSetup | None, pipeline: Any, gate: DenseGate | None
 ) -> ToggleStatus:
-    """``priority_overlap``'s status: PEC's part (what it took and did not; None: ``prepare``
-    was not called) and the dense ordering's (:mod:`optim.groups`, the gate's order)."""
+    """``priority_overlap``'s status. Applied once PEC acted: a step trained under PEC's
+    pipeline with at least one PEC module pipelined; partly applied when some embedding module
+    was left plain. The reason names the tables PEC runs on and why the others are not, then
+    what the dense ordering and the process groups do (never counted as PEC)."""
+    acted, words = _pec_words(pec, pipeline)
     order = f"dense order: {gate.describe() if gate is not None else 'concurrent'}"
-    if groups.reason:
-        order += f"; {groups.reason}"
+    order += f"; process groups: {groups.reason or 'embedding and dense groups of their own'}"
+    partly = acted and (pec is not None and bool(pec.skipped) or "not on " in words)
+    lead = "partly applied: " if partly else ""
+    return ToggleStatus(True, acted, f"{lead}{words}; {order}")
+
+
+def _pec_words(pec: PECSetup | None, pipeline: Any) -> tuple[bool, str]:
+    """Whether PEC acted, and what it took and did not, in words."""
+    from optim.pec import ExactTrainPipelinePEC
+
     if pec is None:
-        return ToggleStatus(True, groups.applied, order)
-    return ToggleStatus(True, pec.applied or groups.applied, f"{pec.describe()}; {order}")
+        return False, "PEC: fs.prepare(model) was not called"
+    if not pec.applied:
+        return False, f"PEC took no table ({pec.describe()})"
+    if not isinstance(pipeline, ExactTrainPipelinePEC):
+        return False, (
+            f"PEC took tables {', '.join(pec.tables)}, but the loop has no train pipeline from "
+            "fs.pipeline (PEC's schedule is a pipeline's): they train as plain "
+            "EmbeddingCollections"
+        )
+    if not pipeline.steps_run:
+        return False, f"PEC on tables {', '.join(pec.tables)}: no step trained yet"
+    ran = pipeline.pec_module_paths
+    tables = [t for path in ran for t in pec.tables_of.get(path, ())]
+    lost = [p for p in pec.modules if p not in ran]
+    parts = (
+        [f"torchrec's PEC (TrainPipelinePEC, gradients exact) on tables {', '.join(tables)}"]
+        if tables
+        else []
+    )
+    parts += [
+        f"not on {path}: torchrec's pipeline did not pipeline it (its input is not taken from "
+        "the batch as it is)"
+        for path in lost
+    ]
+    parts += [f"not on {path}: {why}" for path, why in pec.skipped.items()]
+    return bool(tables), "; ".join(parts)

@@ -131,6 +131,15 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
         self._input_dist_event = torch.cpu.Event()
         self._overlap_dist_event = torch.cpu.Event()
 
+    steps_run = 0
+    """Steps :meth:`progress` has trained (``FreeScale.status``: PEC acted once one has)."""
+
+    @property
+    def pec_module_paths(self) -> tuple[str, ...]:
+        """The PEC modules torchrec pipelined (their paths in the model; known after the first
+        batch): those PEC runs on."""
+        return tuple(self._pec_modules)
+
     def drain(self) -> None:
         """Apply the last step's deferred NOL gradient now. Collective: every rank calls it.
 
@@ -161,8 +170,11 @@ class ExactTrainPipelinePEC(TrainPipelinePEC):  # type: ignore[misc]  # torchrec
     # ------------------------------------------------------------------ CPU points 2 and 3
 
     def progress(self, dataloader_iter: Iterator[Any]) -> Any:
+        """torchrec's step (CPU points 2 and 3), counted in :attr:`steps_run`."""
         with self._cpu_steps():
-            return super().progress(dataloader_iter)
+            out = super().progress(dataloader_iter)
+        self.steps_run += 1
+        return out
 
     def fill_pipeline(self, dataloader_iter: Iterator[Any]) -> None:
         with self._cpu_steps():

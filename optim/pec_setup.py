@@ -21,13 +21,21 @@ torchrec's PEC assumes one stride).
 
 from __future__ import annotations
 
+import os
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from torch import fx, nn
+import torch
+import torchrec
+from torch import nn
+from torchrec.distributed.train_pipeline.tracing import Tracer
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.modules.pec_embedding_modules import PECEmbeddingCollection
+
+import optim
 
 ROW_WISE = "row_wise"
 
@@ -42,6 +50,8 @@ class PECSetup:
     """Their tables."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Path of each embedding module left as it was -> why."""
+    tables_of: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Path of each module now PEC -> its tables."""
 
     @property
     def applied(self) -> bool:
@@ -84,8 +94,9 @@ def to_pec(model: nn.Module, constraints: Mapping[str, Any] | None = None) -> PE
             _replace(model, path, module)
             skipped[path] = why
         chosen = []
-    tables = tuple(c.name for _, m in chosen for c in m.embedding_configs())
-    return PECSetup(tuple(path for path, _ in chosen), tables, skipped)
+    tables_of = {path: tuple(c.name for c in m.embedding_configs()) for path, m in chosen}
+    tables = tuple(t for names in tables_of.values() for t in names)
+    return PECSetup(tuple(tables_of), tables, skipped, tables_of)
 
 
 def _not_row_wise(module: EmbeddingCollection, constraints: Mapping[str, Any]) -> str | None:
@@ -103,13 +114,40 @@ def _not_row_wise(module: EmbeddingCollection, constraints: Mapping[str, Any]) -
 _EMBEDDING = (PECEmbeddingCollection, EmbeddingCollection, EmbeddingBagCollection)
 
 
-class _LeafTracer(fx.Tracer):
-    """Traces a model as torchrec's pipeline does (``train_pipeline/tracing.py``: ``Tracer``,
-    ``_get_leaf_module_names``): the embedding modules, and every module without one inside,
-    are leaves."""
+class _LeafTracer(Tracer):  # type: ignore[misc]  # torchrec: untyped
+    """torchrec's pipeline tracer (``train_pipeline/tracing.py``: ``Tracer``) with the leaves
+    it would have once the model is sharded: the embedding modules stand for the sharded ones
+    (:func:`leaf_module_names`)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(leaf_modules=leaf_module_names(model))
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, _EMBEDDING) or not any(isinstance(s, _EMBEDDING) for s in m.modules())
+        return isinstance(m, _EMBEDDING) or bool(super().is_leaf_module(m, module_qualified_name))
+
+
+def leaf_module_names(model: nn.Module) -> list[str]:
+    """torchrec's ``_get_leaf_module_names`` on an unsharded model, an embedding module standing
+    for a ``ShardedModule``: in every module with an embedding module below it, each child
+    without one (and not marked ``_is_pytorch_fx_traceable``) is a leaf, by qualified name."""
+    leaves: list[str] = []
+
+    def visit(module: nn.Module, path: str) -> bool:
+        embedded = {
+            name
+            for name, child in module.named_children()
+            if isinstance(child, _EMBEDDING) or visit(child, f"{path}{name}.")
+        }
+        if embedded:
+            leaves.extend(
+                f"{path}{name}"
+                for name, child in module.named_children()
+                if name not in embedded and not getattr(child, "_is_pytorch_fx_traceable", False)
+            )
+        return bool(embedded)
+
+    visit(model, "")
+    return sorted(leaves)
 
 
 def _untraceable(model: nn.Module, paths: list[str]) -> str | None:
@@ -117,15 +155,31 @@ def _untraceable(model: nn.Module, paths: list[str]) -> str | None:
     if not paths:
         return None
     try:
-        graph = _LeafTracer().trace(model)
+        graph = _LeafTracer(model).trace(model)
     except Exception as exc:  # any tracing failure: the model is not fx-traceable
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"torch.fx cannot trace the model ({first})"
+        where = _user_line(exc)
+        return f"torch.fx cannot trace the model{f' at {where}' if where else ''} ({first})"
     calls = [n.target for n in graph.nodes if n.op == "call_module"]
     twice = [p for p in paths if calls.count(p) > 1]
     if twice:
         return f"the model calls {', '.join(twice)} more than once (PEC needs one call)"
     return None
+
+
+_LIBRARIES = tuple(
+    str(Path(str(m.__file__)).resolve().parent) + os.sep for m in (torch, torchrec, optim)
+)
+
+
+def _user_line(exc: BaseException) -> str | None:
+    """``file.py:line`` of the innermost frame of ``exc``'s traceback in the user's code (not in
+    torch, torchrec or optim), where tracing met what it cannot follow; None without one."""
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if not str(Path(frame.filename).resolve()).startswith(_LIBRARIES):
+            found = f"{Path(frame.filename).name}:{frame.lineno}"
+    return found
 
 
 def _replace(model: nn.Module, path: str, module: nn.Module) -> None:

@@ -65,11 +65,13 @@ def test_every_toggle_off_equals_plain_torchrec_and_priority_changes_no_number(t
     )
     assert gated["losses"] == plain
     priority = gated["toggles"]["priority_overlap"]
-    assert priority["requested"] and priority["applied"]
-    # PEC takes EmbeddingCollections only: this model's lookups are an EmbeddingBagCollection
+    # PEC takes EmbeddingCollections only: this model's lookups are an EmbeddingBagCollection,
+    # so the toggle is not applied; the dense order and the groups are said as what they are
+    assert priority["requested"] and not priority["applied"]
     assert priority["reason"].startswith(
-        "not on ebc: an EmbeddingBagCollection (PEC takes EmbeddingCollections only); "
-        "dense order: after_embedding; gloo: embedding and dense collectives on groups"
+        "PEC took no table (not on ebc: an EmbeddingBagCollection (PEC takes "
+        "EmbeddingCollections only)); dense order: after_embedding; process groups: gloo: "
+        "embedding and dense collectives on groups"
     )
 
 

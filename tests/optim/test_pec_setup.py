@@ -3,6 +3,9 @@ others (optim.pec_setup), in one process: no sharding is needed to decide."""
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -20,7 +23,8 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 from optim import FreeScale, FreeScaleConfig, PriorityConfig, ToggleStatus  # noqa: E402
 from optim.ddp import DenseGate  # noqa: E402
 from optim.freescale import _priority_status  # noqa: E402
-from optim.pec_setup import PECSetup, to_pec  # noqa: E402
+from optim.pec import ExactTrainPipelinePEC  # noqa: E402
+from optim.pec_setup import PECSetup, leaf_module_names, to_pec  # noqa: E402
 
 META = torch.device("meta")
 
@@ -84,6 +88,7 @@ def test_the_collection_becomes_pec_and_the_bag_collection_is_named():
         modules=("ec",),
         tables=("t_item", "t_cat"),
         skipped={"ebc": "an EmbeddingBagCollection (PEC takes EmbeddingCollections only)"},
+        tables_of={"ec": ("t_item", "t_cat")},
     )
     assert setup.applied
     assert setup.describe() == (
@@ -109,10 +114,17 @@ def test_tables_constrained_off_row_wise_stay_plain():
     assert to_pec(Model(), {"t_cat": ParameterConstraints(sharding_types=["row_wise"])}).applied
 
 
+_BRANCH_LINE = inspect.getsourcelines(Branching.forward)[1] + 1  # the `if` on the lengths
+
+
 @pytest.mark.parametrize(
     ("cls", "why"),
     [
-        (Branching, "torch.fx cannot trace the model (symbolically traced variables cannot"),
+        (
+            Branching,
+            f"torch.fx cannot trace the model at test_pec_setup.py:{_BRANCH_LINE} (symbolically "
+            "traced variables cannot",
+        ),
         (Twice, "the model calls ec more than once (PEC needs one call)"),
     ],
 )
@@ -142,23 +154,111 @@ def test_sharders_add_pec_around_the_collection_sharder_only_when_pec_took_table
     assert none.sharders(given) == given
 
 
-def test_the_status_says_both_parts():
+class _Ran(ExactTrainPipelinePEC):
+    """The two facts the status reads off a PEC pipeline that has trained (a real one runs in
+    tests/optim/test_pec.py and the examples' tests): the steps run and the modules torchrec
+    pipelined."""
+
+    def __init__(self, steps: int, pipelined: tuple[str, ...]) -> None:
+        self.steps_run = steps
+        self._pec_modules = dict.fromkeys(pipelined)
+
+
+def test_the_status_is_applied_only_once_pec_acted_and_says_each_part():
     groups = ToggleStatus(True, True, "gloo: groups of their own")
-    took = PECSetup(("ec",), ("t_item",), {"ebc": "an EmbeddingBagCollection"})
-    status = _priority_status(groups, took, DenseGate())
-    assert (status.requested, status.applied) == (True, True)
-    assert status.reason == (
-        "torchrec's PEC (TrainPipelinePEC, gradients exact) on tables t_item; "
-        "not on ebc: an EmbeddingBagCollection; dense order: after_embedding; "
-        "gloo: groups of their own"
+    took = PECSetup(
+        ("ec", "seq.ec"),
+        ("t_item", "t_cat"),
+        {"ebc": "an EmbeddingBagCollection"},
+        {"ec": ("t_item",), "seq.ec": ("t_cat",)},
     )
+    tail = "dense order: after_embedding; process groups: gloo: groups of their own"
+    ran = _priority_status(groups, took, _Ran(3, ("ec",)), DenseGate())
+    assert (ran.requested, ran.applied) == (True, True)
+    assert ran.reason == (
+        "partly applied: torchrec's PEC (TrainPipelinePEC, gradients exact) on tables t_item; "
+        "not on seq.ec: torchrec's pipeline did not pipeline it (its input is not taken from "
+        f"the batch as it is); not on ebc: an EmbeddingBagCollection; {tail}"
+    )
+    whole = PECSetup(("ec",), ("t_item",), {}, {"ec": ("t_item",)})
+    full = _priority_status(groups, whole, _Ran(1, ("ec",)), DenseGate())
+    assert full.applied and full.reason == (
+        f"torchrec's PEC (TrainPipelinePEC, gradients exact) on tables t_item; {tail}"
+    )
+    # not acted: no step yet, no PEC pipeline (the loop calls the model itself), nothing taken
+    for pipeline, words in [
+        (_Ran(0, ()), "PEC on tables t_item: no step trained yet"),
+        (None, "PEC took tables t_item, but the loop has no train pipeline from fs.pipeline"),
+    ]:
+        status = _priority_status(groups, whole, pipeline, DenseGate())
+        assert not status.applied and status.reason is not None
+        assert status.reason.startswith(words)
     nothing = PECSetup(skipped={"ebc": "an EmbeddingBagCollection"})
-    off = _priority_status(ToggleStatus(True, False, "off here"), nothing, None)
-    assert off.applied is False and off.reason is not None
-    assert off.reason.endswith("dense order: concurrent; off here")
-    # without PEC (prepare not called) the dense order alone, decided by the gate's shape rule
-    alone = _priority_status(groups, None, DenseGate(auto=True))
-    assert alone.reason == (
-        "dense order: auto: not decided yet (no backward with dense buckets seen); "
-        "gloo: groups of their own"
+    off = _priority_status(ToggleStatus(True, True, None), nothing, None, None)
+    assert off.applied is False and off.reason == (
+        "PEC took no table (not on ebc: an EmbeddingBagCollection); dense order: concurrent; "
+        "process groups: embedding and dense groups of their own"
     )
+    # without PEC (prepare not called): not applied, the dense order said as what it is
+    alone = _priority_status(groups, None, None, DenseGate(auto=True))
+    assert not alone.applied and alone.reason == (
+        "PEC: fs.prepare(model) was not called; dense order: auto: not decided yet (no "
+        "backward with dense buckets seen); process groups: gloo: groups of their own"
+    )
+
+
+class _Sublayer(nn.Module):
+    def forward(self, x: torch.Tensor, layer: Any) -> torch.Tensor:
+        return x + layer(x)
+
+
+class _Block(nn.Module):
+    """A transformer-like block that hands a lambda to a sublayer (as BERT4Rec's does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub = _Sublayer()
+        self.lin = nn.Linear(8, 8, device=META)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sub(x, lambda y: self.lin(y))
+
+
+class _History(nn.Module):
+    """The embedding module one level down, beside a norm; reads a buffer in Python."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ec = _ec("t_item")
+        self.norm = nn.LayerNorm(8, device=META)
+        self.register_buffer("scale", torch.ones(()))
+
+    def forward(self, seq: KeyedJaggedTensor) -> torch.Tensor:
+        x = self.norm(self.ec(seq)["f_t_item"].values())
+        if self.scale.shape == ():  # a concrete buffer in torchrec's tracer
+            return x
+        return x * 2
+
+
+class _Deep(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.history = _History()
+        self.blocks = nn.ModuleList([_Block(), _Block()])
+        self.out = nn.Linear(8, 1, device=META)
+
+    def forward(self, seq: KeyedJaggedTensor) -> torch.Tensor:
+        x = self.history(seq)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(x).sum()
+
+
+def test_the_leaves_are_torchrecs_and_what_its_tracer_accepts_pec_takes():
+    """torchrec's rule (``_get_leaf_module_names``), by hand: in each module with an embedding
+    module below it, every other child is a leaf by name; the rest is traced (a ModuleList's
+    blocks by their own names are not leaves, so the lambda is traced through)."""
+    model = _Deep()
+    assert leaf_module_names(model) == ["blocks", "history.norm", "out"]
+    setup = to_pec(model)
+    assert setup.applied and setup.tables_of == {"history.ec": ("t_item",)}

@@ -154,8 +154,8 @@ def test_priority_overlap_runs_the_job_on_pec(tmp_path):
     toggle = json.loads((out / "run.json").read_text())["toggles"]["priority_overlap"]
     assert (toggle["requested"], toggle["applied"]) == (True, True)
     assert toggle["reason"].startswith(
-        "torchrec's PEC (TrainPipelinePEC, gradients exact) on tables t_item, t_cat; "
-        "not on ebc: an EmbeddingBagCollection (PEC takes EmbeddingCollections only); "
+        "partly applied: torchrec's PEC (TrainPipelinePEC, gradients exact) on tables t_item, "
+        "t_cat; not on ebc: an EmbeddingBagCollection (PEC takes EmbeddingCollections only); "
         "dense order: auto: after_embedding (the backward's embedding all-to-all came after "
     )
     # the EmbeddingBagCollection's backward all-to-all (plain torchrec) is issued in the
