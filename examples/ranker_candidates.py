@@ -23,8 +23,9 @@ cost (``--balance``) and each batch carries its share of the global batch, whose
 ``loss_weight("token_mean")`` over the loss terms given to ``fs.loader`` (``loss_counts``: the
 candidates, while the histories' lengths drive the cost) makes every step's averaged gradient
 the global batch's mean over candidates, whatever the split. ``--priority-overlap`` orders the
-dense all-reduce behind the embedding all-to-all (PEC needs torchrec's pipeline, which this
-loop has not: its status says so). The lines marked ``# fsobs`` write the run
+dense all-reduce behind the embedding all-to-all; PEC takes the item table (``fs.prepare``) but
+acts only under torchrec's pipeline, which this loop has not: the table trains as a plain one
+and the toggle's status says so. The lines marked ``# fsobs`` write the run
 (``fsobs.collect.RunRecorder``: a trace, a step sidecar, ``run.json``) for ``fsobs analyze``;
 ``--out`` is required.
 """
@@ -46,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 from torchrec import EmbeddingCollection, EmbeddingConfig, JaggedTensor, KeyedJaggedTensor
-from torchrec.distributed.embedding import EmbeddingCollectionSharder
+from torchrec.distributed.embedding import EmbeddingCollectionSharder as ECSharder
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
 from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
@@ -135,33 +136,28 @@ def collate(samples: list[tuple[np.ndarray, ...]], share: Any = None) -> Batch: 
     return Batch(features, lengths, counts, targets, share)  # FreeScale
 
 
-class Ranker(nn.Module):
-    """The item table (an ``EmbeddingCollection``), causal attention over each history padded
-    to the batch's longest, and an MLP scoring each candidate against its user's encoding."""
+class Tower(nn.Module):
+    """Causal attention over each history padded to the batch's longest, and an MLP scoring
+    each candidate against its user's encoding. A module of its own: torchrec's tracer keeps it
+    as one leaf (its padding is not fx code), so PEC can take the table in front of it."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        table = EmbeddingConfig(
-            name="t_items",
-            embedding_dim=DIM,
-            num_embeddings=NUM_ITEMS,
-            feature_names=list(FEATURES),
-        )
-        self.ec = EmbeddingCollection(tables=[table], device=device)
         self.blocks = nn.ModuleList(
             nn.TransformerEncoderLayer(DIM, HEADS, 2 * DIM, dropout=0.0, batch_first=True)
             for _ in range(BLOCKS)
         )
         self.score = nn.Sequential(nn.Linear(3 * DIM, 2 * DIM), nn.ReLU(), nn.Linear(2 * DIM, 1))
 
-    def forward(self, batch: Batch) -> torch.Tensor:
-        """The binary cross-entropy of every candidate of the batch (unreduced)."""
-        emb = self.ec(batch.features)
+    def forward(
+        self, emb: dict[str, JaggedTensor], counts: torch.Tensor, labels: torch.Tensor
+    ) -> torch.Tensor:
+        """The binary cross-entropy of every candidate (unreduced)."""
         users = self._encode(emb["history"])
         items = emb["candidates"].values()
-        mine = users.repeat_interleave(batch.counts, dim=0)
+        mine = users.repeat_interleave(counts, dim=0)
         logits = self.score(torch.cat([mine, items, mine * items], dim=-1)).squeeze(-1)
-        return F.binary_cross_entropy_with_logits(logits, batch.labels, reduction="none")
+        return F.binary_cross_entropy_with_logits(logits, labels, reduction="none")
 
     def _encode(self, history: JaggedTensor) -> torch.Tensor:
         """Each user's encoding: the attention output at the last event of the history."""
@@ -175,14 +171,32 @@ class Ranker(nn.Module):
         return x[torch.arange(len(lengths)), lengths - 1]
 
 
+class Ranker(nn.Module):
+    """The item table (an ``EmbeddingCollection``) at the input, the tower on top."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        table = EmbeddingConfig(
+            name="t_items",
+            embedding_dim=DIM,
+            num_embeddings=NUM_ITEMS,
+            feature_names=list(FEATURES),
+        )
+        self.ec = EmbeddingCollection(tables=[table], device=device)
+        self.tower = Tower()
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """The binary cross-entropy of every candidate of the batch (unreduced)."""
+        return self.tower(self.ec(batch.features), batch.counts, batch.labels)
+
+
 def build(
-    model: Ranker, dmp_kwargs: dict[str, Any], sgd: bool
+    model: Ranker, sharders: list[Any], dmp_kwargs: dict[str, Any], sgd: bool
 ) -> tuple[DistributedModelParallel, torch.optim.Optimizer]:
     """The item table's optimizer applied in backward (row-wise Adagrad, or SGD), the table
     row-wise sharded; Adam (or SGD) on the dense part."""
     table_optimizer = torch.optim.SGD if sgd else RowWiseAdagrad
     apply_optimizer_in_backward(table_optimizer, model.ec.parameters(), {"lr": 0.05})
-    sharders: list[Any] = [EmbeddingCollectionSharder()]
     world = dist.get_world_size()
     planner = EmbeddingShardingPlanner(
         topology=TopologyFactory.create_topology(
@@ -212,19 +226,20 @@ def main() -> None:
     # the wrong count that the tests show failing)
     terms = data.lengths if args.weigh_by_events else data.counts
     model = Ranker(torch.device("meta"))
-    device, batch, seed = torch.device("cpu"), args.batch_size, args.seed
+    device, batch, seed, sgd = torch.device("cpu"), args.batch_size, args.seed, args.sgd
     if args.plain:
         fs = None
         sampler = DistributedSampler(data, seed=seed, drop_last=True)
         loader = DataLoader(data, batch_size=batch, sampler=sampler, collate_fn=collate)
-        dmp, optimizer = build(model, {}, args.sgd)
+        dmp, optimizer = build(model, [ECSharder()], {}, sgd)
     else:
         fs = optim.FreeScale(toggles(args), cost_model=COST)  # FreeScale
         fs.setup()  # FreeScale
         loader = fs.loader(  # FreeScale: balanced shares, each batch with its BatchShare
             data, data.lengths, batch_size=batch, collate_fn=collate, loss_counts=terms, seed=seed
         )  # FreeScale
-        dmp, optimizer = build(model, fs.dmp_kwargs(), args.sgd)  # FreeScale
+        model = fs.prepare(model, CONSTRAINTS)  # FreeScale: PEC takes the item table
+        dmp, optimizer = build(model, fs.sharders([ECSharder()]), fs.dmp_kwargs(), sgd)  # FreeScale
         fs.attach(dmp)  # FreeScale: no pipeline, the DMP itself
     recorder = RunRecorder(  # fsobs
         args.out, freescale=fs, cost_model=COST, profiler=ProfilerConfig.every_step(args.steps)
