@@ -10,6 +10,8 @@
   carry their share (:class:`BalancedBatchSampler`, :class:`ShareDataset`,
   :class:`ShareCollate`, :class:`BatchShare`; torch only to shuffle); ``optim.loader``:
   :class:`ShareLoader`, the ``DataLoader`` made of them (torch).
+- ``optim.adapter``: :class:`PipelineModel`, :class:`PipelineBatch`: torchrec's train-pipeline
+  contract around a loop's own model, loss and batch (torch, torchrec).
 - ``optim.weights``: :func:`loss_weight`, the factor on a rank's summed loss for each reduction
   (:data:`REDUCTIONS`) that makes the averaged gradient the global batch's.
 - ``optim.pec_setup``, ``optim.pec``: the priority_overlap toggle, torchrec's PEC (which
@@ -33,6 +35,7 @@ from optim.sync_gc import SyncGCConfig
 from optim.weights import REDUCTIONS, loss_weight
 
 if TYPE_CHECKING:
+    from optim.adapter import PipelineBatch, PipelineModel
     from optim.freescale import FreeScale, StepShare
     from optim.loader import ShareLoader
 
@@ -46,6 +49,8 @@ __all__ = [
     "CostModel",
     "FreeScale",
     "FreeScaleConfig",
+    "PipelineBatch",
+    "PipelineModel",
     "PriorityConfig",
     "SMFreeConfig",
     "ShareCollate",
@@ -60,7 +65,14 @@ __all__ = [
     "partition",
 ]
 
-# ``FreeScale``, ``StepShare`` and ``ShareLoader`` import torch: loaded when first asked for.
+# These import torch (the adapter torchrec too): loaded when first asked for.
 __getattr__, __dir__ = lazy_attributes(
-    __name__, {"FreeScale": ".freescale", "StepShare": ".freescale", "ShareLoader": ".loader"}
+    __name__,
+    {
+        "FreeScale": ".freescale",
+        "StepShare": ".freescale",
+        "ShareLoader": ".loader",
+        "PipelineBatch": ".adapter",
+        "PipelineModel": ".adapter",
+    },
 )

@@ -1,7 +1,10 @@
 """Per-sample cost model and partitioners that balance samples across ranks (numpy only, no torch).
 
-- :class:`CostModel`: ``c(L) = c0 + a·L + b·L²`` (+ ``ids·num_ids``), with a JSON file format
-  (what ``fsobs fit-cost`` writes and the optimizer reads).
+- :class:`CostModel`: per sample ``c(L) = c0 + a·L + b·L²`` (+ ``ids·num_ids``), and for a
+  padded model a rank's ``batch`` constant and ``padded · n · max(L)²`` on top, with a JSON
+  file format (what ``fsobs fit-cost`` writes and the optimizer reads). The partitioners here
+  split per-sample costs (additive models); a padded model's batches are split by
+  :mod:`optim.padded`.
 - :func:`partition`: split sample indices into ``num_parts`` parts of near-equal total cost:
 
   - ``"kk"``: Karmarkar–Karp largest differencing, k-way (as in NVIDIA recsys-examples'
@@ -50,23 +53,40 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["METHODS", "CostModel", "imbalance", "imbalance_bound", "partition"]
+__all__ = ["METHODS", "SHAPES", "CostModel", "imbalance", "imbalance_bound", "partition"]
 
 MAX_COST_MODEL_BYTES = 2**20
-"""The largest cost-model file read (1 MiB; :meth:`CostModel.to_json` writes about 100 B)."""
+"""The largest cost-model file read (1 MiB; :meth:`CostModel.to_json` writes under 200 B)."""
 
 METHODS: tuple[str, ...] = ("kk", "lpt", "random")
+SHAPES: tuple[str, ...] = ("additive", "padded")
+"""The shapes of :attr:`CostModel.shape`."""
 
 
 @dataclass(kw_only=True, frozen=True)
 class CostModel:
-    """``c(L) = c0 + a·L + b·L²`` (+ ``ids·num_ids``) per sample; all coefficients finite, >= 0."""
+    """The cost of a rank's batch of ``n`` samples of lengths ``L_i`` (all coefficients finite,
+    >= 0)::
+
+        cost = batch + Σ_i (c0 + a·L_i + b·L_i² + ids·num_ids_i) + padded · n · max(L)²
+
+    With ``batch = padded = 0`` (the *additive* shape, :attr:`shape`) the cost is a sum of
+    per-sample costs, :meth:`__call__`, and the partitioners balance those. Otherwise (the
+    *padded* shape: attention over a batch padded to its longest sample costs every sample
+    ``max(L)²``) a sample has no cost of its own: :meth:`__call__` refuses, and only
+    :meth:`batch_cost` of a whole batch is defined (:func:`optim.padded.partition_padded` splits
+    by it).
+    """
 
     c0: float
     a: float
     b: float
     ids: float = 0.0
     """Coefficient of the number of embedding ids of a sample (0: no such term)."""
+    batch: float = 0.0
+    """Per rank and step, whatever its samples (0: none; > 0 makes the shape padded)."""
+    padded: float = 0.0
+    """Coefficient of ``n · max(L)²`` of a rank's batch (0: none; > 0 makes the shape padded)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -79,9 +99,37 @@ class CostModel:
                 raise ValueError(f"{f.name}: must be finite and >= 0, got {value!r}")
             object.__setattr__(self, f.name, float(value))
 
+    @property
+    def shape(self) -> str:
+        """``"additive"`` (a rank costs the sum of its samples' costs) or ``"padded"``
+        (:data:`SHAPES`)."""
+        return "additive" if self.batch == 0 and self.padded == 0 else "padded"
+
     def __call__(self, lengths: np.ndarray, num_ids: np.ndarray | None = None) -> np.ndarray:
-        """The cost of each sample (float64, shaped like ``lengths``). ``num_ids`` is required
-        when ``ids > 0`` and must have the shape of ``lengths``."""
+        """The cost of each sample (float64, shaped like ``lengths``); additive models only
+        (ValueError naming ``padded`` otherwise). ``num_ids`` is required when ``ids > 0`` and
+        must have the shape of ``lengths``."""
+        if self.shape != "additive":
+            raise ValueError(
+                f"padded: a cost model with padded={self.padded:g}, batch={self.batch:g} costs "
+                "a rank's batch as a whole, not per sample: use CostModel.batch_cost(lengths)"
+            )
+        return self._per_sample(lengths, num_ids)
+
+    def batch_cost(self, lengths: np.ndarray, num_ids: np.ndarray | None = None) -> float:
+        """The cost of one rank's batch of samples of ``lengths`` (any shape; the sum of
+        :meth:`__call__` for an additive model); ``batch`` also for an empty batch."""
+        length = np.asarray(lengths, dtype=np.float64)
+        cost = self.batch + float(self._per_sample(length, num_ids).sum())
+        if length.size and self.padded > 0:
+            cost += self.padded * length.size * float(length.max()) ** 2
+        return cost
+
+    def additive_part(self) -> CostModel:
+        """The per-sample terms alone (``batch = padded = 0``)."""
+        return CostModel(c0=self.c0, a=self.a, b=self.b, ids=self.ids)
+
+    def _per_sample(self, lengths: np.ndarray, num_ids: np.ndarray | None) -> np.ndarray:
         length = np.asarray(lengths, dtype=np.float64)
         cost = self.c0 + self.a * length + self.b * length * length
         if num_ids is None:
@@ -94,7 +142,10 @@ class CostModel:
         return cost + self.ids * n_ids
 
     def to_json(self, path: str | os.PathLike[str]) -> None:
-        """Write ``{"c0": .., "a": .., "b": .., "ids": ..}`` atomically (temp file + rename)."""
+        """Write ``{"c0": .., "a": .., "b": .., "ids": ..}``, with ``"batch"`` and ``"padded"``
+        for a padded model, atomically (temp file + rename). A field a file lacks besides
+        ``c0, a, b`` reads as 0: the additive files of before the padded shape read as they did,
+        and an additive model's file is what they were."""
         target = Path(path)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
@@ -102,12 +153,18 @@ class CostModel:
             os.umask(umask)
             os.fchmod(fd, 0o666 & ~umask)  # as open() would create it, not mkstemp's 0600
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(asdict(self), fh, indent=2)
+                json.dump(self._fields(), fh, indent=2)
                 fh.write("\n")
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def _fields(self) -> dict[str, float]:
+        data = asdict(self)
+        if self.shape == "additive":
+            del data["batch"], data["padded"]
+        return data
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> CostModel:

@@ -49,6 +49,7 @@ from optim.config import FreeScaleConfig, ToggleStatus
 from optim.ddp import DenseGate
 from optim.groups import Groups, make_groups
 from optim.markers import BALANCE_CHECK_MARKER, BALANCE_MARKER, BALANCE_WAIT_MARKER
+from optim.padded import split_costs
 from optim.plan import StepPlan, loss_scale, plan_window
 from optim.sampler import BalancedBatchSampler, BatchShare, Lengths
 from optim.shuffle import ShuffleBalancer, check_plan
@@ -335,7 +336,7 @@ class FreeScale:
         """The plan of one global batch (one array), or of a window's, under
         ``## fsobs:balance ##`` on the calling thread (the training thread's or the planner's)."""
         with record_function(BALANCE_MARKER):
-            costs = [self.costs(np.asarray(b)) for b in lengths]
+            costs = [split_costs(self.cost_model, np.asarray(b)) for b in lengths]
             if self.window > 1:
                 return plan_window(costs, world)
             return [StepPlan.make(costs[0], world, self.config.balance)]
@@ -439,7 +440,7 @@ class FreeScale:
             world_size=self.world_size,
             rank=self.rank,
             config=self.config.balance,
-            costs=self.costs,
+            costs=self.costs if self.cost_model is None else self.cost_model,
             shuffle=shuffle,
             seed=seed,
             drop_last=drop_last,

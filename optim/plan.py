@@ -19,6 +19,13 @@ loudly instead of training on duplicated or dropped samples.
 A window (``BalanceConfig(window=K)``, plan mode) plans ``K`` global batches at once with
 :func:`plan_window` (:mod:`optim.window`): one plan per step, positions into the window.
 
+A padded cost model (``CostModel.shape == "padded"``: a rank's cost is not the sum of its
+samples') has no per-sample costs: its global batch is planned from the lengths
+(:class:`optim.padded.PaddedCosts`, made by :func:`optim.padded.split_costs`) with the padded
+objective, similar lengths on one rank (:func:`optim.padded.partition_padded`), in plan mode
+and one global batch at a time (shuffle mode all-gathers per-sample costs, a window deals
+them: both refuse a padded model).
+
 With unequal counts (``BalanceConfig.counts``: ``lpt`` always, ``kk`` with
 ``counts="unequal"``) each rank scales its mean loss by :func:`loss_scale`, so that the
 all-reduced (averaged) gradient is the gradient of the global mean loss. Unequal counts also
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optim.balance import METHODS, imbalance, partition
+from optim.padded import PaddedCosts, partition_padded
 from optim.window import deal_window
 
 __all__ = [
@@ -125,33 +133,60 @@ class StepPlan:
     """:func:`plan_digest` of ``parts``."""
 
     @classmethod
-    def make(cls, costs: np.ndarray, world_size: int, config: BalanceConfig) -> StepPlan:
-        """Plan one global batch whose samples cost ``costs`` (global-batch order)."""
+    def make(
+        cls, costs: np.ndarray | PaddedCosts, world_size: int, config: BalanceConfig
+    ) -> StepPlan:
+        """Plan one global batch whose samples cost ``costs`` (global-batch order): per-sample
+        costs (an additive cost model), or the lengths under a padded one
+        (:func:`optim.padded.split_costs`), which ``kk`` and ``lpt`` split with the padded
+        objective (:func:`optim.padded.partition_padded`, the config's counts) and whose
+        imbalance is of the ranks' batch costs."""
         # The random split; when world_size does not divide the batch, chunks differ by one.
-        before = partition(costs, world_size, method="random", equal_size=False)
-        if config.enabled:
-            after = partition(costs, world_size, method=config.method, equal_size=config.equal_size)
-        else:
+        sizes = np.zeros(costs.size) if isinstance(costs, PaddedCosts) else costs
+        before = partition(sizes, world_size, method="random", equal_size=False)
+        if not config.enabled:
             after = before
+        elif isinstance(costs, PaddedCosts) and config.method != "random":
+            after = partition_padded(
+                costs.lengths, world_size, costs.model, equal_size=config.equal_size
+            )
+        else:
+            after = partition(sizes, world_size, method=config.method, equal_size=config.equal_size)
         # Any fixed order of the parts is a valid assignment: rank r takes part r.
         parts = [np.asarray(p, dtype=np.int64) for p in after]
         return cls(
             parts=parts,
-            imbalance_before=imbalance(costs, before),
-            imbalance_after=imbalance(costs, after),
+            imbalance_before=_imbalance(costs, before),
+            imbalance_after=_imbalance(costs, after),
             digest=plan_digest(parts),
         )
 
 
-def plan_window(costs: Sequence[np.ndarray], world_size: int) -> list[StepPlan]:
+def _imbalance(costs: np.ndarray | PaddedCosts, parts: list[list[int]]) -> float:
+    """Max / mean estimated rank cost of ``parts`` (per-sample sums, or batch costs)."""
+    if not isinstance(costs, PaddedCosts):
+        return imbalance(costs, parts)
+    loads = costs.loads(parts)
+    mean = float(loads.mean())
+    return float(loads.max()) / mean if mean > 0 else 1.0
+
+
+def plan_window(costs: Sequence[np.ndarray | PaddedCosts], world_size: int) -> list[StepPlan]:
     """Plan a window (:mod:`optim.window`): ``costs`` of its global batches, one array each in
     global-batch order; one plan per step of the window, whose ``parts`` are positions into the
     window (the batches concatenated in order). ``imbalance_before`` is the random split of the
-    step's own global batch."""
-    steps = deal_window(costs, world_size)
-    pooled = np.concatenate([np.asarray(c, dtype=np.float64) for c in costs])
+    step's own global batch. The deal moves per-sample costs between steps: a padded cost
+    model's batches (:class:`optim.padded.PaddedCosts`) are a ValueError naming ``window``."""
+    batches = [c for c in costs if not isinstance(c, PaddedCosts)]
+    if len(batches) != len(costs):
+        raise ValueError(
+            "window: a balance window deals per-sample costs; a padded cost model plans one "
+            "global batch at a time (window=1)"
+        )
+    steps = deal_window(batches, world_size)
+    pooled = np.concatenate([np.asarray(c, dtype=np.float64) for c in batches])
     plans = []
-    for batch, parts in zip(costs, steps, strict=True):
+    for batch, parts in zip(batches, steps, strict=True):
         before = partition(batch, world_size, method="random", equal_size=False)
         plans.append(
             StepPlan(

@@ -79,6 +79,8 @@ from typing import Generic, Protocol, TypeAlias, TypeVar
 import numpy as np
 
 from optim.ahead import PlanAhead
+from optim.balance import CostModel
+from optim.padded import PaddedCosts, split_costs
 from optim.plan import BalanceConfig, StepPlan, plan_window
 from optim.weights import loss_weight
 
@@ -222,7 +224,7 @@ class BalancedBatchSampler:
         world_size: int,
         rank: int,
         config: BalanceConfig,
-        costs: Callable[[np.ndarray], np.ndarray],
+        costs: CostModel | Callable[[np.ndarray], np.ndarray],
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
@@ -230,10 +232,11 @@ class BalancedBatchSampler:
     ) -> None:
         """``lengths``: per dataset index (or a function of it), what the cost model reads;
         ``costs``: per-sample costs of an int64 array of lengths (an
-        :class:`optim.balance.CostModel`, ``FreeScale.costs``); ``loss_counts``: per dataset
-        index (or a function of it), the number of terms the sample adds to a mean loss (its
-        masked positions, its candidates), for :attr:`BatchShare.num_loss_terms`; without it
-        the lengths."""
+        :class:`optim.balance.CostModel`, ``FreeScale.costs``; a padded ``CostModel`` plans each
+        global batch from its lengths instead); ``loss_counts``: per dataset index (or a
+        function of it), the number of terms the sample adds to a mean loss (its masked
+        positions, its candidates), for :attr:`BatchShare.num_loss_terms`; without it the
+        lengths."""
         self.num_samples = len(dataset)
         self.batch_size = _count("batch_size", batch_size, 1)
         self.world_size = _count("world_size", world_size, 1)
@@ -323,11 +326,12 @@ class BalancedBatchSampler:
         generator.manual_seed(self.seed + self.epoch)
         return torch.randperm(self.num_samples, generator=generator).numpy()
 
-    def _costs(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The lengths and the estimated costs of a batch's samples."""
+    def _costs(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray | PaddedCosts]:
+        """The lengths and the estimated costs of a batch's samples (its lengths under a padded
+        cost model: :func:`optim.padded.split_costs`)."""
         lengths = self._lengths.of(batch)
-        costs = np.asarray(self.costs(lengths))
-        if costs.shape != lengths.shape:
+        costs = split_costs(self.costs, lengths)
+        if isinstance(costs, np.ndarray) and costs.shape != lengths.shape:
             raise ValueError(f"costs: shape {costs.shape} for lengths of shape {lengths.shape}")
         return lengths, costs
 

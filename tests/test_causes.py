@@ -15,8 +15,8 @@ from tests.kineto import cpu_doc, cpu_op, gloo, write
 MS = 1000  # the trace's µs per ms
 
 
-def _run(tmp_path, pauses: bool):
-    """::
+def _run(tmp_path, pauses: bool, cost: bool = True):
+    """``cost`` false: ``est_cost`` null (recorded without a cost model)::
 
     t (ms)    0          40    60 70         100
     rank 0    |====mm====|~~~~~|xx|           |    busy 70, waits 20 for rank 1
@@ -32,8 +32,9 @@ def _run(tmp_path, pauses: bool):
     for doc in docs:
         rank = doc["distributedInfo"]["rank"]
         write(tmp_path / f"rank{rank}.json", doc)
-        cost, gc_ms, cpu_ms = side[rank]
-        record = {"step": 1, "num_samples": 1, "seq_lengths": [5], "est_cost": cost,
+        est_cost, gc_ms, cpu_ms = side[rank]
+        est_cost = est_cost if cost else None
+        record = {"step": 1, "num_samples": 1, "seq_lengths": [5], "est_cost": est_cost,
                   "wall_start_ns": 0, "wall_end_ns": 100_000_000}  # fmt: skip
         if pauses:
             record |= {"gc_count": int(gc_ms > 0), "gc_ms": gc_ms, "gc_max_gen": 0,
@@ -71,13 +72,42 @@ def test_lateness_split_into_data_gc_preemption_and_the_rest(tmp_path):
                for line in findings(result))  # fmt: skip
 
 
+GC_LINE = (
+    "the step sidecars have no GC, CPU-time and context-switch fields (runs recorded with the "
+    "profiler have them)"
+)
+COST_LINE = (
+    "no cost model: est_cost is null in the sidecars (RunRecorder(cost_model=...) or fsobs "
+    "fit-cost)"
+)
+
+
+def _unknown(result) -> list[str]:
+    return [line for line in findings(result) if "were late is unknown" in line]
+
+
 def test_without_the_pause_fields_the_causes_are_unknown(tmp_path):
     result = _run(tmp_path, pauses=False)
     assert result.causes is None
     assert to_json(result)["stragglers"]["causes"] == {
-        "known": False, "shares": None, "per_step": [],
+        "known": False, "shares": None, "per_step": [], "missing": ["gc_ms", "cpu_ms"],
     }  # fmt: skip
-    assert any("why the stragglers were late is unknown" in line for line in findings(result))
+    assert _unknown(result) == [f"why the stragglers were late is unknown: {GC_LINE}"]
+
+
+def test_without_a_cost_model_the_report_says_so_not_that_the_pauses_are_missing(tmp_path):
+    # the pause fields are there; only est_cost is null
+    result = _run(tmp_path, pauses=True, cost=False)
+    assert result.causes is None
+    assert to_json(result)["stragglers"]["causes"]["missing"] == ["est_cost"]
+    assert _unknown(result) == [f"why the stragglers were late is unknown: {COST_LINE}"]
+    assert not any("no GC" in line for line in findings(result))
+
+
+def test_without_a_cost_model_and_the_pauses_both_are_named(tmp_path):
+    result = _run(tmp_path, pauses=False, cost=False)
+    assert to_json(result)["stragglers"]["causes"]["missing"] == ["est_cost", "gc_ms", "cpu_ms"]
+    assert _unknown(result) == [f"why the stragglers were late is unknown: {COST_LINE}; {GC_LINE}"]
 
 
 def test_parts_larger_than_the_lateness_are_scaled_down_to_it():

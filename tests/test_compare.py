@@ -402,7 +402,18 @@ def test_json_is_strict():
         "step_time_ratio",
         "per_rank",
         "same_batches",
+        "same_batches_check",
         "warnings",
+    }
+    assert out["same_batches_check"] == {
+        "same": None,
+        "basis": "none",
+        "unit": "step",
+        "window_steps": 1,
+        "checked": 0,
+        "differing": 0,
+        "first_differing": None,
+        "weaker_because": ["neither run has step sidecars"],
     }
     assert out["bubble_reduction"] == pytest.approx(1 - 5 / 35)
     assert out["by_class"]["host_idle"] is None
@@ -580,6 +591,16 @@ def test_toggles_line_says_what_applied_and_why_not():
         "balance on; priority_overlap off; sm_free requested, not applied (backend gloo: no SMs)"
     )
     assert toggles_line({}) == "not recorded (no run.json, or no toggles in it)"
+    partly = {
+        "priority_overlap": {
+            "requested": True,
+            "applied": True,
+            "reason": "partly applied: PEC on tables t_item; not on ebc: a bag",
+        }
+    }
+    assert toggles_line(partly) == (
+        "priority_overlap partly applied (PEC on tables t_item; not on ebc: a bag)"
+    )
 
 
 def test_cli_compare_bad_input(tmp_path, capsys):

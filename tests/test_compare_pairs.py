@@ -140,6 +140,9 @@ def test_cli_compare_pairs_json(pair_dirs, capsys):
     assert over["bubble_reduction"] == pytest.approx(mean)
     assert over["bubble_reduction_ci"] == pytest.approx([mean - half, mean + half], abs=1e-4)
     assert over["same_batches"] == [True, True, True]
+    assert over["same_batches_basis"] == ["totals"] * 3
+    checks = [p["same_batches_check"] for p in out["pairs"]]
+    assert [(c["basis"], c["checked"], c["differing"]) for c in checks] == [("totals", 4, 0)] * 3
     assert over["by_class"]["other"] is None and over["warnings"] == []
     assert all(p["ci_over"] == "steps" for p in out["pairs"])
 
@@ -153,7 +156,16 @@ def test_cli_compare_pairs_text(pair_dirs, capsys):
     mean = (1 - 42.5 / 142.5 + 1 - 92.5 / 142.5) / 2
     assert f"bubble reduction: {mean:.1%} (mean of 2 pair(s); no CI: fewer than 3 pairs)" in out
     assert f"  per pair: {1 - 42.5 / 142.5:.1%}, {1 - 92.5 / 142.5:.1%}\n" in out
-    assert "same global batches: pair 1 yes, pair 2 yes" in out
+    # each pair's basis: the sidecars list lengths only (no digests, no sample ids)
+    assert "same global batches: pair 1 yes (by totals only), pair 2 yes (by totals only)" in out
+    assert (
+        out.count(
+            "same global batches: yes, by totals only (samples, sum of lengths, sum of squared "
+            "lengths) on all 4 common steps: neither run has batch digests; neither run has sample "
+            "ids\n"
+        )
+        == 2
+    )
     assert "warning: 2 pair(s): no interval over pairs" in out
 
 

@@ -196,7 +196,12 @@ def test_cli_fit_cost_writes_the_model(fit_run, capsys):
     assert "8 (rank, step) points" in out and "R^2 1.0000" in out
     assert "warning" not in out
     assert f"wrote {path}\n" in out
-    assert out.endswith(f"use it with: fsobs run --balance --cost-model {path}\n")
+    # the closing hint: the flag for the reference job, the loader for one's own loop
+    assert out.endswith(
+        f"use it with: fsobs run --balance --cost-model {path}  (the reference job)\n"
+        f"  or in your own loop: optim.CostModel.from_json('{path}'), passed as cost_model= "
+        "to optim.FreeScale and fsobs.collect.RunRecorder\n"
+    )
     assert set(json.loads(path.read_text())) == {"c0", "a", "b", "ids"}
 
 
@@ -268,3 +273,114 @@ def test_cli_fit_cost_bad_min_r2(fit_run, value, capsys):
         main(["fit-cost", str(fit_run), "--min-r2", value])
     assert exit_.value.code == 2
     assert "--min-r2" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- padded shape
+
+
+def _padded_points(lengths: list[list[int]], batch: float, c0: float, a: float, p: float):
+    """(steps, sidecar) with one (rank 0, step i) point per entry of ``lengths``, busy exactly
+    ``batch + c0·n + a·ΣL + p·n·max(L)²`` ns."""
+    steps, side = _points(lengths, c0=0.0, a=0.0, b=0.0)
+    side["len_max"] = [max(ls, default=0) for ls in lengths]
+    n, total, longest = side["num_samples"], side["len_sum"], side["len_max"]
+    steps["busy_ms"] = (batch + c0 * n + a * total + p * n * longest**2) / 1e6
+    return steps, side
+
+
+def test_padded_exact_recovery():
+    steps, side = _padded_points(BATCHES, batch=2e6, c0=300_000.0, a=4_000.0, p=25.0)
+    fit = fit_points(steps, side, shape="padded")
+    m = fit.model
+    assert [m.batch, m.c0, m.a, m.padded] == pytest.approx([2e6, 300_000.0, 4_000.0, 25.0])
+    assert m.b == 0.0 and m.shape == "padded" and fit.shape == "padded"
+    assert fit.r2 == pytest.approx(1.0, abs=1e-12) and fit.warning is None
+    assert list(fit.points.columns) == [
+        "rank",
+        "step",
+        "num_samples",
+        "len_sum",
+        "len_max",
+        "measured_ms",
+        "predicted_ms",
+    ]
+    # the fifth point: 1000 and 1 -> 2 ms + 2 · 0.3 ms + 1001 · 4 µs + 25 ns · 2 · 1000²
+    assert fit.points.loc[4, "measured_ms"] == pytest.approx(2 + 0.6 + 4.004 + 50)
+
+
+# {1, 5, 6} and {2, 3, 7} have the same n = 3, ΣL = 12 and ΣL² = 62 but max(L) 6 and 7: the
+# additive features cannot tell them apart, a padded model costs them n·max² = 108 and 147.
+SAME_SUMS = [([1, 5, 6], [2, 3, 7]), ([2, 3, 7], [1, 5, 6])] * 2
+PADDED_US = [tuple(3 * max(ls) ** 2 for ls in pair) for pair in SAME_SUMS]  # 1 µs · n · max²
+
+
+def test_padded_busy_time_that_the_additive_shape_cannot_explain():
+    """Every point has the same additive features, so the additive fit predicts one value for
+    all: their mean, (108 + 147) / 2, and R² = 0. The padded fit is exact: 1000 ns · n·max²."""
+    lengths = [ls for pair in SAME_SUMS for ls in pair]
+    steps, side = _padded_points(lengths, batch=0.0, c0=0.0, a=0.0, p=1000.0)
+    additive = fit_points(steps, side)
+    assert additive.points["predicted_ms"].tolist() == pytest.approx([0.1275] * 8)
+    assert additive.r2 == pytest.approx(0.0, abs=1e-9) and additive.warning is not None
+    assert "try --shape padded" in additive.warning
+    padded = fit_points(steps, side, shape="padded")
+    assert padded.r2 == pytest.approx(1.0, abs=1e-9) and padded.warning is None
+    assert padded.points["predicted_ms"].tolist() == pytest.approx(
+        [3 * max(ls) ** 2 / 1e3 for ls in lengths]
+    )
+    auto = fit_points(steps, side, shape="auto")
+    assert auto.shape == "padded" and auto.model == padded.model
+    assert auto.choice is not None and auto.choice.startswith(
+        "additive R^2 0.0000, padded R^2 1.0000"
+    )
+
+
+def test_auto_keeps_the_additive_shape_when_it_explains_more():
+    steps, side = _points(BATCHES, c0=600_000.0, a=7_250.0, b=43.5)
+    side["len_max"] = [max(ls) for ls in BATCHES]
+    fit = fit_points(steps, side, shape="auto")
+    assert fit.shape == "additive" and fit.model.shape == "additive"
+    assert fit.model.b == pytest.approx(43.5, rel=1e-6)
+    assert "the additive shape explains more" in fit.choice
+
+
+def test_padded_shape_warns_below_low_r2():
+    lengths = [ls for pair in FLAT_LENGTHS for ls in pair]
+    steps, side = _padded_points(lengths, batch=0.0, c0=0.0, a=0.0, p=0.0)
+    steps["busy_ms"] = [c / 1e3 for pair in FLAT_COMPUTE for c in pair]
+    fit = fit_points(steps, side, shape="padded")
+    assert fit.r2 == pytest.approx(0.0, abs=1e-9)
+    assert "under the padded shape either" in fit.warning
+
+
+def test_unknown_shape_is_refused():
+    steps, side = _points(BATCHES, c0=1.0, a=1.0, b=1.0)
+    with pytest.raises(ValueError, match="^shape: unknown 'pad'"):
+        fit_points(steps, side, shape="pad")
+
+
+def test_cli_fit_cost_padded(tmp_path, capsys):
+    run = write_allreduce_run(tmp_path / "run", PADDED_US, lengths=SAME_SUMS)
+    assert main(["fit-cost", str(run), "--shape", "padded"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("cost = ") and "ns * n * max(L)^2" in out
+    assert "R^2 1.0000" in out and "warning" not in out
+    model = CostModel.from_json(run / "cost_model.json")
+    assert model.shape == "padded" and model.padded == pytest.approx(1000.0, rel=1e-6)
+    assert model.batch + 3 * model.c0 + 12 * model.a == pytest.approx(0.0, abs=1e-3)
+    path = run / "cost_model.json"
+    assert out.endswith(
+        f"use it with: fsobs run --balance --cost-model {path}  (the reference job)\n"
+        f"  or in your own loop: optim.CostModel.from_json('{path}'), passed as cost_model= "
+        "to optim.FreeScale and fsobs.collect.RunRecorder\n"
+    )
+
+
+def test_cli_fit_cost_auto_says_which_shape_it_kept(tmp_path, capsys):
+    run = write_allreduce_run(tmp_path / "run", PADDED_US, lengths=SAME_SUMS)
+    assert main(["fit-cost", str(run), "--shape", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "additive R^2 0.0000, padded R^2 1.0000: the padded shape explains more" in out
+    assert CostModel.from_json(run / "cost_model.json").shape == "padded"
+    assert main(["fit-cost", str(run)]) == 0  # the additive default warns and points at padded
+    assert "try --shape padded" in capsys.readouterr().out

@@ -78,6 +78,8 @@ def test_optim_exported_members():
             "CostModel",
             "FreeScale",
             "FreeScaleConfig",
+            "PipelineBatch",
+            "PipelineModel",
             "PriorityConfig",
             "SMFreeConfig",
             "ShareCollate",

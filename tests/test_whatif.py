@@ -4,6 +4,7 @@ partition is known, the oracle, predictions against simulated runs whose truth i
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -11,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from fsobs.analysis import analyze_path
 from fsobs.analysis.costfit import CostFit
 from fsobs.analysis.whatif.calibration import Calibration, partition_model
-from fsobs.analysis.whatif.predict import TOGGLES, whatif
+from fsobs.analysis.whatif.predict import TOGGLES, _oracle, _Setup, whatif
 from fsobs.analysis.whatif.priority import embedding_blocked_ms, pec_overlap, prioritize
 from fsobs.analysis.whatif.replay import (
     BUSY,
@@ -33,7 +35,7 @@ from fsobs.analysis.whatif.replay import (
 from fsobs.analysis.whatif.splits import resplit
 from fsobs.cli import main
 from fsobs.errors import RunError
-from fsobs.report import whatif_json
+from fsobs.report import render_whatif, whatif_json
 from fsobs.simulate.simulator import SimConfig, simulate, truth_frame, write_run
 from optim.balance import CostModel
 
@@ -247,6 +249,60 @@ def test_whatif_predicts_the_simulated_balance_and_priority(sims: dict) -> None:
     assert w.oracle.wait_from_noise_ms_per_step < 1e-3 * wait
 
 
+def _offsetting_setup() -> _Setup:
+    """Two ranks whose data and noise offset each other: the measured busy times are 15 and 9
+    ms (rank 0: 10 before the collective, 5 after; rank 1: 4 and 5), while the data predicts
+    10 and 14 (the cost model's ns), so ``eta`` is 15/10 and 9/14 (speeds 1)."""
+    graph = _two_ranks({0: (10.0, 5.0), 1: (4.0, 5.0)}, transfer_ms=2.0)
+    busy = np.array([[15.0 * MS], [9.0 * MS]])
+    model = CostModel(c0=1.0, a=0.0, b=0.0)
+    fit = CostFit(model=model, r2=1.0, rmse_ms=0.0, n_points=2, points=pd.DataFrame())
+    cal = Calibration(
+        ranks=[0, 1],
+        steps=[0],
+        busy_ns=busy,
+        predicted_ns=np.array([[10.0], [14.0]]),
+        speed=np.ones(2),
+        eta=np.array([[15 / 10], [9 / 14]]),
+        contention_ns=np.zeros((2, 1)),
+        fit=fit,
+        lengths={},
+        run_path=Path("run"),
+    )
+    return _Setup(graph, replay(graph), cal, None, busy, np.zeros((2, 1)))
+
+
+def test_the_noise_part_is_never_above_the_wait_it_is_part_of(sims: dict) -> None:
+    """The run: rank 1 waits 10 - 4 = 6 ms, 3 ms per rank and step.
+
+    Only the data differing: busy 10 and 14 (the mean 12 kept), rank 0 arrives at
+    10 x 10/15 = 6.67, rank 1 at 4 x 14/9 = 6.22: 4/9 ms of wait, 2/9 per rank. Only the noise
+    differing: 1.5 and 9/14 scaled to the mean 12, busy 16.8 and 7.2, arrivals 10 x 16.8/15 =
+    11.2 and 4 x 7.2/9 = 3.2: 8 ms of wait, 4 per rank, above the run's 3 (the noise alone
+    spreads the ranks further than data and noise together). Data share (2/9) / (2/9 + 4) =
+    1/19; the parts 3/19 and 3 x 18/19."""
+    o = _oracle(_offsetting_setup(), 0.95, np.random.default_rng(0))
+    assert o.straggler_wait_ms_per_step == pytest.approx(3.0)
+    assert o.wait_from_data_ms_per_step == pytest.approx(2 / 9)
+    assert o.wait_from_noise_ms_per_step == pytest.approx(4.0)  # a counterfactual
+    assert o.data_share == pytest.approx(1 / 19)
+    assert o.data_part_ms_per_step == pytest.approx(3 / 19)
+    assert o.noise_part_ms_per_step == pytest.approx(3 * 18 / 19)
+    # the report: the figure it gives for the noise, beside the wait, is a part of the wait
+    console = Console(record=True, width=400)
+    render_whatif(replace(whatif(analyze_path(sims["base"]), ("sm_free",), draws=2), oracle=o),
+                  console)  # fmt: skip
+    (line,) = [ln for ln in console.export_text().splitlines() if ln.startswith("straggler wait")]
+    total = float(re.match(r"straggler wait (\d+\.\d+) ms per step", line)[1])
+    noise = re.search(r"noise alone (\d+\.\d+)|(\d+\.\d+) from the noise", line)
+    assert total == 3.0 and float(noise[1] or noise[2]) <= total, line
+    assert line == (
+        "straggler wait 3.00 ms per step: 0.16 of it from the data, 2.84 from the noise (data "
+        "share 5.3% of the waits with only the data or only the noise differing between the "
+        "ranks, 0.22 and 4.00: those do not add up)"
+    )
+
+
 def test_combinations_are_replayed_together(sims: dict) -> None:
     w = whatif(analyze_path(sims["base"]), ("balance", "priority_overlap"), draws=5, planner_ns=0.0)
     by = {p.toggles: p for p in w.predictions}
@@ -305,10 +361,12 @@ def test_whatif_json_shape(sims: dict) -> None:
     ]
     assert list(data["calibration"]["cost_fit"]) == ["c0_ns", "a_ns", "b_ns", "r2"]
     assert list(data["oracle"])[0] == "predicted"
-    assert list(data["oracle"])[-3:] == [
+    assert list(data["oracle"])[-5:] == [
         "wait_from_data_ms_per_step",
         "wait_from_noise_ms_per_step",
         "data_share",
+        "data_part_ms_per_step",
+        "noise_part_ms_per_step",
     ]
     balanced = whatif_json(whatif(analyze_path(sims["base"]), ("balance",), draws=3))
     assert list(balanced["calibration"])[-4:] == [

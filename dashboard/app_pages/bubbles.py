@@ -40,7 +40,7 @@ from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.export import export_rank
-from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
+from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE, causes_unknown_line
 
 TABS = ("Step timeline", "Stragglers", "Data attribution", "All-to-all", "HTA tables")
 TAB_KEY = "bubbles_tab"
@@ -292,10 +292,7 @@ def _causes(analysis: Analysis) -> None:
     st.subheader("Why the straggler was late")
     causes = analysis.causes
     if causes is None:
-        st.info(
-            "Unknown: the step sidecars have no GC, CPU-time and context-switch fields (runs "
-            "recorded with the profiler by `fsobs run` have them)."
-        )
+        st.info(f"Unknown: {causes_unknown_line(analysis)}.")
         return
     columns = st.columns(len(CAUSES))
     for column, cause in zip(columns, CAUSES, strict=True):

@@ -39,10 +39,11 @@ states disagree between the runs (:func:`toggle_warnings`).
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -98,6 +99,8 @@ class Comparison:
     test_roles_known: bool
     same_batches: bool | None
     """Whether both runs trained on the same global batches; None when it cannot be told."""
+    batch_check: BatchCheck
+    """How :attr:`same_batches` was judged: on what basis, over how many steps."""
     control_toggles: dict[str, Any] = field(default_factory=dict)
     """The control's ``run.json`` toggles (requested / applied / reason); {} without one."""
     test_toggles: dict[str, Any] = field(default_factory=dict)
@@ -117,7 +120,8 @@ def compare(
         raise ValueError(f"confidence: must be in (0, 1), got {confidence}")
     if n_boot < 1:
         raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
-    same, batch_warnings = same_batches(control.run, test.run)
+    check = batch_check(control.run, test.run)
+    same = check.same
     per_c, per_t = _per_step_means(control.steps), _per_step_means(test.steps)
     paired = bool(same) and per_c.index.equals(per_t.index)
     boot = _Bootstrap(NEGLIGIBLE * _mean_window(control.steps), confidence, n_boot, seed, paired)
@@ -146,13 +150,14 @@ def compare(
         control_roles_known=known[0],
         test_roles_known=known[1],
         same_batches=same,
+        batch_check=check,
         control_toggles=_toggles(control.run),
         test_toggles=_toggles(test.run),
         warnings=(
             _run_warnings(control, test)
             + _role_warnings(known)
             + toggle_warnings(_toggles(control.run), _toggles(test.run))
-            + batch_warnings
+            + check.warnings
         ),
     )
 
@@ -326,54 +331,154 @@ def _boot_means(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np
     return np.concatenate(out, axis=-1)
 
 
+BASES = ("digest", "sample_ids", "totals", "run_json", "none")
+"""What :func:`batch_check` can judge by, strongest first."""
+_WHAT = {
+    "digest": "batch digests",
+    "sample_ids": "sample ids",
+    "totals": "batch totals (samples, sum of lengths, sum of squared lengths)",
+}
+"""How a per-step basis is named in a warning."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchCheck:
+    """How :func:`batch_check` told whether two runs trained on the same global batches."""
+
+    same: bool | None
+    """The answer; None when it cannot be told."""
+    basis: str
+    """One of :data:`BASES`: ``digest`` (the sidecars' ``batch_digest``), ``sample_ids``
+    (the ids the ranks trained, all ranks together), ``totals`` (the ranks' sums of
+    ``num_samples``, ``len_sum`` and ``len_sq_sum``), ``run_json`` (the workload in
+    ``run.json``) or ``none``."""
+    window: int = 1
+    """Steps per compared unit: 1 (steps), or the ``lcm`` of the runs' balance windows."""
+    checked: list[int] = field(default_factory=list)
+    """The steps (windows, with ``window > 1``) both runs have on this basis: what was
+    compared (empty for ``run_json`` and ``none``)."""
+    differing: list[int] = field(default_factory=list)
+    """The compared steps (windows) whose batches differ."""
+    skipped: list[str] = field(default_factory=list)
+    """Why each stronger basis could not decide (``"the test's sidecars have no sample
+    ids"``); empty when the strongest one did."""
+    warnings: list[str] = field(default_factory=list)
+    """What the comparison warns: other batches, or that it cannot tell."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``same_batches_check`` object of ``fsobs compare --json``."""
+        return {
+            "same": self.same,
+            "basis": self.basis,
+            "unit": "window" if self.window > 1 else "step",
+            "window_steps": self.window,
+            "checked": len(self.checked),
+            "differing": len(self.differing),
+            "first_differing": self.differing[0] if self.differing else None,
+            "weaker_because": list(self.skipped),
+        }
+
+
 def same_batches(control: Run[Any], test: Run[Any]) -> tuple[bool | None, list[str]]:
-    """Did both runs train on the same global batches? ``(answer, warnings)``.
+    """Did both runs train on the same global batches? ``(answer, warnings)`` of
+    :func:`batch_check`."""
+    check = batch_check(control, test)
+    return check.same, check.warnings
+
+
+def batch_check(control: Run[Any], test: Run[Any]) -> BatchCheck:
+    """Did both runs train on the same global batches, and how that was told.
 
     Checked in this order; the first check that both runs support and that finds steps in
     common decides:
 
     1. both sidecars have ``batch_digest`` values: the digests of the steps they share;
-    2. both runs have sidecars: per step, the totals over the ranks of ``num_samples``,
+    2. both sidecars list ``sample_ids``: per step, the ids of all ranks together (a
+       multiset: where a sample went does not matter), over the shared steps whose every
+       rank listed them;
+    3. both runs have sidecars: per step, the totals over the ranks of ``num_samples``,
        ``len_sum`` and ``len_sq_sum`` (invariant when samples move between ranks), over the
        shared steps that every rank of each run logged;
-    3. both ``run.json`` have a workload: its ``WORKLOAD_KEYS`` present in both;
-    4. otherwise None (cannot be told).
+    4. both ``run.json`` have a workload: its ``WORKLOAD_KEYS`` present in both;
+    5. otherwise None (cannot be told).
 
     A run that balanced with a window (``run.json`` workload ``balance_window`` = ``K`` > 1,
     :mod:`optim.window`) moves samples between the ``K`` steps of each window, so its steps'
-    batches differ from the baseline's while each window's samples are the same: checks 1 and 2
-    then become one check, the totals of check 2 summed over each window of
-    ``lcm(K_control, K_test)`` steps from step 0, over the windows whose every step both runs
-    logged on every rank.
+    batches differ from the baseline's while each window's samples are the same: checks 1 to 3
+    then become checks 2 and 3 over each window of ``lcm(K_control, K_test)`` steps from step
+    0 (the ids, else the totals, of its steps together), over the windows whose every step both
+    runs logged on every rank.
     """
     window = math.lcm(_window(control), _window(test))
-    checks: tuple[tuple[Callable[[Run[Any]], pd.Series | None], str], ...] = (
-        (_digests, "batch digests"),
-        (_totals, "batch totals (samples, sum of lengths, sum of squared lengths)"),
+    checks: tuple[tuple[str, Callable[[Run[Any]], pd.Series | None]], ...] = (
+        ("digest", _digests),
+        ("sample_ids", _ids),
+        ("totals", _totals),
     )
     if window > 1:
-        checks = (
-            (
-                functools.partial(_window_totals, window=window),
-                f"batch totals over each window of {window} steps",
-            ),
+        checks = tuple(
+            (basis, functools.partial(_per_window, per_step=per_step, window=window))
+            for basis, per_step in (("sample_ids", _step_ids), ("totals", _totals))
         )
-    for per_step, what in checks:
+    skipped: list[str] = []
+    for basis, per_step in checks:
         a, b = per_step(control), per_step(test)
-        if a is None or b is None:
-            continue
-        common = a.index.intersection(b.index)
-        if len(common):
-            differ = [int(s) for s in common if a[s] != b[s]]
-            if not differ:
-                return True, []
-            unit = "windows" if window > 1 else "steps"
-            first = f"window {differ[0]}" if window > 1 else f"step {differ[0]}"
-            return False, [
-                f"the runs did not see the same global batches: {what} differ in "
-                f"{len(differ)} of {len(common)} common {unit} (first: {first})"
-            ]
-    return _same_workload(control, test)
+        if a is not None and b is not None and len(common := a.index.intersection(b.index)):
+            checked = [int(s) for s in common]
+            differ = [s for s in checked if a[s] != b[s]]
+            check = BatchCheck(
+                same=not differ,
+                basis=basis,
+                window=window,
+                checked=checked,
+                differing=differ,
+                skipped=skipped,
+            )
+            return replace(check, warnings=_differ_warning(check)) if differ else check
+        why = _why_not(basis, (control, test), (a is not None, b is not None))
+        skipped += [why] if why not in skipped else []
+    same, warnings = _same_workload(control, test)
+    basis = "run_json" if same is not None else "none"
+    return BatchCheck(same=same, basis=basis, window=window, skipped=skipped, warnings=warnings)
+
+
+def _why_not(basis: str, runs: tuple[Run[Any], Run[Any]], has: tuple[bool, bool]) -> str:
+    """Why ``basis`` could not decide: what each run lacks (its step sidecars, or the field
+    ``basis`` reads), or that no step has it in both runs."""
+    if all(has):
+        every = "" if basis == "digest" else " of every rank"
+        return f"no step has {_LACKS[basis]}{every} in both runs"
+    lacks = [
+        None if ok else _LACKS[basis if _has_sidecar(run) else "totals"]
+        for run, ok in zip(runs, has, strict=True)
+    ]
+    if lacks[0] == lacks[1]:
+        return f"neither run has {lacks[0]}"
+    return ", ".join(
+        f"the {side} run has no {what}"
+        for side, what in zip(("control", "test"), lacks, strict=True)
+        if what is not None
+    )
+
+
+_LACKS = {"digest": "batch digests", "sample_ids": "sample ids", "totals": "step sidecars"}
+
+
+def _has_sidecar(run: Run[Any]) -> bool:
+    return run.sidecar is not None and not run.sidecar.empty
+
+
+def _differ_warning(check: BatchCheck) -> list[str]:
+    """The line saying that (and where) the batches differ."""
+    what = _WHAT[check.basis]
+    if check.window > 1:
+        what = f"{what.split(' (')[0]} over each window of {check.window} steps"
+    unit = "windows" if check.window > 1 else "steps"
+    first = f"{'window' if check.window > 1 else 'step'} {check.differing[0]}"
+    return [
+        f"the runs did not see the same global batches: {what} differ in "
+        f"{len(check.differing)} of {len(check.checked)} common {unit} (first: {first})"
+    ]
 
 
 def _window(run: Run[Any]) -> int:
@@ -383,20 +488,26 @@ def _window(run: Run[Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
-def _window_totals(run: Run[Any], *, window: int) -> pd.Series | None:
-    """Window number -> the sum of :func:`_totals` over its ``window`` steps, for the windows
-    whose every step every rank logged; None without sidecars."""
-    per_step = _totals(run)
-    if per_step is None:
+def _per_window(
+    run: Run[Any], *, per_step: Callable[[Run[Any]], pd.Series | None], window: int
+) -> pd.Series | None:
+    """Window number -> the steps' values of ``per_step`` over its ``window`` steps together
+    (a sum of totals, a digest of the ids), for the windows whose every step ``per_step``
+    has; None where ``per_step`` is."""
+    values = per_step(run)
+    if values is None:
         return None
-    steps = pd.Series(per_step.index, index=per_step.index)
+    steps = pd.Series(values.index, index=values.index)
     full = steps.groupby(steps // window).count() == window
-    sums = {
-        int(w): tuple(int(sum(v)) for v in zip(*group, strict=True))
-        for w, group in per_step.groupby(steps // window)
-        if full[w]
-    }
-    return pd.Series(sums, dtype=object)
+    out = {int(w): _pool(list(group)) for w, group in values.groupby(steps // window) if full[w]}
+    return pd.Series(out, dtype=object)
+
+
+def _pool(values: list[Any]) -> Any:
+    """The value of several steps together: totals summed, ids joined and digested."""
+    if isinstance(values[0], tuple):
+        return tuple(int(sum(v)) for v in zip(*values, strict=True))
+    return _id_digest(np.concatenate(values))
 
 
 def _digests(run: Run[Any]) -> pd.Series | None:
@@ -406,6 +517,33 @@ def _digests(run: Run[Any]) -> pd.Series | None:
         return None
     side = side.dropna(subset=["batch_digest"])
     return side.groupby("step")["batch_digest"].agg(lambda s: tuple(sorted(set(s))))
+
+
+def _ids(run: Run[Any]) -> pd.Series | None:
+    """Step -> a digest of the ids every rank listed in it (:func:`_step_ids`)."""
+    ids = _step_ids(run)
+    return None if ids is None else ids.map(_id_digest)
+
+
+def _step_ids(run: Run[Any]) -> pd.Series | None:
+    """Step -> the ids every rank of the run listed in it, as one int64 array, for the steps
+    whose every rank listed them (the last record of a (rank, step) wins); None without
+    ``sample_ids``."""
+    side = run.sidecar
+    if side is None or "sample_ids" not in side or side["sample_ids"].isna().all():
+        return None
+    listed = side[side["sample_ids"].notna().to_numpy()]
+    listed = listed.drop_duplicates(["rank", "step"], keep="last")
+    grouped = listed.groupby("step")["sample_ids"]
+    full = grouped.count() == run.world_size
+    joined = {cast(int, step): np.concatenate(list(ids)) for step, ids in grouped if full[step]}
+    return pd.Series(joined, dtype=object)
+
+
+def _id_digest(ids: np.ndarray) -> str:
+    """A digest of the multiset ``ids`` (sorted first: where each sample went does not count)."""
+    data = np.sort(np.asarray(ids, dtype=np.int64))
+    return hashlib.blake2b(data.tobytes(), digest_size=16).hexdigest()
 
 
 def _totals(run: Run[Any]) -> pd.Series | None:

@@ -7,7 +7,8 @@ import json
 import math
 from pathlib import Path
 
-from fsobs.analysis import compare, fit_cost
+from fsobs.analysis import CostFit, compare, fit_cost
+from fsobs.analysis.costfit import FIT_SHAPES
 from fsobs.analysis.pairs import summarize_pairs
 from fsobs.cli.common import (
     Commands,
@@ -85,11 +86,20 @@ def add_compare(commands: Commands) -> None:
 def add_fit_cost(commands: Commands) -> None:
     cmd = commands.add_parser(
         "fit-cost",
-        help="fit the balancer's per-sample cost model c(L) = c0 + a*L + b*L^2 on a run",
+        help="fit the balancer's per-sample cost model c(L) = c0 + a*L + b*L^2 on a run "
+        "(or a padded model's batch cost: --shape padded)",
         epilog=example("fsobs fit-cost out/demo/baseline --out cost.json"),
     )
     cmd.add_argument("run", metavar="RUN", help="a run directory with step sidecars")
     cmd.add_argument("--out", help="JSON file to write (default: RUN/cost_model.json)")
+    cmd.add_argument(
+        "--shape",
+        choices=FIT_SHAPES,
+        default="additive",
+        help="additive: per sample c0 + a*L + b*L^2 (default); padded: per rank and step "
+        "batch + c0*n + a*sum(L) + p*n*max(L)^2 (attention padded to the longest sample); "
+        "auto: fit both, keep the one of higher R^2",
+    )
     cmd.add_argument(
         "--min-r2",
         type=_r2,
@@ -108,6 +118,19 @@ def _r2(text: str) -> float:
     if not value <= 1:
         raise argparse.ArgumentTypeError(f"must be a number <= 1, got {text!r}")
     return value
+
+
+def _formula(fit: CostFit) -> str:
+    """The fitted model as a line of ``fit-cost``'s output."""
+    m = fit.model
+    if fit.shape == "additive":
+        return (
+            f"c(L) = {m.c0:.6g} ns + {m.a:.6g} ns * L + {m.b:.6g} ns * L^2  (busy time per sample)"
+        )
+    return (
+        f"cost = {m.batch:.6g} ns + {m.c0:.6g} ns * n + {m.a:.6g} ns * sum(L) + {m.padded:.6g} ns "
+        "* n * max(L)^2  (busy time per rank and step, padded)"
+    )
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -189,7 +212,7 @@ def _pairs(args: argparse.Namespace) -> list[tuple[str, str]] | None:
 
 def _fit_cost(args: argparse.Namespace) -> int:
     config = load_config(args)
-    fit = fit_cost(analyze_with_progress(args.run, config))
+    fit = fit_cost(analyze_with_progress(args.run, config), shape=args.shape)
     if args.min_r2 is not None and not fit.r2 >= args.min_r2:
         r2 = "n/a" if math.isnan(fit.r2) else f"{fit.r2:.4f}"
         raise FsobsError(
@@ -199,8 +222,10 @@ def _fit_cost(args: argparse.Namespace) -> int:
         )
     out = Path(args.out) if args.out else Path(args.run) / COST_MODEL
     m = fit.model
-    print(f"c(L) = {m.c0:.6g} ns + {m.a:.6g} ns * L + {m.b:.6g} ns * L^2  (busy time per sample)")
+    print(_formula(fit))
     print(f"R^2 {fit.r2:.4f}, RMSE {fit.rmse_ms:.3f} ms, {fit.n_points} (rank, step) points")
+    if fit.choice is not None:
+        print(fit.choice)
     for warning in (fit.coverage, fit.warning):
         if warning is not None:
             print(f"warning: {warning}")
@@ -209,5 +234,9 @@ def _fit_cost(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise FsobsError(f"cannot write the cost model ({exc.strerror})", path=out) from exc
     print(f"wrote {out}")
-    print(f"use it with: fsobs run --balance --cost-model {out}")
+    print(f"use it with: fsobs run --balance --cost-model {out}  (the reference job)")
+    print(
+        f"  or in your own loop: optim.CostModel.from_json({str(out)!r}), passed as cost_model= "
+        "to optim.FreeScale and fsobs.collect.RunRecorder"
+    )
     return 0

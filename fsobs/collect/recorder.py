@@ -75,6 +75,7 @@ from fsobs.runformat import (
 )
 from fsobs.workload.overlap import TableIds, id_overlaps
 from optim.config import TOGGLES
+from optim.padded import rank_cost
 
 logger = logging.getLogger(__name__)
 
@@ -117,9 +118,9 @@ class RunRecorder:
 
     ``freescale``: the toggles' status and process groups (``optim.FreeScale``); without one
     every toggle is recorded off. ``cost_model``: the sidecar's ``est_cost`` (the sum over the
-    rank's samples); without one it is null. ``profiler``: the schedule, in blocks (default
-    :class:`ProfilerConfig`'s). ``name`` (default: the directory's name) and ``workload``
-    (free-form) go into ``run.json``.
+    rank's samples; a padded ``CostModel``'s batch cost); without one it is null.
+    ``profiler``: the schedule, in blocks (default :class:`ProfilerConfig`'s). ``name``
+    (default: the directory's name) and ``workload`` (free-form) go into ``run.json``.
     """
 
     def __init__(
@@ -250,7 +251,7 @@ class RunRecorder:
                 "or s.lengths = ... in the block)"
             )
         lengths = _array(state.lengths, "lengths")
-        cost = None if self._cost_model is None else float(np.sum(self._cost_model(lengths)))
+        cost = None if self._cost_model is None else rank_cost(self._cost_model, lengths)
         record = StepRecord.of(
             self._next_step,
             lengths,

@@ -21,7 +21,7 @@ from typing import Any
 from rich.table import Table
 
 from fsobs.analysis import Analysis
-from fsobs.analysis.stragglers.causes import CAUSES
+from fsobs.analysis.stragglers.causes import CAUSES, missing_inputs
 from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.report._format import short_list, table
 from fsobs.report._json import plain, records
@@ -60,15 +60,23 @@ def stragglers_json(analysis: Analysis) -> dict[str, Any]:
 
 def causes_json(analysis: Analysis) -> dict[str, Any]:
     """Why the stragglers were late (:mod:`fsobs.analysis.stragglers.causes`); ``known`` false
-    when the sidecars lack the pause fields."""
+    when the sidecars lack a field the split needs, each named in ``missing``."""
     causes = analysis.causes
     if causes is None:
-        return {"known": False, "shares": None, "per_step": []}
+        return {"known": False, "shares": None, "per_step": [], "missing": _missing(analysis)}
     return {
         "known": True,
         "shares": {k: plain(v) for k, v in causes.shares.items()},
         "per_step": records(causes.per_step),
+        "missing": [],
     }
+
+
+def _missing(analysis: Analysis) -> list[str]:
+    """The sidecar fields the causes lack
+    (:func:`fsobs.analysis.stragglers.causes.missing_inputs`)."""
+    gaps = analysis.gaps.sidecar
+    return missing_inputs(gaps.comparable if gaps is not None else None)
 
 
 def attribution_json(analysis: Analysis) -> dict[str, Any] | None:
@@ -202,19 +210,48 @@ def _sidecar_findings(analysis: Analysis) -> list[str]:
     ]
 
 
+def causes_unknown_line(analysis: Analysis) -> str:
+    """Why the causes of the stragglers' lateness are unknown, naming each missing input (the
+    report's finding and the dashboard's Stragglers tab say the same)."""
+    gaps = analysis.gaps.sidecar
+    if gaps is None or gaps.comparable is None or gaps.comparable.empty:
+        return "the run has no step sidecars (steps.rank<R>.jsonl: fsobs.collect.RunRecorder)"
+    return _missing_line(_missing(analysis) if analysis.causes is None else [])
+
+
 def _causes_finding(analysis: Analysis) -> str:
     causes = analysis.causes
     if causes is None or not len(causes.per_step):
-        missing = (
-            "the step sidecars have no GC, CPU-time and context-switch fields (runs recorded "
-            "with the profiler have them)"
-        )
+        missing = causes_unknown_line(analysis)
         if _lateness_findings(analysis):  # the trace told part of it already
             return f"GC pauses and preemption of the late ranks are unknown: {missing}"
         return f"why the stragglers were late is unknown: {missing}"
     shares = causes.shares
     parts = ", ".join(f"{name} {shares[name]:.0%}" for name in CAUSES)
     return f"the straggler wait by the cause of the straggler's lateness: {parts}"
+
+
+_MISSING_LINES = {
+    "est_cost": (
+        "no cost model: est_cost is null in the sidecars (RunRecorder(cost_model=...) or "
+        "fsobs fit-cost)"
+    ),
+    "pauses": (
+        "the step sidecars have no GC, CPU-time and context-switch fields (runs recorded "
+        "with the profiler have them)"
+    ),
+    "wall_ms": "the step sidecars have no wall times (wall_start_ns, wall_end_ns)",
+}
+"""What each missing input of the causes is called in the report (GC and CPU time: one line)."""
+
+
+def _missing_line(missing: list[str]) -> str:
+    """Every missing input named (``missing`` from :func:`_missing`); with none, the sidecars
+    have the fields but no line for a step's straggler."""
+    keys = dict.fromkeys("pauses" if name in ("gc_ms", "cpu_ms") else name for name in missing)
+    if not keys:
+        return "the step sidecars have no line for the straggler of any step"
+    return "; ".join(_MISSING_LINES[key] for key in keys)
 
 
 def _data_findings(analysis: Analysis) -> list[str]:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import Comparison
+from fsobs.analysis.ab import BatchCheck
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
 from fsobs.analysis.pairs import MIN_PAIRS, PairSummary
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL
@@ -47,6 +48,7 @@ def compare_json(c: Comparison) -> dict[str, Any]:
         "step_time_ratio": plain(c.step_time_ratio),
         "per_rank": records(c.per_rank),
         "same_batches": c.same_batches,
+        "same_batches_check": c.batch_check.to_json(),
         "toggles": {"control": c.control_toggles, "test": c.test_toggles},
         "warnings": list(c.warnings),
     }
@@ -70,12 +72,42 @@ def render_comparison(c: Comparison, console: Console) -> None:
         console.print(line)
     ratio = "-" if math.isnan(c.step_time_ratio) else f"{c.step_time_ratio:.3f}"
     console.print(f"step time ratio (median, test / control): {ratio}")
-    same = {True: "yes", False: "no", None: "cannot tell"}[c.same_batches]
-    console.print(f"same global batches: {same}")
+    console.print(f"same global batches: {batch_line(c.batch_check)}")
     for role, toggles in (("control", c.control_toggles), ("test", c.test_toggles)):
         console.print(f"toggles of the {role}: {toggles_line(toggles)}")
     for warning in c.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
+
+
+_BASIS_NAMES = {
+    "digest": "batch digest",
+    "sample_ids": "sample ids",
+    "totals": "totals only (samples, sum of lengths, sum of squared lengths)",
+}
+
+
+def batch_line(check: BatchCheck) -> str:
+    """How the runs' global batches compare, and by what: ``yes, by batch digest on all 18
+    common steps``; a weaker basis says why the stronger ones could not decide."""
+    same = {True: "yes", False: "no", None: "cannot tell"}[check.same]
+    why = f": {'; '.join(check.skipped)}" if check.skipped else ""
+    if check.basis == "none":
+        return f"{same} (no basis: {'; '.join(check.skipped)}; no workload in both run.json)"
+    if check.basis == "run_json":
+        return f"{same}, by run.json workload only{why}"
+    basis = _BASIS_NAMES[check.basis]
+    unit = "window" if check.window > 1 else "step"
+    if check.window > 1:
+        basis += f" over each window of {check.window} steps"
+    n = len(check.checked)
+    units = unit if n == 1 else f"{unit}s"
+    if check.same:
+        every = "the 1" if n == 1 else f"all {n}"
+        return f"{same}, by {basis} on {every} common {units}{why}"
+    return (
+        f"{same}, by {basis}: {len(check.differing)} of {n} common {units} differ "
+        f"(first: {unit} {check.differing[0]}){why}"
+    )
 
 
 def _class_lines(c: Comparison) -> list[str]:
@@ -132,6 +164,7 @@ def pairs_json(summary: PairSummary) -> dict[str, Any]:
             "by_class": {k: plain(v) for k, v in summary.by_class.items()},
             "by_class_ci": {k: [plain(v) for v in ci] for k, ci in summary.by_class_ci.items()},
             "same_batches": [p.same_batches for p in summary.pairs],
+            "same_batches_basis": [p.batch_check.basis for p in summary.pairs],
             "warnings": list(summary.warnings),
         },
     }
@@ -159,10 +192,22 @@ def render_pairs(summary: PairSummary, console: Console) -> None:
     same = {True: "yes", False: "no", None: "cannot tell"}
     console.print(
         "same global batches: "
-        + ", ".join(f"pair {i} {same[p.same_batches]}" for i, p in enumerate(summary.pairs, 1))
+        + ", ".join(
+            f"pair {i} {same[p.same_batches]} ({_PAIR_BASIS[p.batch_check.basis]})"
+            for i, p in enumerate(summary.pairs, 1)
+        )
     )
     for warning in summary.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
+
+
+_PAIR_BASIS = {
+    "digest": "by batch digest",
+    "sample_ids": "by sample ids",
+    "totals": "by totals only",
+    "run_json": "by run.json only",
+    "none": "no basis",
+}
 
 
 def _over_pairs(point: float, ci: tuple[float, float], confidence: float, n: int) -> str:
@@ -177,14 +222,22 @@ def _over_pairs(point: float, ci: tuple[float, float], confidence: float, n: int
     )
 
 
+PARTLY = "partly applied: "
+"""How a toggle's reason begins when it acted on part of what it was asked for
+(``optim.FreeScale.status``: PEC on some tables only)."""
+
+
 def toggles_line(toggles: dict[str, Any]) -> str:
-    """``balance on, priority_overlap off, sm_free requested, not applied (why)``."""
+    """``balance on; priority_overlap partly applied (what, and what not); sm_free requested,
+    not applied (why)``."""
     if not toggles:
         return "not recorded (no run.json, or no toggles in it)"
     parts = []
     for name, t in toggles.items():
         if not t.get("requested"):
             parts.append(f"{name} off")
+        elif t.get("applied") and str(t.get("reason") or "").startswith(PARTLY):
+            parts.append(f"{name} partly applied ({t['reason'][len(PARTLY) :]})")
         elif t.get("applied"):
             parts.append(f"{name} on" + (f" ({t['reason']})" if t.get("reason") else ""))
         else:

@@ -152,16 +152,27 @@ def _tail_lines(w: WhatIf) -> list[str]:
             f"reductions compare each draw with the baseline replayed under the same draw "
             f"(bubble {resampled:.2f} ms per rank and step on the median draw)"
         )
-    o = w.oracle
-    if o.wait_from_data_ms_per_step is not None and not math.isnan(o.wait_from_data_ms_per_step):
-        lines.append(
-            f"straggler wait {o.straggler_wait_ms_per_step:.2f} ms per step: the data alone "
-            f"would cause {o.wait_from_data_ms_per_step:.2f}, the noise alone "
-            f"{o.wait_from_noise_ms_per_step:.2f} (data share {percent(o.data_share)})"
-        )
+    wait_line = oracle_wait_line(w.oracle)
+    if wait_line is not None:
+        lines.append(wait_line)
     if w.split_bound is not None:
         lines += _bound_lines(w, w.split_bound)
     return lines + [f"note: {note}" for note in w.notes]
+
+
+def oracle_wait_line(o: Oracle) -> str | None:
+    """The straggler wait split between the data and the noise (parts of it, each at most the
+    wait), and the two counterfactual waits the share comes from; None without them."""
+    if o.wait_from_data_ms_per_step is None or math.isnan(o.wait_from_data_ms_per_step):
+        return None
+    assert o.wait_from_noise_ms_per_step is not None and o.data_part_ms_per_step is not None
+    return (
+        f"straggler wait {o.straggler_wait_ms_per_step:.2f} ms per step: "
+        f"{o.data_part_ms_per_step:.2f} of it from the data, {o.noise_part_ms_per_step:.2f} "
+        f"from the noise (data share {percent(o.data_share)} of the waits with only the data "
+        f"or only the noise differing between the ranks, {o.wait_from_data_ms_per_step:.2f} "
+        f"and {o.wait_from_noise_ms_per_step:.2f}: those do not add up)"
+    )
 
 
 def _bound_lines(w: WhatIf, bound: BoundSummary) -> list[str]:

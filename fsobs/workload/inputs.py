@@ -52,6 +52,7 @@ from fsobs.workload.model import EBC_TABLES, EC_TABLES
 from fsobs.workload.overlap import global_batch_overlaps
 from optim.freescale import FreeScale, StepShare
 from optim.markers import DATA_MARKER
+from optim.padded import rank_cost
 from optim.plan import batch_digest
 
 
@@ -178,7 +179,7 @@ class StepInputs:
             step=step,
             sample_ids=np.array([s.index for s in samples], dtype=np.int64),
             lengths=lengths,
-            est_cost=float(self.fs.costs(lengths).sum()),
+            est_cost=rank_cost(self.fs.cost_model, lengths),
             imbalance_before=plan.imbalance_before,
             imbalance_after=plan.imbalance_after,
             batch_digest=batch_digest(trained),

@@ -136,7 +136,8 @@ def test_stragglers_tab_says_why_or_that_it_is_unknown_and_compare_shows_toggles
     at.run()
     assert "Why the straggler was late" in [h.value for h in at.subheader]
     # the reference gloo run has no step sidecars: the causes are unknown, and said so
-    assert any(i.value.startswith("Unknown: the step sidecars have no GC") for i in at.info)
+    want = "Unknown: the run has no step sidecars (steps.rank<R>.jsonl: "
+    assert any(i.value.startswith(want) for i in at.info)
     at = _open("compare", control="sim/control", test="sim/test")
     captions = [c.value for c in at.caption]
     assert any(c.startswith("Control toggles: ") for c in captions)

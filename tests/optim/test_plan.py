@@ -5,8 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from optim.balance import partition
-from optim.plan import BalanceConfig, StepPlan, batch_digest, loss_scale, plan_digest
+from optim.balance import CostModel, partition
+from optim.padded import PaddedCosts
+from optim.plan import (
+    BalanceConfig,
+    StepPlan,
+    batch_digest,
+    loss_scale,
+    plan_digest,
+    plan_window,
+)
 
 COSTS = np.array([9.0, 1.0, 1.0, 1.0, 8.0, 2.0, 1.0, 1.0])
 
@@ -126,3 +134,31 @@ def test_checks_at():
     config = BalanceConfig(check_every=5)
     assert [s for s in range(12) if config.checks_at(s)] == [0, 5, 10]
     assert not BalanceConfig(check_every=0).checks_at(0)
+
+
+PAD = CostModel(c0=0.0, a=0.0, b=0.0, padded=1.0)
+
+
+def test_a_padded_model_plans_with_the_padded_objective():
+    """lengths 6 6 5 5 5 5 on 2 ranks, cost n · max(L)². The random split [6 6 5] [5 5 5]
+    costs 3·36 = 108 and 3·25 = 75 (imbalance 108 / 91.5); the padded split [6 6] [5 5 5 5]
+    costs 72 and 100 (100 / 86)."""
+    costs = PaddedCosts(np.array([6, 6, 5, 5, 5, 5]), PAD)
+    plan = StepPlan.make(costs, 2, BalanceConfig(enabled=True, counts="unequal"))
+    assert [p.tolist() for p in plan.parts] == [[0, 1], [2, 3, 4, 5]]
+    assert plan.imbalance_before == pytest.approx(108 / 91.5)
+    assert plan.imbalance_after == pytest.approx(100 / 86)
+    assert plan.digest == plan_digest(plan.parts)
+    lpt = StepPlan.make(costs, 2, BalanceConfig(enabled=True, method="lpt"))
+    assert lpt.digest == plan.digest  # lpt and kk-unequal: the same padded objective
+    off = StepPlan.make(costs, 2, BalanceConfig())
+    assert [p.tolist() for p in off.parts] == [[0, 1, 2], [3, 4, 5]]
+    assert off.imbalance_after == off.imbalance_before == pytest.approx(108 / 91.5)
+    random = StepPlan.make(costs, 2, BalanceConfig(enabled=True, method="random"))
+    assert random.digest == off.digest
+
+
+def test_a_window_refuses_a_padded_model():
+    costs = [PaddedCosts(np.array([1, 2]), PAD), np.array([1.0, 2.0])]
+    with pytest.raises(ValueError, match="^window: a balance window deals per-sample costs"):
+        plan_window(costs, 2)

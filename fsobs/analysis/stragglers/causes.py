@@ -19,8 +19,9 @@ A straggler that was not busier than the median (lateness <= 0) was late for a r
 its busy time: all unexplained. Per run, each cause's **share** of the straggler wait is the
 wait each step's straggler caused, split in the proportions of that step's parts.
 
-Sidecars without the pause fields (older runs, runs without the profiler) give no causes: the
-report says they are unknown.
+Sidecars without some field the split needs give no causes, and the report names what is
+missing (:func:`missing_inputs`): ``est_cost`` null (a run recorded without a cost model), the
+pause fields absent (older runs, runs without the profiler), or the wall times.
 """
 
 from __future__ import annotations
@@ -46,13 +47,22 @@ class Causes:
     shares: dict[str, float]
 
 
+def missing_inputs(sidecar: pd.DataFrame | None) -> list[str]:
+    """The sidecar columns :func:`straggler_causes` needs that no line has (every one of
+    ``est_cost, gc_ms, cpu_ms, wall_ms`` without a sidecar); [] when they are all there."""
+    if sidecar is None or sidecar.empty:
+        return list(_NEEDED)
+    return [name for name in _NEEDED if bool(sidecar[name].isna().all())]
+
+
 def straggler_causes(
     steps: pd.DataFrame, sidecar: pd.DataFrame | None, strag: Stragglers
 ) -> Causes | None:
     """The causes of each step's lateness (module docstring); None without the sidecar
     fields they need."""
-    if sidecar is None or sidecar.empty or sidecar[list(_NEEDED)].isna().all().any():
+    if missing_inputs(sidecar):
         return None
+    assert sidecar is not None  # missing_inputs names every field without one
     side = sidecar.set_index(["rank", "step"])  # one row each (fsobs.analysis.partial)
     table = steps.set_index(["rank", "step"]).join(side[list(_NEEDED)], how="inner")
     table["blocked_ms"] = table[

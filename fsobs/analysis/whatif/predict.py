@@ -28,8 +28,10 @@ effect is never the sum of single ones:
 
 The ``oracle`` gives every rank the same compute in every step (the step's mean busy time), no
 toggle: what is left of the straggler wait then comes from neither data nor noise. Replays in
-which only the data (``P``) or only the noise (``s_r · eta``) differs between the ranks split
-the wait between the two.
+which only the data (``P``) or only the noise (``s_r · eta``) differs between the ranks give
+the data's share of the two waits, and the run's straggler wait is split in that share. The two
+replays' waits are not parts of it: where the data and the noise offset each other on a rank
+(heavier data, a faster draw), either alone spreads the ranks further than both did.
 
 Intervals: every draw resamples the residuals (the baseline is replayed with the same draw, so
 a reduction compares like with like), and the steps are resampled with replacement; the
@@ -394,17 +396,21 @@ def _oracle(setup: _Setup, confidence: float, rng: np.random.Generator) -> Oracl
     base = m["bubble_ms"][None, :]
     pred = e["bubble_ms"][None, :]
     alpha = (1 - confidence) / 2
+    wait = float(m["straggler_wait_ms"].mean())
     data, noise, share = _wait_split(split) or (None, None, None)
+    parts = _wait_parts(wait, share)
     return Oracle(
         bubble_ms_per_step=float(pred.mean()),
         bubble_reduction=float(_ratios(base, pred)[0]),
         bubble_reduction_interval=_interval(_bootstrap(base, pred, rng), alpha),
         by_class={c: float(e[f"{c}_ms"].mean()) for c in CLASSES},
         step_time_ms_p50=float(np.median(e["step_time_ms"])),
-        straggler_wait_ms_per_step=float(m["straggler_wait_ms"].mean()),
+        straggler_wait_ms_per_step=wait,
         wait_from_data_ms_per_step=data,
         wait_from_noise_ms_per_step=noise,
         data_share=share,
+        data_part_ms_per_step=parts[0],
+        noise_part_ms_per_step=parts[1],
     )
 
 
@@ -436,6 +442,18 @@ def _wait_split(replays: list[dict[str, np.ndarray]]) -> tuple[float, float, flo
     d = float(wait_data["straggler_wait_ms"].mean())
     n = float(wait_noise["straggler_wait_ms"].mean())
     return d, n, (d / (d + n) if d + n > 0 else math.nan)
+
+
+def _wait_parts(wait: float, share: float | None) -> tuple[float | None, float | None]:
+    """The run's straggler wait split between the data and the noise in the data's ``share``
+    of the two counterfactual waits (:func:`_wait_split`); NaNs when the share is NaN, Nones
+    without one. The counterfactuals themselves are no parts: the waits of unequal ranks do
+    not add up (the data and the noise can offset each other on a rank)."""
+    if share is None:
+        return None, None
+    if math.isnan(share):
+        return math.nan, math.nan
+    return wait * share, wait - wait * share
 
 
 def _run_facts(analysis: Analysis, setup: _Setup) -> WhatIfRun:

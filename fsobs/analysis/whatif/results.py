@@ -132,11 +132,20 @@ class Oracle:
     """The baseline's straggler wait, replayed."""
     wait_from_data_ms_per_step: float | None = None
     """The straggler wait if only the data differed between the ranks (None: no calibration,
-    then also for the two fields below)."""
+    then also for the fields below). A counterfactual, not a part of
+    :attr:`straggler_wait_ms_per_step`: where the data and the noise partly offset each other
+    on a rank, either alone spreads the ranks further than both together did, and its wait
+    exceeds the run's (:attr:`data_part_ms_per_step` is the part)."""
     wait_from_noise_ms_per_step: float | None = None
-    """The straggler wait if only the noise (``s_r · eta``) differed between the ranks."""
+    """The straggler wait if only the noise (``s_r · eta``) differed between the ranks; a
+    counterfactual like the one above (:attr:`noise_part_ms_per_step` is the part)."""
     data_share: float | None = None
-    """``data / (data + noise)`` of the two waits above (NaN when both are 0)."""
+    """``data / (data + noise)`` of the two waits above, in [0, 1] (NaN when both are 0)."""
+    data_part_ms_per_step: float | None = None
+    """The data's part of :attr:`straggler_wait_ms_per_step`: the wait times
+    :attr:`data_share`. A part of it by definition, so never above it."""
+    noise_part_ms_per_step: float | None = None
+    """The noise's part: the wait times ``1 - data_share`` (the wait less the data's part)."""
 
 
 @dataclass(frozen=True, kw_only=True)

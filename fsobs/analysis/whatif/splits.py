@@ -10,8 +10,10 @@ A mode (:class:`BalanceSplit`, named as ``fsobs whatif --balance-split`` takes i
   (``BalanceConfig(window=K)``, :func:`optim.plan.plan_window`).
 
 :func:`resplit` runs optim's own planner on every recorded step, on the lengths in rank order
-(the order of the global batch under the random split) and the job's partition cost model; a
-rank's predicted compute is the busy model fitted on the run (``P``) on its new share. A window
+(the order of the global batch under the random split) and the job's partition cost model (a
+padded one plans with the padded objective, :mod:`optim.padded`, as the job does; a window
+refuses it); a rank's predicted compute is the busy model fitted on the run (``P``) on its
+new share. A window
 groups the steps as the job does, from step 0 (``s // K``), over every step whose lengths the
 sidecars hold, traced or not; a window that lacks some of its steps (the run's end) is dealt
 over the ones it has, like the job's last window::
@@ -37,9 +39,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from fsobs.analysis.whatif.calibration import Calibration
-from fsobs.errors import RunError
+from fsobs.errors import FsobsError, RunError
 from fsobs.runformat.names import sidecar_file_name
 from optim.balance import CostModel
+from optim.padded import PaddedCosts, split_costs
 from optim.plan import BalanceConfig, StepPlan, plan_window
 
 SPLITS = ("kk", "lpt", "kk-unequal", "window:K")
@@ -93,7 +96,7 @@ class BalanceSplit:
         counts = "equal" if self.equal_size else "unequal"
         return BalanceConfig(enabled=True, method=self.method, counts=counts, window=self.window)
 
-    def plan(self, costs: list[np.ndarray], world_size: int) -> list[StepPlan]:
+    def plan(self, costs: list[np.ndarray | PaddedCosts], world_size: int) -> list[StepPlan]:
         """optim's plans of one window (one global batch unless ``window > 1``): the job's own
         calls."""
         if self.window > 1:
@@ -131,6 +134,11 @@ def resplit(
 ) -> Resplit:
     """Run optim's planner in mode ``split`` on every recorded step (the module docstring)."""
     _check_lengths(cal)
+    if split.window > 1 and model.shape == "padded":
+        raise FsobsError(
+            f"balance_split: {split.name} deals per-sample costs and the cost model is padded "
+            "(a rank's cost is its batch's, not a sum over samples); take kk, lpt or kk-unequal"
+        )
     ranks, k = cal.ranks, split.window
     recorded = sorted({s for _, s in cal.lengths if all((r, s) in cal.lengths for r in ranks)})
     windows = sorted({s // k for s in cal.steps})
@@ -144,7 +152,7 @@ def resplit(
         short += len(steps) < k
         batches = [np.concatenate([cal.lengths[(r, s)] for r in ranks]) for s in steps]
         started = time.perf_counter()
-        plans = split.plan([model(b) for b in batches], len(ranks))
+        plans = split.plan([split_costs(model, b) for b in batches], len(ranks))
         timings += [(time.perf_counter() - started) * 1e9 / len(steps)] * len(steps)
         pooled = np.concatenate(batches)
         for step, plan in zip(steps, plans, strict=True):
