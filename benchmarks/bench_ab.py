@@ -21,7 +21,9 @@ the pairs of each cause's share).
     .venv/bin/python benchmarks/bench_ab.py --control="--balance" \\
         --arm sync_gc="--balance --sync-gc"
 
-``--job seqrec`` runs ``examples/seqrec_dataloader.py`` (torchrun) instead of the reference job;
+``--job seqrec`` runs ``examples/seqrec_dataloader.py`` (torchrun) instead of the reference job,
+``--job ranker`` ``examples/ranker_candidates.py`` (a loop without a pipeline, a loss over
+candidates);
 ``--whatif`` adds, for every arm named after a toggle, ``fsobs whatif``'s prediction of its
 bubble reduction from each pair's control run (the median over pairs) beside the measured one:
 
@@ -59,7 +61,10 @@ from optim.markers import EMBEDDING_ROLES
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import ROOT, fsobs_run, run_checked  # noqa: E402
 
-EXAMPLE = ROOT / "examples" / "seqrec_dataloader.py"
+EXAMPLES = {
+    "seqrec": ROOT / "examples" / "seqrec_dataloader.py",
+    "ranker": ROOT / "examples" / "ranker_candidates.py",
+}
 
 METRICS = {
     "embedding wait + exposed": lambda a: embedding_blocked(a),
@@ -114,9 +119,9 @@ def run(out: Path, world: int, args: argparse.Namespace, arm: Arm) -> Analysis:
         *shlex.split(args.common), *arm.flags,
     ]  # fmt: skip
     env = os.environ | arm.env
-    if args.job == "seqrec":
+    if args.job in EXAMPLES:
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        launch = [*torchrun, f"--nproc-per-node={world}", str(EXAMPLE), f"--out={out}"]
+        launch = [*torchrun, f"--nproc-per-node={world}", str(EXAMPLES[args.job]), f"--out={out}"]
         run_checked([*launch, *common], run_dir=out, env=env)
     else:
         flags = [f"--world-size={world}", f"--model-size={args.model_size}", *common]
@@ -193,7 +198,7 @@ def causes_rows(world: int, pairs: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--job", choices=["reference", "seqrec"], default="reference")
+    parser.add_argument("--job", choices=["reference", *EXAMPLES], default="reference")
     parser.add_argument("--whatif", action="store_true", help="what-if's prediction per toggle")
     parser.add_argument("--world-sizes", default="2,4")
     parser.add_argument("--pairs", type=int, default=3)
