@@ -227,22 +227,23 @@ def main() -> None:
     terms = data.lengths if args.weigh_by_events else data.counts
     model = Ranker(torch.device("meta"))
     device, batch, seed, sgd = torch.device("cpu"), args.batch_size, args.seed, args.sgd
+    cost = COST if args.cost_model is None else optim.CostModel.from_json(args.cost_model)
     if args.plain:
         fs = None
         sampler = DistributedSampler(data, seed=seed, drop_last=True)
         loader = DataLoader(data, batch_size=batch, sampler=sampler, collate_fn=collate)
         dmp, optimizer = build(model, [ECSharder()], {}, sgd)
     else:
-        fs = optim.FreeScale(toggles(args), cost_model=COST)  # FreeScale
+        fs = optim.FreeScale(toggles(args), cost_model=cost)  # FreeScale
         fs.setup()  # FreeScale
         loader = fs.loader(  # FreeScale: balanced shares, each batch with its BatchShare
             data, data.lengths, batch_size=batch, collate_fn=collate, loss_counts=terms, seed=seed
         )  # FreeScale
-        model = fs.prepare(model, CONSTRAINTS)  # FreeScale: PEC takes the item table
+        model = fs.prepare(model, CONSTRAINTS)  # FreeScale: PEC's tables (no pipeline: plain)
         dmp, optimizer = build(model, fs.sharders([ECSharder()]), fs.dmp_kwargs(), sgd)  # FreeScale
         fs.attach(dmp)  # FreeScale: no pipeline, the DMP itself
     recorder = RunRecorder(  # fsobs
-        args.out, freescale=fs, cost_model=COST, profiler=ProfilerConfig.every_step(args.steps)
+        args.out, freescale=fs, cost_model=cost, profiler=ProfilerConfig.every_step(args.steps)
     )
     initial = _parameters(dmp, books) if args.params_out else None
     batches, losses = iter(loader), []
@@ -339,6 +340,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--dense-order", default="auto", choices=optim.config.DENSE_ORDERS)
     p.add_argument("--sync-gc", action="store_true")
     p.add_argument("--sgd", action="store_true", help="SGD on the table and the dense part")
+    p.add_argument("--cost-model", help="a cost_model.json (fsobs fit-cost) instead of COST")
     p.add_argument("--plain", action="store_true", help="plain torchrec: no FreeScale")
     p.add_argument(
         "--global-mean", action="store_true", help="plain: all-reduce the candidate counts"
