@@ -518,6 +518,8 @@ class FreeScale:
         statuses = dict(self._statuses)
         if statuses["balance"].requested:
             statuses["balance"] = self._balance_status()
+        if statuses["sync_gc"].requested:
+            statuses["sync_gc"] = self._sync_gc_status()
         if statuses["priority_overlap"].requested:
             statuses["priority_overlap"] = _priority_status(
                 statuses["priority_overlap"], self._pec, self._pipeline, self._gate
@@ -534,6 +536,23 @@ class FreeScale:
             False,
             "no balanced share was served: the loop took none from fs.split, fs.shares, "
             "fs.exchange or the batches of fs.sampler / fs.loader",
+        )
+
+    def _sync_gc_status(self) -> ToggleStatus:
+        """Applied once automatic collection is off (:meth:`attach`); a note until
+        :meth:`after_step` has collected."""
+        gc = self._gc
+        if not gc.started:
+            return ToggleStatus(
+                True, False, "not started: automatic collection is turned off at fs.attach"
+            )
+        if gc.collections:
+            return ToggleStatus(True, True)
+        return ToggleStatus(
+            True,
+            True,
+            f"automatic collection off; no synchronized collection yet (fs.after_step(step) "
+            f"collects after every {gc.config.every}th step)",
         )
 
     def layout(self) -> dict[str, Any]:

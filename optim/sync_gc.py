@@ -43,6 +43,11 @@ class SyncGC:
         self._was_enabled: bool | None = None
         self.collections = 0
 
+    @property
+    def started(self) -> bool:
+        """Whether automatic collection is off under the toggle (between start and stop)."""
+        return self._was_enabled is not None
+
     def start(self) -> None:
         if self.config.enabled and self._was_enabled is None:
             self._was_enabled = gc.isenabled()

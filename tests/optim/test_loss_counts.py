@@ -240,9 +240,13 @@ def test_loader_sampler_set_epoch_works_and_a_forgotten_one_names_batch_sampler(
 def _facade_rank(rank: int, world_size: int, out: Path) -> None:
     from optim.config import FreeScaleConfig
     from optim.freescale import FreeScale
+    from optim.sync_gc import SyncGCConfig
 
     data = _Masked()
-    fs = FreeScale(FreeScaleConfig(balance=BalanceConfig(enabled=True)), cost_model=COST)
+    config = FreeScaleConfig(
+        balance=BalanceConfig(enabled=True), sync_gc=SyncGCConfig(enabled=True)
+    )  # sync_gc: never started (no fs.attach here)
+    fs = FreeScale(config, cost_model=COST)
     fs.setup()
     before = fs.status()["balance"]
     loader = fs.loader(
@@ -251,18 +255,26 @@ def _facade_rank(rank: int, world_size: int, out: Path) -> None:
     loader.sampler.set_epoch(2)
     steps = [(ids, share, fs.share(step)) for step, (ids, share) in enumerate(loader)]
     after = fs.status()["balance"]
+    gc_status = fs.status()["sync_gc"]
     fs.close()
-    torch.save({"before": before, "after": after, "steps": steps}, out / f"rank{rank}.pt")
+    torch.save(
+        {"before": before, "after": after, "gc": gc_status, "steps": steps}, out / f"rank{rank}.pt"
+    )
 
 
 @pytest.mark.multiprocess
-def test_the_facade_loader_serves_shares_and_balance_is_applied_once_it_has(tmp_path):
+def test_the_facade_loader_serves_shares_and_a_toggle_is_applied_once_it_acted(tmp_path):
     run_ranks(_facade_rank, 2, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     for r in ranks:
         assert r["before"]["requested"] and not r["before"]["applied"]
         assert "no balanced share was served" in r["before"]["reason"]
         assert r["after"] == {"requested": True, "applied": True, "reason": None}
+        assert r["gc"] == {
+            "requested": True,
+            "applied": False,
+            "reason": "not started: automatic collection is turned off at fs.attach",
+        }
         assert all(share == by_step for _, share, by_step in r["steps"])
         assert {share.epoch for _, share, _ in r["steps"]} == {2}
     data = _Masked()
