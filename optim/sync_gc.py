@@ -54,7 +54,9 @@ class SyncGC:
             gc.disable()
 
     def after_step(self, step: int) -> None:
-        if self.config.enabled and (step + 1) % self.config.every == 0:
+        """Collect after every ``every``-th step, once started (before :meth:`start`, or after
+        :meth:`stop`, Python's own collection runs and this does nothing)."""
+        if self.started and (step + 1) % self.config.every == 0:
             gc.collect(self.config.generation)
             self.collections += 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,3 +27,14 @@ def json_from_fresh_processes(script: str, hash_seeds: tuple[str, ...] = ("1", "
         )
         outputs.append(json.loads(done.stdout))
     return outputs
+
+
+def torchrun_example(example: Path, *args: str, timeout: float = 400) -> None:
+    """Run ``example`` on 2 local ranks with torchrun, this checkout's packages first on the
+    ranks' path; assert it exits 0 (the tails of its output otherwise)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [*cmd, str(example), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -378,7 +378,11 @@ def check_output(command: str, out: str, cost: Path) -> None:
     if command == "fit-cost":
         model = CostModel.from_json(cost)
         assert all(math.isfinite(v) and v >= 0 for v in (model.c0, model.a, model.b)), model
-        assert out.splitlines()[-1] == f"use it with: fsobs run --balance --cost-model {cost}"
+        assert out.splitlines()[-2:] == [
+            f"use it with: fsobs run --balance --cost-model {cost}  (the reference job)",
+            f"  or in your own loop: optim.CostModel.from_json('{cost}'), passed as cost_model= "
+            "to optim.FreeScale and fsobs.collect.RunRecorder",
+        ]
     else:
         json.loads(out, parse_constant=lambda token: pytest.fail(f"{token} in the output"))
 

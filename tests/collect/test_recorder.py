@@ -321,8 +321,14 @@ def test_two_gloo_ranks_with_freescale_write_a_run_whatif_takes(tmp_path, capsys
         (0, 1),
     )
     toggles = {k: t.to_json() for k, t in meta.toggles.items()}
-    applied = {"requested": True, "applied": True, "reason": None}
-    assert toggles["balance"] == toggles["sync_gc"] == applied
+    assert toggles["balance"] == {"requested": True, "applied": True, "reason": None}
+    # this loop never calls fs.attach, where sync_gc turns automatic collection off: the toggle
+    # did nothing (after_step collects only once started), and says so
+    assert toggles["sync_gc"] == {
+        "requested": True,
+        "applied": False,
+        "reason": "not started: automatic collection is turned off at fs.attach",
+    }
     assert toggles["priority_overlap"] == toggles["sm_free"] == OFF
     assert meta.process_groups and all(
         g["size"] == 2 and g["backend"] == "gloo" for g in meta.process_groups.values()

@@ -222,6 +222,7 @@ def test_the_sampler_plans_ahead_the_same_shares() -> None:
     ]
     assert [list(s) for s in shares] == expected
     assert [len(s) for s in shares] == [8, 8, 8, 8, 3]
+    sampler.set_epoch(0)  # the same epoch again, on purpose (without it: a warning)
     loader = iter(sampler)
     assert list(next(loader)) == expected[0]
     loader.close()  # the DataLoader drops its sampler iterator: the generator is closed

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fsobs import load_run
+from tests.procs import torchrun_example
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dlrm_freescale.py"
@@ -25,19 +24,7 @@ STEPS = 6
 
 def _run(tmp_path: Path, name: str, *flags: str) -> dict:
     out = tmp_path / f"{name}.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        str(EXAMPLE),
-        f"--steps={STEPS}",
-        f"--losses-out={out}",
-        *flags,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    torchrun_example(EXAMPLE, f"--steps={STEPS}", f"--losses-out={out}", *flags, timeout=300)
     return json.loads(out.read_text())
 
 

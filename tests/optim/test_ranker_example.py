@@ -12,9 +12,6 @@ world size over the global batch's candidates, counted by an all-reduce (``--glo
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +19,7 @@ import pytest
 import torch
 
 from fsobs.runformat import read_run_json, read_sidecars
+from tests.procs import torchrun_example
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,24 +35,10 @@ elsewhere. A loss weight off by a factor ``f`` moves every update by ``|1 - f|``
 
 def _run(root: Path, name: str, *flags: str, params: bool = False) -> Path:
     out = root / name
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        str(EXAMPLE),
-        f"--out={out}",
-        f"--losses-out={root / f'{name}.losses.json'}",
-        f"--steps={STEPS}",
-        "--batch-size=8",
-        *flags,
-    ]
-    if params:
-        cmd.append(f"--params-out={root / f'{name}.pt'}")
-    env = os.environ | {"PYTHONPATH": str(ROOT)}  # the ranks import this checkout's packages
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    losses = f"--losses-out={root / f'{name}.losses.json'}"
+    extra = [f"--params-out={root / f'{name}.pt'}"] if params else []
+    torchrun_example(EXAMPLE, f"--out={out}", losses, f"--steps={STEPS}", "--batch-size=8",
+                     *flags, *extra)  # fmt: skip
     return out
 
 

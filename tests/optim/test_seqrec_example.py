@@ -8,8 +8,6 @@ the run format (``fsobs.collect.RunRecorder``) and rank 0 the global token-mean 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 
 from fsobs.analysis import analyze_path
 from fsobs.runformat import read_run_json, read_sidecars
+from tests.procs import torchrun_example
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "seqrec_dataloader.py"
@@ -25,21 +24,8 @@ STEPS = 5
 
 def _run(root: Path, name: str, *flags: str) -> Path:
     out = root / name
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        str(EXAMPLE),
-        f"--out={out}",
-        f"--losses-out={root / f'{name}.losses.json'}",
-        f"--steps={STEPS}",
-        "--batch-size=8",
-        *flags,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    losses = f"--losses-out={root / f'{name}.losses.json'}"
+    torchrun_example(EXAMPLE, f"--out={out}", losses, f"--steps={STEPS}", "--batch-size=8", *flags)
     return out
 
 

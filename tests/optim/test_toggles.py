@@ -337,6 +337,10 @@ def test_sync_gc_collects_at_the_same_steps_and_restores_gc(monkeypatch):
     assert gc.isenabled()
     assert collected == [1, 1, 1]  # after steps 2, 5 and 8
     assert sync.collections == 3
+    sync.after_step(11)  # stopped: Python's own collection again, nothing here
+    unstarted = SyncGC(SyncGCConfig(enabled=True, every=1))
+    unstarted.after_step(0)
+    assert collected == [1, 1, 1] and unstarted.collections == 0
     off = SyncGC(SyncGCConfig())
     off.start()
     assert gc.isenabled()  # the toggle off leaves the collector alone
