@@ -10,6 +10,9 @@
   carry their share (:class:`BalancedBatchSampler`, :class:`ShareDataset`,
   :class:`ShareCollate`, :class:`BatchShare`; torch only to shuffle); ``optim.loader``:
   :class:`ShareLoader`, the ``DataLoader`` made of them (torch).
+- ``optim.status``: what each toggle did (``FreeScale.status()``: applied only once it acted).
+- ``optim.padded``: the split of a padded cost model (a rank's batch padded to its longest
+  sample).
 - ``optim.adapter``: :class:`PipelineModel`, :class:`PipelineBatch`: torchrec's train-pipeline
   contract around a loop's own model, loss and batch (torch, torchrec).
 - ``optim.weights``: :func:`loss_weight`, the factor on a rank's summed loss for each reduction

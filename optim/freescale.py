@@ -54,6 +54,7 @@ from optim.plan import StepPlan, loss_scale, plan_window
 from optim.sampler import BalancedBatchSampler, BatchShare, Lengths
 from optim.shuffle import ShuffleBalancer, check_plan
 from optim.sm_free import SMFreePath, setup_sm_free
+from optim.status import balance_status, priority_status, sync_gc_status
 from optim.sync_gc import SyncGC
 
 if TYPE_CHECKING:
@@ -517,43 +518,15 @@ class FreeScale:
             }
         statuses = dict(self._statuses)
         if statuses["balance"].requested:
-            statuses["balance"] = self._balance_status()
+            served = self._shares_served + sum(s.served for s in self._samplers)
+            statuses["balance"] = balance_status(served)
         if statuses["sync_gc"].requested:
-            statuses["sync_gc"] = self._sync_gc_status()
+            statuses["sync_gc"] = sync_gc_status(self._gc)
         if statuses["priority_overlap"].requested:
-            statuses["priority_overlap"] = _priority_status(
+            statuses["priority_overlap"] = priority_status(
                 statuses["priority_overlap"], self._pec, self._pipeline, self._gate
             )
         return {name: s.to_json() for name, s in statuses.items()}
-
-    def _balance_status(self) -> ToggleStatus:
-        """Applied once a balanced share was served (a split, a sampler's batch)."""
-        served = self._shares_served + sum(s.served for s in self._samplers)
-        if served:
-            return ToggleStatus(True, True)
-        return ToggleStatus(
-            True,
-            False,
-            "no balanced share was served: the loop took none from fs.split, fs.shares, "
-            "fs.exchange or the batches of fs.sampler / fs.loader",
-        )
-
-    def _sync_gc_status(self) -> ToggleStatus:
-        """Applied once automatic collection is off (:meth:`attach`); a note until
-        :meth:`after_step` has collected."""
-        gc = self._gc
-        if not gc.started:
-            return ToggleStatus(
-                True, False, "not started: automatic collection is turned off at fs.attach"
-            )
-        if gc.collections:
-            return ToggleStatus(True, True)
-        return ToggleStatus(
-            True,
-            True,
-            f"automatic collection off; no synchronized collection yet (fs.after_step(step) "
-            f"collects after every {gc.config.every}th step)",
-        )
 
     def layout(self) -> dict[str, Any]:
         """The process groups by role (``run.json``'s ``process_groups``)."""
@@ -565,51 +538,3 @@ def _groups(lengths: Iterable[np.ndarray], size: int) -> Iterator[list[np.ndarra
     it = iter(lengths)
     while group := [np.asarray(b) for b in islice(it, size)]:
         yield group
-
-
-def _priority_status(
-    groups: ToggleStatus, pec: PECSetup | None, pipeline: Any, gate: DenseGate | None
-) -> ToggleStatus:
-    """``priority_overlap``'s status. Applied once PEC acted: a step trained under PEC's
-    pipeline with at least one PEC module pipelined; partly applied when some embedding module
-    was left plain. The reason names the tables PEC runs on and why the others are not, then
-    what the dense ordering and the process groups do (never counted as PEC)."""
-    acted, words = _pec_words(pec, pipeline)
-    order = f"dense order: {gate.describe() if gate is not None else 'concurrent'}"
-    order += f"; process groups: {groups.reason or 'embedding and dense groups of their own'}"
-    partly = acted and (pec is not None and bool(pec.skipped) or "not on " in words)
-    lead = "partly applied: " if partly else ""
-    return ToggleStatus(True, acted, f"{lead}{words}; {order}")
-
-
-def _pec_words(pec: PECSetup | None, pipeline: Any) -> tuple[bool, str]:
-    """Whether PEC acted, and what it took and did not, in words."""
-    from optim.pec import ExactTrainPipelinePEC
-
-    if pec is None:
-        return False, "PEC: fs.prepare(model) was not called"
-    if not pec.applied:
-        return False, f"PEC took no table ({pec.describe()})"
-    if not isinstance(pipeline, ExactTrainPipelinePEC):
-        return False, (
-            f"PEC took tables {', '.join(pec.tables)}, but the loop has no train pipeline from "
-            "fs.pipeline (PEC's schedule is a pipeline's): they train as plain "
-            "EmbeddingCollections"
-        )
-    if not pipeline.steps_run:
-        return False, f"PEC on tables {', '.join(pec.tables)}: no step trained yet"
-    ran = pipeline.pec_module_paths
-    tables = [t for path in ran for t in pec.tables_of.get(path, ())]
-    lost = [p for p in pec.modules if p not in ran]
-    parts = (
-        [f"torchrec's PEC (TrainPipelinePEC, gradients exact) on tables {', '.join(tables)}"]
-        if tables
-        else []
-    )
-    parts += [
-        f"not on {path}: torchrec's pipeline did not pipeline it (its input is not taken from "
-        "the batch as it is)"
-        for path in lost
-    ]
-    parts += [f"not on {path}: {why}" for path, why in pec.skipped.items()]
-    return bool(tables), "; ".join(parts)

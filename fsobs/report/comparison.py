@@ -19,6 +19,7 @@ from fsobs.analysis.pipeline import EMBEDDING_TOTAL
 from fsobs.report._format import number, percent
 from fsobs.report._json import plain, records
 from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
+from optim.status import PARTLY
 
 STEPS_CI_NOTE = (
     "(the CI resamples this pair's steps: run-to-run variation is not in it; for that, compare "
@@ -220,11 +221,6 @@ def _over_pairs(point: float, ci: tuple[float, float], confidence: float, n: int
         f"{percent(point)} (mean of {n} pairs, {confidence:.0%} CI {percent(ci[0])} – "
         f"{percent(ci[1])}, Student t over pairs)"
     )
-
-
-PARTLY = "partly applied: "
-"""How a toggle's reason begins when it acted on part of what it was asked for
-(``optim.FreeScale.status``: PEC on some tables only)."""
 
 
 def toggles_line(toggles: dict[str, Any]) -> str:

@@ -22,9 +22,9 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
 from optim import FreeScale, FreeScaleConfig, PriorityConfig, ToggleStatus  # noqa: E402
 from optim.ddp import DenseGate  # noqa: E402
-from optim.freescale import _priority_status  # noqa: E402
 from optim.pec import ExactTrainPipelinePEC  # noqa: E402
 from optim.pec_setup import PECSetup, leaf_module_names, to_pec  # noqa: E402
+from optim.status import priority_status  # noqa: E402
 
 META = torch.device("meta")
 
@@ -173,7 +173,7 @@ def test_the_status_is_applied_only_once_pec_acted_and_says_each_part():
         {"ec": ("t_item",), "seq.ec": ("t_cat",)},
     )
     tail = "dense order: after_embedding; process groups: gloo: groups of their own"
-    ran = _priority_status(groups, took, _Ran(3, ("ec",)), DenseGate())
+    ran = priority_status(groups, took, _Ran(3, ("ec",)), DenseGate())
     assert (ran.requested, ran.applied) == (True, True)
     assert ran.reason == (
         "partly applied: torchrec's PEC (TrainPipelinePEC, gradients exact) on tables t_item; "
@@ -181,7 +181,7 @@ def test_the_status_is_applied_only_once_pec_acted_and_says_each_part():
         f"the batch as it is); not on ebc: an EmbeddingBagCollection; {tail}"
     )
     whole = PECSetup(("ec",), ("t_item",), {}, {"ec": ("t_item",)})
-    full = _priority_status(groups, whole, _Ran(1, ("ec",)), DenseGate())
+    full = priority_status(groups, whole, _Ran(1, ("ec",)), DenseGate())
     assert full.applied and full.reason == (
         f"torchrec's PEC (TrainPipelinePEC, gradients exact) on tables t_item; {tail}"
     )
@@ -190,17 +190,17 @@ def test_the_status_is_applied_only_once_pec_acted_and_says_each_part():
         (_Ran(0, ()), "PEC on tables t_item: no step trained yet"),
         (None, "PEC took tables t_item, but the loop has no train pipeline from fs.pipeline"),
     ]:
-        status = _priority_status(groups, whole, pipeline, DenseGate())
+        status = priority_status(groups, whole, pipeline, DenseGate())
         assert not status.applied and status.reason is not None
         assert status.reason.startswith(words)
     nothing = PECSetup(skipped={"ebc": "an EmbeddingBagCollection"})
-    off = _priority_status(ToggleStatus(True, True, None), nothing, None, None)
+    off = priority_status(ToggleStatus(True, True, None), nothing, None, None)
     assert off.applied is False and off.reason == (
         "PEC took no table (not on ebc: an EmbeddingBagCollection); dense order: concurrent; "
         "process groups: embedding and dense groups of their own"
     )
     # without PEC (prepare not called): not applied, the dense order said as what it is
-    alone = _priority_status(groups, None, None, DenseGate(auto=True))
+    alone = priority_status(groups, None, None, DenseGate(auto=True))
     assert not alone.applied and alone.reason == (
         "PEC: fs.prepare(model) was not called; dense order: auto: not decided yet (no "
         "backward with dense buckets seen); process groups: gloo: groups of their own"
