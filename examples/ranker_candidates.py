@@ -256,7 +256,8 @@ def main() -> None:
             optimizer.step()
             optimizer.zero_grad()
             record.lengths = mine.lengths.numpy()  # fsobs
-            record.ids = {"t_items": _global_ids(mine, books)}  # fsobs: for PEC's what-if
+            ids = {"t_items": mine.features["history"].values()}  # fsobs: for PEC's what-if
+            record.ids = recorder.global_ids(ids)  # fsobs: the global batch's, every rank's
             record.loss = float(per_candidate.detach().mean())  # fsobs
         if fs is not None:
             fs.after_step(step)  # FreeScale
@@ -282,14 +283,6 @@ def _global_weight(batch: Batch, group: dist.ProcessGroup) -> float:
     total = batch.counts.sum().reshape(1)
     dist.all_reduce(total, group=group)
     return dist.get_world_size() / int(total)
-
-
-def _global_ids(batch: Batch, group: dist.ProcessGroup) -> np.ndarray:
-    """The history item ids of the step's global batch (every rank's), for the recorder's
-    ``id_overlap``: the share of them the previous global batch had."""
-    everyone: list[torch.Tensor | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, batch.features["history"].values(), group=group)
-    return torch.cat([t for t in everyone if t is not None]).numpy()
 
 
 def _global_mean(losses: torch.Tensor, group: dist.ProcessGroup) -> float:

@@ -248,7 +248,7 @@ def main() -> None:
         with recorder.step(step) as record:  # fsobs
             out = pipeline.progress(batches)
             record.lengths = out["lengths"].numpy()  # fsobs
-            record.ids = {"t_items": _global_ids(out["ids"], books)}  # fsobs: for PEC's what-if
+            record.ids = recorder.global_ids({"t_items": out["ids"]})  # fsobs: PEC's what-if
             record.loss = float(out["loss_sum"]) / max(1, int(out["lengths"].sum()))  # fsobs
         if fs is not None:
             fs.after_step(step)  # FreeScale
@@ -264,14 +264,6 @@ def main() -> None:
     del pipeline, dmp, optimizer
     gc.collect()
     dist.destroy_process_group()
-
-
-def _global_ids(mine: torch.Tensor, group: dist.ProcessGroup) -> np.ndarray:
-    """The item ids of the step's global batch (every rank's histories), for the recorder's
-    ``id_overlap``: the share of them the previous global batch had."""
-    everyone: list[torch.Tensor | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine, group=group)
-    return torch.cat([t for t in everyone if t is not None]).numpy()
 
 
 def _global_mean(out: dict[str, torch.Tensor], group: dist.ProcessGroup) -> float:

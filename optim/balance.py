@@ -206,16 +206,17 @@ class CostModel:
             raise ValueError(f"{path}: {exc}") from exc
 
 
-def _check_split(
-    costs: Sequence[float] | np.ndarray, num_parts: int, equal_size: bool
+def check_split(
+    costs: Sequence[float] | np.ndarray, num_parts: int, equal_size: bool, name: str = "costs"
 ) -> tuple[np.ndarray, int]:
-    """The checked costs and number of parts of a split (:func:`partition`,
-    :func:`imbalance_bound`); ValueError naming the argument."""
+    """The checked values (per sample: ``costs``, or ``name``) and number of parts of a split
+    (:func:`partition`, :func:`imbalance_bound`, :func:`optim.padded.partition_padded`);
+    ValueError naming the argument."""
     if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)):
         raise ValueError(f"num_parts: must be an int, got {num_parts!r}")
     if num_parts < 1:
         raise ValueError(f"num_parts: must be >= 1, got {num_parts}")
-    arr = _check_costs(costs)
+    arr = check_values(costs, name)
     if equal_size and arr.size % num_parts:
         raise ValueError(
             f"equal_size: {arr.size} samples do not split into {num_parts} equal parts "
@@ -224,12 +225,14 @@ def _check_split(
     return arr, int(num_parts)
 
 
-def _check_costs(costs: Sequence[float] | np.ndarray) -> np.ndarray:
-    arr = np.asarray(costs, dtype=np.float64)
+def check_values(values: Sequence[float] | np.ndarray, name: str = "costs") -> np.ndarray:
+    """``values`` (one per sample) as a 1-D float64 array, finite and >= 0; ValueError naming
+    ``name`` otherwise."""
+    arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 1:
-        raise ValueError(f"costs: must be 1-D, got shape {arr.shape}")
+        raise ValueError(f"{name}: must be 1-D, got shape {arr.shape}")
     if arr.size and not (np.all(np.isfinite(arr)) and arr.min() >= 0):
-        raise ValueError("costs: must be finite and >= 0")
+        raise ValueError(f"{name}: must be finite and >= 0")
     return arr
 
 
@@ -473,7 +476,7 @@ def partition(
     """
     if method not in METHODS:
         raise ValueError(f"method: unknown {method!r}, expected one of {list(METHODS)}")
-    arr, k = _check_split(costs, num_parts, equal_size)
+    arr, k = check_split(costs, num_parts, equal_size)
     n = arr.size
     if method == "kk":
         if equal_size:
@@ -495,7 +498,7 @@ def partition(
 def imbalance(costs: Sequence[float] | np.ndarray, parts: Sequence[Sequence[int]]) -> float:
     """Max part cost / mean part cost over ``parts`` (1.0 when every part costs the same or
     the total is 0)."""
-    arr = _check_costs(costs)
+    arr = check_values(costs)
     if not parts:
         raise ValueError("parts: must not be empty")
     loads = np.array([arr[np.asarray(p, dtype=np.int64)].sum() for p in parts])
@@ -528,7 +531,7 @@ def imbalance_bound(
     Neither bound need be reached by a split; both are reached when every part can get the same
     cost. ``equal_size=True`` requires ``len(costs) % num_parts == 0`` (as :func:`partition`).
     """
-    arr, parts = _check_split(costs, num_parts, equal_size)
+    arr, parts = check_split(costs, num_parts, equal_size)
     total = float(arr.sum())
     if total <= 0:
         return 1.0

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optim.balance import CostModel, partition
+from optim.balance import CostModel, check_split, check_values, partition
 
 __all__ = ["PaddedCosts", "partition_padded", "rank_cost", "split_costs"]
 
@@ -72,7 +72,7 @@ class PaddedCosts:
     model: CostModel
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lengths", _check_lengths(self.lengths))
+        object.__setattr__(self, "lengths", check_values(self.lengths, "lengths"))
 
     @property
     def size(self) -> int:
@@ -116,16 +116,8 @@ def partition_padded(
     """Split ``range(len(lengths))`` into ``num_parts`` parts minimizing the largest
     :meth:`CostModel.batch_cost` (module docstring). ``equal_size=True`` requires
     ``len(lengths) % num_parts == 0``; ValueError naming the argument."""
-    arr = _check_lengths(lengths)
-    if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)):
-        raise ValueError(f"num_parts: must be an int, got {num_parts!r}")
-    if num_parts < 1:
-        raise ValueError(f"num_parts: must be >= 1, got {num_parts}")
-    k, n = int(num_parts), arr.size
-    if equal_size and n % k:
-        raise ValueError(
-            f"equal_size: {n} samples do not split into {k} equal parts (n % num_parts != 0)"
-        )
+    arr, k = check_split(lengths, num_parts, equal_size, "lengths")
+    n = arr.size
     order = np.lexsort((np.arange(n), arr))  # ascending length, ties by position
     cut = _Cut(arr[order], model)
     bounds = [i * (n // k) for i in range(k + 1)] if equal_size else cut.bottleneck_bounds(k)
@@ -189,12 +181,3 @@ class _Cut:
                     lo = mid
             best = self.groups(hi, k)
         return best + [n] * (k + 1 - len(best))
-
-
-def _check_lengths(lengths: Sequence[float] | np.ndarray) -> np.ndarray:
-    arr = np.asarray(lengths, dtype=np.float64)
-    if arr.ndim != 1:
-        raise ValueError(f"lengths: must be 1-D, got shape {arr.shape}")
-    if arr.size and not (np.all(np.isfinite(arr)) and arr.min() >= 0):
-        raise ValueError("lengths: must be finite and >= 0")
-    return arr

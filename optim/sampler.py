@@ -311,11 +311,11 @@ class BalancedBatchSampler:
         groups = [batches[first : first + size] for first in range(0, len(batches), size)]
         if not self.config.enabled:
             for k, group in enumerate(groups):
-                yield from self._group_shares(k, group, self._plan_group(group))
+                yield from self._group_shares(k, self._plan_group(group))
             return
         with PlanAhead(lambda _, group: self._plan_group(group), groups, stride=size) as plans:
-            for k, (group, planned) in enumerate(zip(groups, plans, strict=True)):
-                yield from self._group_shares(k * size, group, planned)
+            for k, planned in enumerate(plans):
+                yield from self._group_shares(k * size, planned)
 
     def _order(self) -> np.ndarray:
         if not self.shuffle:
@@ -336,25 +336,22 @@ class BalancedBatchSampler:
         return lengths, costs
 
     def _plan_group(self, batches: list[np.ndarray]) -> _Planned:
-        """The lengths and loss counts of a global batch (of a window's, concatenated) and its
-        plan (one per step of the window)."""
+        """The dataset indices, lengths and loss counts of a global batch (of a window's,
+        concatenated) and its plan (one per step of the window)."""
         found = [self._costs(batch) for batch in batches]
         lengths = np.concatenate([lens for lens, _ in found])
         indices = np.concatenate(batches)
         counts = lengths if self._loss_counts is None else self._loss_counts.of(indices)
         costs = [cost for _, cost in found]
         if self.config.enabled and self.config.window > 1:
-            return lengths, counts, plan_window(costs, self.world_size)
+            return indices, lengths, counts, plan_window(costs, self.world_size)
         config = self._config_for(batches[0].size)
-        return lengths, counts, [StepPlan.make(costs[0], self.world_size, config)]
+        return indices, lengths, counts, [StepPlan.make(costs[0], self.world_size, config)]
 
-    def _group_shares(
-        self, first: int, batches: list[np.ndarray], planned: _Planned
-    ) -> Iterator[ShareList[int]]:
+    def _group_shares(self, first: int, planned: _Planned) -> Iterator[ShareList[int]]:
         """This rank's share of each step ``first, first + 1, ...`` of ``planned``, the plan of
-        ``batches`` (:meth:`_plan_group`)."""
-        lengths, counts, plans = planned
-        indices = np.concatenate(batches)
+        a global batch or a window (:meth:`_plan_group`)."""
+        indices, lengths, counts, plans = planned
         for k, plan in enumerate(plans):
             share = BatchShare(
                 epoch=self.epoch,
@@ -381,8 +378,9 @@ class BalancedBatchSampler:
         return config
 
 
-_Planned: TypeAlias = tuple[np.ndarray, np.ndarray, list[StepPlan]]
-"""A global batch's (a window's) lengths, loss counts and plans (one per step)."""
+_Planned: TypeAlias = tuple[np.ndarray, np.ndarray, np.ndarray, list[StepPlan]]
+"""A global batch's (a window's) dataset indices, lengths, loss counts and plans (one per
+step)."""
 
 
 class _PerSample:

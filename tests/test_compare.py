@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from fsobs.analysis import Analysis, analyze_path, compare, kpis
-from fsobs.analysis.ab import bootstrap_reduction, same_batches
+from fsobs.analysis.ab import batch_check, bootstrap_reduction
 from fsobs.analysis.bubbles.coverage import WINDOW_COLUMNS
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import caused_table
@@ -254,7 +254,8 @@ MOVED = {(0, 0): [100, 60], (1, 0): [50, 10], (0, 1): [7, 300], (1, 1): [9, 8]}
 
 def test_digests_decide_first():
     same = _sidecar(LENGTHS, {0: "aa", 1: "bb"})
-    assert same_batches(*(a.run for a in _runs_with(same, same))) == (True, [])
+    check = batch_check(*(a.run for a in _runs_with(same, same)))
+    assert (check.same, check.warnings) == (True, [])
     # equal totals, but the digests say step 1 had other samples
     other = _sidecar(LENGTHS, {0: "aa", 1: "cc"})
     c = compare(*_runs_with(same, other))

@@ -23,7 +23,7 @@ slower in both runs then cancels, as it does in the point estimate. Otherwise th
 resampled independently (they need not have traced the same steps).
 
 A reduction only means something when both runs trained on the same global batches; see
-:func:`same_batches` for how that is checked. The interval covers the steps of this one pair of
+:func:`batch_check` for how that is checked. The interval covers the steps of this one pair of
 runs, not run-to-run variation (another seed, another machine): for that, compare several pairs
 (:mod:`fsobs.analysis.pairs`).
 
@@ -377,13 +377,6 @@ class BatchCheck:
             "first_differing": self.differing[0] if self.differing else None,
             "weaker_because": list(self.skipped),
         }
-
-
-def same_batches(control: Run[Any], test: Run[Any]) -> tuple[bool | None, list[str]]:
-    """Did both runs train on the same global batches? ``(answer, warnings)`` of
-    :func:`batch_check`."""
-    check = batch_check(control, test)
-    return check.same, check.warnings
 
 
 def batch_check(control: Run[Any], test: Run[Any]) -> BatchCheck:

@@ -28,7 +28,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fsobs.analysis.ab import same_batches  # noqa: E402
+from fsobs.analysis.ab import batch_check  # noqa: E402
 from fsobs.runformat import read_run_json, read_sidecars  # noqa: E402
 from fsobs.workload.config import JobConfig, ModelSpec, data_config_for, job_profiler  # noqa: E402
 from fsobs.workload.data import SyntheticHistories, global_batches  # noqa: E402
@@ -156,5 +156,6 @@ def test_run_json_records_the_counts_and_the_window_and_compare_knows_it(runs):
             sidecar=read_sidecars(run), world_size=WORLD, meta=read_run_json(run)
         )
 
-    assert same_batches(loaded("baseline"), loaded("window")) == (True, [])
-    assert same_batches(loaded("baseline"), loaded("reference"))[0] is False
+    window = batch_check(loaded("baseline"), loaded("window"))
+    assert (window.same, window.warnings) == (True, [])
+    assert batch_check(loaded("baseline"), loaded("reference")).same is False
