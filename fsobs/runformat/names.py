@@ -12,6 +12,10 @@
       steps.rank<R>.jsonl       one line per step and rank (:mod:`fsobs.runformat.steps`)
       cost_model.json           ``fsobs fit-cost``'s coefficients (optional)
       truth.json                a simulated run's true classes (``fsobs simulate``)
+      capture.json              a capture request (:mod:`fsobs.runformat.windows`)
+      windows/w<step>/          one profiling window of a live run (:mod:`fsobs.runformat.windows`):
+        rank<R>.trace.json.gz, window.rank<R>.json, then the indexer's run.json,
+        steps.rank<R>.jsonl and summary.json
 """
 
 from __future__ import annotations
@@ -24,7 +28,13 @@ RUN_JSON = "run.json"
 JOB_JSON = "job.json"
 COST_MODEL = "cost_model.json"
 TRUTH = "truth.json"
-NOT_TRACES = frozenset({RUN_JSON, JOB_JSON, COST_MODEL, TRUTH})
+CAPTURE_JSON = "capture.json"
+WINDOWS_DIR = "windows"
+SUMMARY_JSON = "summary.json"
+"""The indexer's summary of a window, in the window's folder."""
+WINDOW_RE = re.compile(r"^w(\d{8,})$")
+NOTE_RE = re.compile(r"^window\.rank(\d+)\.json$")
+NOT_TRACES = frozenset({RUN_JSON, JOB_JSON, COST_MODEL, TRUTH, CAPTURE_JSON, SUMMARY_JSON})
 """JSON files of a run directory that are not traces."""
 PARTIAL_SUFFIX = ".partial"
 """A step sidecar still being written (or left by a rank that died) carries this suffix."""
@@ -41,6 +51,11 @@ def trace_file_name(rank: int, *, gzip: bool = True) -> str:
     return f"rank{rank}.trace.json" + (".gz" if gzip else "")
 
 
+def note_file_name(rank: int) -> str:
+    """Rank ``rank``'s note of a window: ``window.rank<R>.json``."""
+    return f"window.rank{rank}.json"
+
+
 def sidecar_file_name(rank: int) -> str:
     """The step sidecar of ``rank``: ``steps.rank<R>.jsonl``."""
     return f"steps.rank{rank}.jsonl"
@@ -50,7 +65,11 @@ def is_trace_name(name: str) -> bool:
     """Whether a file of a run directory may be a Kineto trace: a ``*.json`` / ``*.json.gz``
     that is none of the run's other files (the loader then reads those named as traces and
     those whose opening looks like one, :mod:`fsobs.trace._sniff`)."""
-    return name.endswith((".json", ".json.gz")) and name not in NOT_TRACES
+    return (
+        name.endswith((".json", ".json.gz"))
+        and name not in NOT_TRACES
+        and NOTE_RE.match(name) is None
+    )
 
 
 def is_named_trace(name: str) -> bool:

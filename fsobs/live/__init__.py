@@ -1,0 +1,9 @@
+"""The live half: a run read while its job writes it (no torch).
+
+- :mod:`.model`: what a live view knows at one poll (:class:`LiveState`), plain data;
+- :mod:`.state`: :class:`LiveRun`, the incremental reader (growing sidecars, the window index);
+- :mod:`.index`: each closed window analyzed once, its ``summary.json`` kept in the run;
+- :mod:`.alerts`: alert rules over the index and the recent steps;
+- :mod:`.capture`: asking a running job to profile its next steps (``fsobs capture``);
+- :mod:`.view` / :mod:`.metrics`: ``fsobs watch``'s terminal view and Prometheus ``/metrics``.
+"""
