@@ -4,6 +4,7 @@ threshold, with its minimum of windows, and the evidence its message names."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -78,7 +79,7 @@ def _recent(
 
 
 def _alert(
-    name: str, windows: list[WindowEntry], recent: pd.DataFrame | None = None, **config: float
+    name: str, windows: list[WindowEntry], recent: pd.DataFrame | None = None, **config: Any
 ) -> Alert:
     alerts = evaluate(windows, _recent() if recent is None else recent, AlertConfig(**config))
     return next(a for a in alerts if a.name == name)
@@ -223,6 +224,6 @@ def test_window_missing_names_the_window_and_the_ranks() -> None:
         ("cost_margin", 0.5),
     ],
 )
-def test_alert_config_names_the_bad_field(field: str, value: float) -> None:
+def test_alert_config_names_the_bad_field(field: str, value: Any) -> None:
     with pytest.raises(ValueError, match=f"^{field}: "):
         AlertConfig(**{field: value})

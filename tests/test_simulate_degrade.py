@@ -1,0 +1,334 @@
+"""Simulated jobs that degrade at a known step (a slow rank, a data shift, GC pauses), written in
+the live layout, analyzed window by window, and the alerts they raise: from the first windows
+after the step on, never before, with the slow rank told from the data."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import re
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fsobs.analysis import Analysis, analyze_summary, summarize_path
+from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from fsobs.cli import main
+from fsobs.live.alerts import AlertConfig, evaluate
+from fsobs.live.model import Alert, WindowEntry, WindowSummary
+from fsobs.runformat import read_sidecars
+from fsobs.runformat.windows import list_windows
+from fsobs.simulate.schedule import Schedule
+from fsobs.simulate.simulator import SimConfig, SimWindows, simulate, write_run
+
+# 40 steps of 4 ranks; data even enough (lengths sigma 0.2) that, before step 20, the
+# straggler moves from step to step and the windows look alike
+BASE = SimConfig(
+    world_size=4, steps=40, seed=1, batch_per_rank=8, speed_sigma=0.0, length_sigma=0.2
+)
+S = 20
+SLOW = replace(BASE, slow_rank=2, slow_from=S, slow_factor=2.5)
+SHIFT = replace(BASE, shift_rank=1, shift_from=S, shift_factor=2.0)
+GC = replace(BASE, gc_rank=3, gc_from=S, gc_ms=30.0)
+# a window of 4 steps every 5: w00000000 (steps 0-3), w00000005, ..., w00000035 (35-38)
+LIVE = SimWindows(every=5, steps=4)
+RECENT_STEPS = 10
+
+
+def _summary(analysis: Analysis) -> WindowSummary:
+    """The window's summary as the indexer makes it (:class:`WindowSummary`'s fields)."""
+    kpis = analysis.summary
+    late = Counter(int(r) for r in analysis.stragglers.per_step["rank"].dropna())
+    return WindowSummary(
+        num_steps=len(analysis.run.steps),
+        step_ms=float(analysis.steps.groupby("step")["window_ms"].max().mean()),
+        bubble_ratio=kpis["bubble_ratio"],
+        bubble_ms_per_step=kpis["bubble_ms_per_step"],
+        classes_ms_per_step={c: kpis[f"{c}_ms_per_step"] for c in BUBBLE_CLASSES},
+        straggler=late.most_common(1)[0][0] if late else None,
+        straggler_wait_ms_per_step=kpis["straggler_wait_ms_per_step"],
+        late_steps=dict(late),
+        causes={} if analysis.causes is None else analysis.causes.shares,
+        imbalance_before=None,
+        imbalance_after=None,
+        analyzed_ns=0,
+    )
+
+
+def _index(run: Path) -> list[WindowEntry]:
+    """Every window of a finished simulated run: each folder analyzed alone with the top-level
+    sidecar lines of its steps (closed), or missing when some rank did not publish it."""
+    sidecar = read_sidecars(run)
+    assert sidecar is not None
+    ranks = set(sidecar["rank"])
+    entries = []
+    for folder in list_windows(run):
+        last = max(n.last_step for n in folder.notes.values())
+        entry = WindowEntry(
+            wid=folder.wid,
+            first_step=folder.first_step,
+            last_step=last,
+            trigger="schedule",
+            request=None,
+            state="closed" if set(folder.notes) == ranks else "missing",
+            published=tuple(sorted(folder.notes)),
+        )
+        if entry.state == "closed":
+            lines = sidecar[sidecar["step"].between(folder.first_step, last)]
+            summary = summarize_path(folder.path)
+            analysis = analyze_summary(dataclasses.replace(summary, sidecar=lines))
+            assert list(analysis.run.steps) == list(range(folder.first_step, last + 1))
+            entry = replace(entry, summary=_summary(analysis))
+        entries.append(entry)
+    return entries
+
+
+def _recent(sidecar: pd.DataFrame, last_step: int) -> pd.DataFrame:
+    return sidecar[sidecar["step"].between(last_step - RECENT_STEPS + 1, last_step)]
+
+
+def _replay(run: Path, config: AlertConfig) -> list[dict[str, Alert]]:
+    """The alerts as a live view sees them after each window closes: the windows so far and
+    the sidecar lines up to that window's last step."""
+    index, sidecar = _index(run), read_sidecars(run)
+    assert sidecar is not None
+    out = []
+    for k, window in enumerate(index):
+        alerts = evaluate(index[: k + 1], _recent(sidecar, window.last_step), config)
+        out.append({a.name: a for a in alerts})
+    return out
+
+
+@pytest.fixture(scope="module")
+def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Alert]]]:
+    """The slow-rank and the data-shift runs replayed under the default thresholds."""
+    root = tmp_path_factory.mktemp("degrade")
+    out = {}
+    for name, cfg in (("slow", SLOW), ("shift", SHIFT)):
+        write_run(simulate(cfg), root / name, workers=1, windows=LIVE)
+        out[name] = _replay(root / name, AlertConfig())
+    return out
+
+
+def _first_steps() -> list[int]:
+    return [first for first, _ in LIVE.spans(BASE.steps)]
+
+
+@pytest.mark.parametrize(("name", "rank", "cause"), [("slow", 2, "node"), ("shift", 1, "data")])
+def test_alerts_fire_after_the_degradation_and_not_before(
+    replays: dict[str, list[dict[str, Alert]]], name: str, rank: int, cause: str
+) -> None:
+    """With the default thresholds: the bubble ratio and the straggler wait of every window
+    from step 20 on stand above 1.5x the median of the earlier ones (at most 3 of the 7
+    earlier windows are degraded, so the median is a healthy one); late_rank needs 60% of the 12
+    steps of the 3 recent windows: a rank late in every step of two of them has 8 of 12."""
+    replay = replays[name]
+    firsts = _first_steps()
+    assert len(replay) == len(firsts) == 8
+    for first, alerts in zip(firsts, replay, strict=True):
+        after = first >= S
+        for rule in ("bubble_ratio_up", "straggler_wait_up"):
+            assert alerts[rule].firing is after, (first, alerts[rule].message)
+        late = alerts["late_rank"]
+        if first < S:  # no recent window after S
+            assert not late.firing, late.message
+        if first >= S + LIVE.every:  # two or three recent windows after S
+            assert late.firing and late.rank == rank and late.cause == cause, late.message
+        assert not alerts["gc_storm"].firing and not alerts["window_missing"].firing
+    # the first window after S is named, with its steps
+    assert "w00000020 (steps 20-23)" in replay[firsts.index(S)]["straggler_wait_up"].message
+
+
+def test_the_late_ranks_cause_says_which_evidence_decided(
+    replays: dict[str, list[dict[str, Alert]]],
+) -> None:
+    slow = replays["slow"][-1]["late_rank"]
+    assert "of its wait" in slow.message and "the other ranks' median" in slow.message
+    assert slow.evidence["causes"]["data"] < 0.5
+    shift = replays["shift"][-1]["late_rank"]
+    assert "the data caused" in shift.message and shift.evidence["causes"]["data"] >= 0.5
+    # the data shift doubles rank 1's lengths: its est_cost (quadratic in length) more than
+    # doubles against the others'
+    assert shift.evidence["est_cost_ratio"] > 2
+
+
+def test_a_gc_storm_fires_from_the_step_the_pauses_start(tmp_path: Path) -> None:
+    """30 ms of GC per step on rank 3 from step 20: in each window of 10 recent steps, its
+    share of the wall time is 30 ms x (steps after 20) over that wall time."""
+    write_run(simulate(GC), tmp_path, workers=1)
+    sidecar = read_sidecars(tmp_path)
+    assert sidecar is not None
+    config = AlertConfig()
+    for last in range(RECENT_STEPS - 1, GC.steps):
+        recent = _recent(sidecar, last)
+        mine = recent[recent["rank"] == 3]
+        share = 30.0 * int((mine["step"] >= S).sum()) / mine["wall_ms"].sum()
+        alert = next(a for a in evaluate([], recent, config) if a.name == "gc_storm")
+        assert alert.firing is bool(share >= config.gc_share), (last, alert.message)
+        assert (alert.rank == 3) is alert.firing
+    assert alert.firing and f"steps {GC.steps - RECENT_STEPS}-{GC.steps - 1}" in alert.message
+
+
+def test_a_window_some_rank_did_not_publish(tmp_path: Path) -> None:
+    live = replace(LIVE, unpublished=((10, 1),))
+    write_run(simulate(replace(BASE, steps=20)), tmp_path, workers=1, windows=live)
+    folder = tmp_path / "windows" / "w00000010"
+    assert sorted(p.name for p in folder.iterdir() if "rank1" in p.name) == []
+    index = _index(tmp_path)
+    assert [w.state for w in index] == ["closed", "closed", "missing", "closed"]
+    sidecar = read_sidecars(tmp_path)
+    assert sidecar is not None
+    alert = evaluate(index, _recent(sidecar, 19), AlertConfig())[-1]
+    assert alert.firing and alert.rank == 1 and alert.window == "w00000010"
+    assert "w00000010 (steps 10-13): rank 1 did not publish it" in alert.message
+
+
+# -- the simulator's degradation, by hand ------------------------------------------------------
+
+
+def test_a_slow_rank_runs_its_compute_slow_factor_times_longer_from_its_step() -> None:
+    """The same draws with and without the slow rank: its data-dependent busy time (busy less
+    the fixed kernels, the same on every rank) is 2.5x from step 20, within rounding; nothing
+    else changes."""
+    cfg = replace(BASE, steps=24)
+    base, slow = simulate(cfg), simulate(replace(cfg, slow_rank=2, slow_from=S, slow_factor=2.5))
+
+    def compute(sched: Schedule) -> np.ndarray:
+        fixed = sched.chunk_dur.sum(axis=1) + sched.upd_dur.sum(axis=1) + cfg.optimizer_ns
+        return np.asarray(sched.truth["busy"] - fixed[:, None], np.float64)
+
+    expected = compute(base)
+    expected[S:, 2] *= 2.5
+    assert np.allclose(compute(slow), expected, atol=3)
+    assert np.array_equal(slow.est_cost, base.est_cost)
+
+
+def test_a_data_shift_lengthens_the_ranks_samples_and_its_est_cost(tmp_path: Path) -> None:
+    cfg = replace(BASE, steps=24)
+    base = simulate(cfg)
+    shifted = simulate(replace(cfg, shift_rank=1, shift_from=S, shift_factor=2.0))
+    for i in range(cfg.steps):
+        for r in range(cfg.world_size):
+            want = base.lengths[i][r] * (2 if (i >= S and r == 1) else 1)
+            assert np.array_equal(shifted.lengths[i][r], want)
+    write_run(shifted, tmp_path, workers=1)
+    sidecar = read_sidecars(tmp_path)
+    assert sidecar is not None
+    row = sidecar[(sidecar["rank"] == 1) & (sidecar["step"] == S)].iloc[0]
+    assert row["est_cost"] == pytest.approx(float(cfg.cost(shifted.lengths[S][1]).sum()))
+    est = shifted.est_cost[S]
+    assert row["imbalance_after"] == pytest.approx(est.max() / est.mean())
+
+
+def test_gc_pauses_are_host_time_and_sidecar_fields(tmp_path: Path) -> None:
+    cfg = replace(BASE, steps=24)
+    base, gc = simulate(cfg), simulate(replace(cfg, gc_rank=3, gc_from=S, gc_ms=30.0))
+    # rank 3's embedding lookup starts 30 ms later: GPU idle on it (host), the others wait
+    moved = gc.t["k1_end"] - base.t["k1_end"]
+    assert (moved[S:, 3] - moved[S:, 0] == 30_000_000).all() and (moved[:S] == 0).all()
+    write_run(gc, tmp_path, workers=1)
+    sidecar = read_sidecars(tmp_path)
+    assert sidecar is not None
+    gc_ms = sidecar.set_index(["rank", "step"])["gc_ms"]
+    assert gc_ms[(3, S)] == 30.0 and gc_ms[(3, S - 1)] == 0.0 and gc_ms[(0, S)] == 0.0
+    assert sidecar.loc[sidecar["gc_ms"] > 0, "gc_count"].eq(1).all()
+
+
+def test_truth_json_records_the_degradation_and_the_layout(tmp_path: Path) -> None:
+    cfg = replace(SLOW, steps=24, shift_from=22, shift_factor=1.5)
+    write_run(simulate(cfg), tmp_path, workers=1, windows=LIVE)
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert truth["degradation"] == {
+        "slow": {"rank": 2, "from_step": S, "factor": 2.5},
+        "shift": {"rank": None, "from_step": 22, "factor": 1.5},
+        "gc": None,
+    }
+    assert truth["windows"] == {"every": 5, "steps": 4, "unpublished": []}
+
+
+def test_the_live_layout(tmp_path: Path) -> None:
+    """A window of 3 steps every 4 over 10 steps: w0 (0-2), w4 (4-6), w8 (8-9, cut by the
+    end); each rank's trace holds its window's steps only, the top-level sidecars every step,
+    and the top level has no trace."""
+    cfg = replace(BASE, steps=10)
+    write_run(simulate(cfg), tmp_path, workers=1, windows=SimWindows(every=4, steps=3))
+    assert not list(tmp_path.glob("*.trace.json.gz"))
+    folders = list_windows(tmp_path)
+    assert [(f.wid, sorted(f.notes)) for f in folders] == [
+        (f"w{s:08d}", [0, 1, 2, 3]) for s in (0, 4, 8)
+    ]
+    for folder, (first, last) in zip(folders, [(0, 2), (4, 6), (8, 9)], strict=True):
+        note = folder.notes[2]
+        assert (note.first_step, note.last_step, note.trigger) == (first, last, "schedule")
+        text = gzip.decompress((folder.path / "rank2.trace.json.gz").read_bytes()).decode()
+        steps = sorted(int(s) for s in re.findall(r"ProfilerStep#(\d+)", text))
+        assert steps == list(range(first, last + 1))
+    sidecar = read_sidecars(tmp_path)
+    assert sidecar is not None and sorted(set(sidecar["step"])) == list(range(10))
+    # a window folder is a run of its own for fsobs analyze (no sidecars yet)
+    assert main(["analyze", str(folders[1].path)]) == 0
+
+
+def test_cli_simulate_degradation_and_windows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", "--world-size", "4", "--steps", "12", "--workers", "1"]
+    flags = ["--slow-rank", "2", "--slow-from", "6", "--slow-factor", "1.5"]
+    flags += ["--shift-from", "8", "--shift-factor", "2", "--gc-rank", "1", "--gc-ms", "3"]
+    flags += ["--window-every", "4", "--window-steps", "3", "--unpublished", "8:1"]
+    assert main([*args, *flags, "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "rank 2 1.5x slower from step 6" in out
+    assert "every rank's samples 2x longer from step 8" in out
+    assert "rank 1 pauses 3 ms for GC from step 0" in out
+    assert "rank 1 leaves w00000008 unpublished" in out
+    truth = json.loads((tmp_path / "run" / "truth.json").read_text())
+    assert truth["degradation"]["gc"] == {"rank": 1, "from_step": 0, "gc_ms": 3.0}
+    assert truth["windows"]["unpublished"] == [[8, 1]]
+    assert not (tmp_path / "run" / "windows" / "w00000008" / "window.rank1.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--slow-from", "3"], "bad simulate option: slow_from: needs slow_rank"),
+        (["--slow-rank", "4"], "slow_rank: must be a rank in [0, 4), got 4"),
+        (["--shift-from", "12"], "shift_from: must be a step in [0, 12), got 12"),
+        (["--gc-rank", "0"], "gc_ms: must be > 0 with gc_rank"),
+        (["--window-every", "4"], "--window-every and --window-steps go together"),
+        (["--window-every", "2", "--window-steps", "3"], "steps: must be in [1, every=2]"),
+        (["--unpublished", "8:1"], "--unpublished needs --window-every and --window-steps"),
+        (
+            ["--window-every", "4", "--window-steps", "2", "--unpublished", "5:1"],
+            "unpublished: (5, 1) names no window's first step and rank",
+        ),
+    ],
+)
+def test_cli_simulate_degradation_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    args = ["simulate", "--world-size", "4", "--steps", "12", "--out", str(tmp_path / "x")]
+    assert main([*args, *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"slow_rank": 0, "slow_factor": 0.0}, "slow_factor"),
+        ({"shift_from": 1, "shift_factor": -1.0}, "shift_factor"),
+        ({"shift_rank": 1}, "shift_rank"),
+        ({"gc_from": 2}, "gc_from"),
+        ({"gc_ms": 1.0}, "gc_ms"),
+        ({"gc_rank": -1, "gc_ms": 1.0}, "gc_rank"),
+    ],
+)
+def test_sim_config_names_the_bad_degradation_field(fields: dict[str, float], field: str) -> None:
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        SimConfig(world_size=4, steps=10, **fields)  # type: ignore[arg-type]
