@@ -4,7 +4,6 @@ after the step on, never before, with the slow rank told from the data."""
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import re
@@ -16,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsobs.analysis import Analysis, analyze_summary, summarize_path
+from fsobs.analysis import Analysis, analyze_path, analyze_summary, summarize_path
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
 from fsobs.cli import main
 from fsobs.live.alerts import AlertConfig, evaluate
@@ -24,7 +23,14 @@ from fsobs.live.model import Alert, WindowEntry, WindowSummary
 from fsobs.runformat import read_sidecars
 from fsobs.runformat.windows import list_windows
 from fsobs.simulate.schedule import Schedule
-from fsobs.simulate.simulator import SimConfig, SimWindows, simulate, write_run
+from fsobs.simulate.simulator import (
+    SimConfig,
+    SimWindows,
+    simulate,
+    truth_error,
+    truth_frame,
+    write_run,
+)
 
 # 40 steps of 4 ranks; data even enough (lengths sigma 0.2) that, before step 20, the
 # straggler moves from step to step and the windows look alike
@@ -37,6 +43,7 @@ SHIFT = replace(BASE, shift_rank=1, shift_from=S, shift_factor=2.0)
 GC = replace(BASE, gc_rank=3, gc_from=S, gc_ms=30.0)
 # a window of 4 steps every 5: w00000000 (steps 0-3), w00000005, ..., w00000035 (35-38)
 LIVE = SimWindows(every=5, steps=4)
+FIRSTS = [first for first, _ in LIVE.spans(BASE.steps)]
 RECENT_STEPS = 10
 
 
@@ -81,7 +88,7 @@ def _index(run: Path) -> list[WindowEntry]:
         if entry.state == "closed":
             lines = sidecar[sidecar["step"].between(folder.first_step, last)]
             summary = summarize_path(folder.path)
-            analysis = analyze_summary(dataclasses.replace(summary, sidecar=lines))
+            analysis = analyze_summary(replace(summary, sidecar=lines))
             assert list(analysis.run.steps) == list(range(folder.first_step, last + 1))
             entry = replace(entry, summary=_summary(analysis))
         entries.append(entry)
@@ -115,10 +122,6 @@ def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str
     return out
 
 
-def _first_steps() -> list[int]:
-    return [first for first, _ in LIVE.spans(BASE.steps)]
-
-
 @pytest.mark.parametrize(("name", "rank", "cause"), [("slow", 2, "node"), ("shift", 1, "data")])
 def test_alerts_fire_after_the_degradation_and_not_before(
     replays: dict[str, list[dict[str, Alert]]], name: str, rank: int, cause: str
@@ -128,9 +131,8 @@ def test_alerts_fire_after_the_degradation_and_not_before(
     earlier windows are degraded, so the median is a healthy one); late_rank needs 60% of the 12
     steps of the 3 recent windows: a rank late in every step of two of them has 8 of 12."""
     replay = replays[name]
-    firsts = _first_steps()
-    assert len(replay) == len(firsts) == 8
-    for first, alerts in zip(firsts, replay, strict=True):
+    assert len(replay) == len(FIRSTS) == 8
+    for first, alerts in zip(FIRSTS, replay, strict=True):
         after = first >= S
         for rule in ("bubble_ratio_up", "straggler_wait_up"):
             assert alerts[rule].firing is after, (first, alerts[rule].message)
@@ -141,7 +143,7 @@ def test_alerts_fire_after_the_degradation_and_not_before(
             assert late.firing and late.rank == rank and late.cause == cause, late.message
         assert not alerts["gc_storm"].firing and not alerts["window_missing"].firing
     # the first window after S is named, with its steps
-    assert "w00000020 (steps 20-23)" in replay[firsts.index(S)]["straggler_wait_up"].message
+    assert "w00000020 (steps 20-23)" in replay[FIRSTS.index(S)]["straggler_wait_up"].message
 
 
 def test_the_late_ranks_cause_says_which_evidence_decided(
@@ -237,6 +239,15 @@ def test_gc_pauses_are_host_time_and_sidecar_fields(tmp_path: Path) -> None:
     gc_ms = sidecar.set_index(["rank", "step"])["gc_ms"]
     assert gc_ms[(3, S)] == 30.0 and gc_ms[(3, S - 1)] == 0.0 and gc_ms[(0, S)] == 0.0
     assert sidecar.loc[sidecar["gc_ms"] > 0, "gc_count"].eq(1).all()
+    # the analysis finds the pause as rank 3's host idle and the others' wait (within 1% of
+    # each step, as for any simulated run)
+    analysis = analyze_path(tmp_path)
+    assert (
+        truth_error(truth_frame(gc), analysis.steps).drop(columns=["rank", "step"]).max().max()
+        < 0.01
+    )
+    host = analysis.steps.set_index(["rank", "step"])["host_idle_ms"]
+    assert host[(3, S)] - host[(0, S)] == pytest.approx(30.0, abs=0.5)
 
 
 def test_truth_json_records_the_degradation_and_the_layout(tmp_path: Path) -> None:

@@ -142,9 +142,8 @@ def _shift(
     model = cfg.partition_model
     for i in range(cfg.shift_from, cfg.steps):
         for r in ranks:
-            lengths[i][r] = np.maximum(np.rint(lengths[i][r] * cfg.shift_factor), 1).astype(
-                np.int64
-            )
+            grown = np.rint(lengths[i][r] * cfg.shift_factor)
+            lengths[i][r] = np.maximum(grown, 1).astype(np.int64)
             est[i, r] = float(model(lengths[i][r]).sum())
         after[i] = est[i].max() / est[i].mean()
         if not balanced:
