@@ -32,6 +32,8 @@ from fsobs.live.model import Alert, WindowEntry, WindowSummary
 
 RULES = ("bubble_ratio_up", "straggler_wait_up", "late_rank", "gc_storm", "window_missing")
 _NODE_CAUSES = ("gc", "preemption", "unexplained")
+_CAUSES = ("data", *_NODE_CAUSES)
+"""The causes of :mod:`fsobs.analysis.stragglers.causes`."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -210,11 +212,12 @@ def _culprit_causes(rank: int, windows: list[WindowEntry]) -> dict[str, float] |
     for window in windows:
         summary = _summary(window)
         wait = summary.straggler_wait_ms_per_step * summary.num_steps
-        known = {c: summary.causes.get(c, math.nan) for c in ("data", *_NODE_CAUSES)}
-        usable = all(math.isfinite(v) for v in known.values()) and math.isfinite(wait)
-        if summary.straggler == rank and usable and wait > 0:
+        # null (read back from JSON) or NaN where a window could not split its wait
+        values = [summary.causes.get(c) for c in _CAUSES]
+        known = all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+        if summary.straggler == rank and known and math.isfinite(wait) and wait > 0:
             weights.append(wait)
-            causes.append(known)
+            causes.append({c: float(v or 0.0) for c, v in zip(_CAUSES, values, strict=True)})
     if not weights:
         return None
     total = sum(weights)

@@ -4,6 +4,7 @@ threshold, with its minimum of windows, and the evidence its message names."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -181,6 +182,14 @@ def test_late_rank_cause_from_est_cost_without_causes() -> None:
     no_cost = _recent().assign(est_cost=math.nan)
     alert = _alert("late_rank", windows, no_cost)
     assert alert.firing and alert.cause == "unexplained" and "no causes" in alert.message
+    # a window that could not split its wait (NaN shares, null once read back from JSON)
+    unsplit = _window(
+        0, late={2: 4}, causes=dict.fromkeys(("data", "gc", "preemption", "unexplained"), math.nan)
+    )
+    assert unsplit.summary is not None
+    read_back = replace(unsplit, summary=WindowSummary.from_json(unsplit.summary.to_json()))
+    for window in (unsplit, read_back):
+        assert _alert("late_rank", [window], _recent(est={2: 1.3})).evidence["causes"] is None
 
 
 def test_gc_storm_fires_at_gc_share_of_a_ranks_recent_wall_time() -> None:
