@@ -333,6 +333,8 @@ def test_cli_simulate_degradation_errors(
     ("fields", "field"),
     [
         ({"slow_rank": 0, "slow_factor": 0.0}, "slow_factor"),
+        ({"slow_rank": 0}, "slow_factor"),  # 1: no slower
+        ({"shift_from": 1}, "shift_factor"),
         ({"shift_from": 1, "shift_factor": -1.0}, "shift_factor"),
         ({"shift_rank": 1}, "shift_rank"),
         ({"gc_from": 2}, "gc_from"),

@@ -293,7 +293,7 @@ def _window_missing(windows: Sequence[WindowEntry], recent: pd.DataFrame) -> Ale
         name=name,
         firing=True,
         message=f"{head} missing: " + "; ".join(texts),
-        rank=absent_all.pop() if len(absent_all) == 1 else None,
+        rank=min(absent_all) if len(absent_all) == 1 else None,
         window=missing[-1].wid,
         evidence=evidence,
     )

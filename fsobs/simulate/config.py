@@ -131,9 +131,10 @@ class SimConfig:
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.steps:
                 raise ValueError(f"{name}: must be a step in [0, {self.steps}), got {value}")
-        for name in ("slow_factor", "shift_factor"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        for name, given in (("slow_factor", "slow_rank"), ("shift_factor", "shift_from")):
+            value = getattr(self, name)
+            if not value > 0 or (getattr(self, given) is not None and value == 1):
+                raise ValueError(f"{name}: must be > 0 and not 1 with {given}, got {value}")
         if not self.gc_ms >= 0 or (self.gc_rank is not None and self.gc_ms == 0):
             raise ValueError(f"gc_ms: must be > 0 with gc_rank (>= 0 without), got {self.gc_ms}")
         unused = (
