@@ -21,7 +21,7 @@ from fsobs.cli import main
 from fsobs.live.alerts import AlertConfig, evaluate
 from fsobs.live.model import Alert, WindowEntry, WindowSummary
 from fsobs.runformat import read_sidecars
-from fsobs.runformat.windows import list_windows
+from fsobs.runformat.windows import WindowSchedule, list_windows, read_schedule
 from fsobs.simulate.schedule import Schedule
 from fsobs.simulate.simulator import (
     SimConfig,
@@ -41,9 +41,11 @@ S = 20
 SLOW = replace(BASE, slow_rank=2, slow_from=S, slow_factor=2.5)
 SHIFT = replace(BASE, shift_rank=1, shift_from=S, shift_factor=2.0)
 GC = replace(BASE, gc_rank=3, gc_from=S, gc_ms=30.0)
-# a window of 4 steps every 5: w00000000 (steps 0-3), w00000005, ..., w00000035 (35-38)
-LIVE = SimWindows(every=5, steps=4)
+# a window of 4 steps every 5, after a warm-up step: w00000001 (steps 1-4), ..., w00000036
+LIVE = SimWindows(schedule=WindowSchedule(every=5, wait=0, warmup=1, active=4))
 FIRSTS = [first for first, _ in LIVE.spans(BASE.steps)]
+FIRST_AFTER = 21
+"""The first window after step S."""
 RECENT_STEPS = 10
 
 
@@ -139,11 +141,12 @@ def test_alerts_fire_after_the_degradation_and_not_before(
         late = alerts["late_rank"]
         if first < S:  # no recent window after S
             assert not late.firing, late.message
-        if first >= S + LIVE.every:  # two or three recent windows after S
+        if first > FIRST_AFTER:  # two or three recent windows after S
             assert late.firing and late.rank == rank and late.cause == cause, late.message
         assert not alerts["gc_storm"].firing and not alerts["window_missing"].firing
     # the first window after S is named, with its steps
-    assert "w00000020 (steps 20-23)" in replay[FIRSTS.index(S)]["straggler_wait_up"].message
+    message = replay[FIRSTS.index(FIRST_AFTER)]["straggler_wait_up"].message
+    assert "w00000021 (steps 21-24)" in message
 
 
 def test_the_late_ranks_cause_says_which_evidence_decided(
@@ -177,17 +180,17 @@ def test_a_gc_storm_fires_from_the_step_the_pauses_start(tmp_path: Path) -> None
 
 
 def test_a_window_some_rank_did_not_publish(tmp_path: Path) -> None:
-    live = replace(LIVE, unpublished=((10, 1),))
+    live = replace(LIVE, unpublished=((11, 1),))
     write_run(simulate(replace(BASE, steps=20)), tmp_path, workers=1, windows=live)
-    folder = tmp_path / "windows" / "w00000010"
+    folder = tmp_path / "windows" / "w00000011"
     assert sorted(p.name for p in folder.iterdir() if "rank1" in p.name) == []
     index = _index(tmp_path)
     assert [w.state for w in index] == ["closed", "closed", "missing", "closed"]
     sidecar = read_sidecars(tmp_path)
     assert sidecar is not None
     alert = evaluate(index, _recent(sidecar, 19), AlertConfig())[-1]
-    assert alert.firing and alert.rank == 1 and alert.window == "w00000010"
-    assert "w00000010 (steps 10-13): rank 1 did not publish it" in alert.message
+    assert alert.firing and alert.rank == 1 and alert.window == "w00000011"
+    assert "w00000011 (steps 11-14): rank 1 did not publish it" in alert.message
 
 
 # -- the simulator's degradation, by hand ------------------------------------------------------
@@ -259,21 +262,24 @@ def test_truth_json_records_the_degradation_and_the_layout(tmp_path: Path) -> No
         "shift": {"rank": None, "from_step": 22, "factor": 1.5},
         "gc": None,
     }
-    assert truth["windows"] == {"every": 5, "steps": 4, "unpublished": []}
+    schedule = {"every": 5, "wait": 0, "warmup": 1, "active": 4}
+    assert truth["windows"] == {"schedule": schedule, "unpublished": []}
 
 
 def test_the_live_layout(tmp_path: Path) -> None:
-    """A window of 3 steps every 4 over 10 steps: w0 (0-2), w4 (4-6), w8 (8-9, cut by the
-    end); each rank's trace holds its window's steps only, the top-level sidecars every step,
-    and the top level has no trace."""
+    """A window of 3 steps every 4 after a warm-up step, over 10 steps: w1 (1-3), w5 (5-7),
+    and none from 9 (the run ends in it); each rank's trace holds its window's steps only, the
+    top-level sidecars every step, and the top level has no trace."""
     cfg = replace(BASE, steps=10)
-    write_run(simulate(cfg), tmp_path, workers=1, windows=SimWindows(every=4, steps=3))
+    schedule = WindowSchedule(every=4, wait=0, warmup=1, active=3)
+    write_run(simulate(cfg), tmp_path, workers=1, windows=SimWindows(schedule=schedule))
+    assert read_schedule(tmp_path) == schedule
     assert not list(tmp_path.glob("*.trace.json.gz"))
     folders = list_windows(tmp_path)
     assert [(f.wid, sorted(f.notes)) for f in folders] == [
-        (f"w{s:08d}", [0, 1, 2, 3]) for s in (0, 4, 8)
+        (f"w{s:08d}", [0, 1, 2, 3]) for s in (1, 5)
     ]
-    for folder, (first, last) in zip(folders, [(0, 2), (4, 6), (8, 9)], strict=True):
+    for folder, (first, last) in zip(folders, [(1, 3), (5, 7)], strict=True):
         note = folder.notes[2]
         assert (note.first_step, note.last_step, note.trigger) == (first, last, "schedule")
         text = gzip.decompress((folder.path / "rank2.trace.json.gz").read_bytes()).decode()
@@ -291,17 +297,18 @@ def test_cli_simulate_degradation_and_windows(
     args = ["simulate", "--world-size", "4", "--steps", "12", "--workers", "1"]
     flags = ["--slow-rank", "2", "--slow-from", "6", "--slow-factor", "1.5"]
     flags += ["--shift-from", "8", "--shift-factor", "2", "--gc-rank", "1", "--gc-ms", "3"]
-    flags += ["--window-every", "4", "--window-steps", "3", "--unpublished", "8:1"]
+    flags += ["--window-every", "4", "--window-steps", "3", "--unpublished", "5:1"]
     assert main([*args, *flags, "--out", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
     assert "rank 2 1.5x slower from step 6" in out
     assert "every rank's samples 2x longer from step 8" in out
     assert "rank 1 pauses 3 ms for GC from step 0" in out
-    assert "rank 1 leaves w00000008 unpublished" in out
+    assert "rank 1 leaves w00000005 unpublished" in out
+    assert "fsobs analyze " + str(tmp_path / "run" / "windows" / "w00000001") in out
     truth = json.loads((tmp_path / "run" / "truth.json").read_text())
     assert truth["degradation"]["gc"] == {"rank": 1, "from_step": 0, "gc_ms": 3.0}
-    assert truth["windows"]["unpublished"] == [[8, 1]]
-    assert not (tmp_path / "run" / "windows" / "w00000008" / "window.rank1.json").exists()
+    assert truth["windows"]["unpublished"] == [[5, 1]]
+    assert not (tmp_path / "run" / "windows" / "w00000005" / "window.rank1.json").exists()
 
 
 @pytest.mark.parametrize(
@@ -312,11 +319,15 @@ def test_cli_simulate_degradation_and_windows(
         (["--shift-from", "12"], "shift_from: must be a step in [0, 12), got 12"),
         (["--gc-rank", "0"], "gc_ms: must be > 0 with gc_rank"),
         (["--window-every", "4"], "--window-every and --window-steps go together"),
-        (["--window-every", "2", "--window-steps", "3"], "steps: must be in [1, every=2]"),
+        (["--window-every", "3", "--window-steps", "3"], "every: a cycle of 3 steps cannot"),
+        (
+            ["--window-every", "20", "--window-steps", "15"],
+            "schedule: no window ends within the run's 12 steps",
+        ),
         (["--unpublished", "8:1"], "--unpublished needs --window-every and --window-steps"),
         (
-            ["--window-every", "4", "--window-steps", "2", "--unpublished", "5:1"],
-            "unpublished: (5, 1) names no window's first step and rank",
+            ["--window-every", "4", "--window-steps", "2", "--unpublished", "4:1"],
+            "unpublished: (4, 1) names no window's first step and rank",
         ),
     ],
 )

@@ -21,7 +21,7 @@ from fsobs.cli.common import (
 from fsobs.errors import FsobsError
 from fsobs.report import render_whatif, whatif_json
 from fsobs.runformat.names import WINDOWS_DIR
-from fsobs.runformat.windows import window_dir, window_id
+from fsobs.runformat.windows import WindowSchedule, window_dir, window_id
 from fsobs.trace import LoadConfig
 from optim.balance import METHODS, CostModel
 from optim.plan import COUNTS
@@ -167,8 +167,10 @@ def _add_degradation(cmd: argparse.ArgumentParser) -> None:
     for name, (kind, metavar, text) in _DEGRADATION.items():
         group.add_argument("--" + name.replace("_", "-"), type=kind, metavar=metavar, help=text)
     live = cmd.add_argument_group("the live layout: windows/w<step>/, as a scheduled job's")
-    live.add_argument("--window-every", type=int, metavar="N", help="a window every N steps")
-    live.add_argument("--window-steps", type=int, metavar="K", help="of K steps (K <= N)")
+    live.add_argument(
+        "--window-every", type=int, metavar="N", help="a window every N steps, after a warm-up step"
+    )
+    live.add_argument("--window-steps", type=int, metavar="K", help="of K steps (K < N)")
     live.add_argument(
         "--unpublished",
         type=_step_rank,
@@ -197,10 +199,11 @@ def _windows(args: argparse.Namespace) -> SimWindows | None:
     if args.window_every is None or args.window_steps is None:
         raise FsobsError("--window-every and --window-steps go together")
     try:
-        return SimWindows(
-            every=args.window_every, steps=args.window_steps, unpublished=tuple(args.unpublished)
+        schedule = WindowSchedule(
+            every=args.window_every, wait=0, warmup=1, active=args.window_steps
         )
-    except ValueError as exc:  # SimWindows names the field
+        return SimWindows(schedule=schedule, unpublished=tuple(args.unpublished))
+    except ValueError as exc:  # WindowSchedule and SimWindows name the field
         raise FsobsError(f"bad simulate option: {exc}") from None
 
 
@@ -252,7 +255,7 @@ def _simulate(args: argparse.Namespace) -> int:
     sched = simulate(cfg, args.toggles)
     write_run(sched, out, workers=args.workers, windows=windows)
     k = kpis(sched)
-    target = out if windows is None else window_dir(out, 0)
+    target = out if windows is None else window_dir(out, windows.spans(cfg.steps)[0][0])
     toggles = [
         f"balance ({cfg.balance(enabled=True).method}, {cfg.balance(enabled=True).counts} counts, "
         f"window {cfg.balance_window})"
@@ -289,7 +292,8 @@ def _degradation_line(cfg: SimConfig, windows: SimWindows | None) -> str:
         )
     if windows is not None:
         parts.append(
-            f"windows of {windows.steps} steps every {windows.every} in {WINDOWS_DIR}/"
+            f"windows of {windows.schedule.active} steps every {windows.schedule.every} in "
+            f"{WINDOWS_DIR}/"
             + "".join(
                 f", rank {r} leaves {window_id(s)} unpublished" for s, r in windows.unpublished
             )

@@ -6,11 +6,12 @@ firing or not, in :data:`RULES` order. Only closed windows (analyzed, with a sum
 1. ``bubble_ratio_up`` / ``straggler_wait_up``: the latest closed window's value is at least
    ``threshold`` times the median of the earlier closed windows' values, once there are
    ``min_windows`` earlier ones with a value (a run is compared with itself, no absolute bar);
-2. ``late_rank``: over the last ``recent_windows`` closed windows, one rank was the straggler in
-   at least ``late_share`` of the steps that had one. Its cause: ``data`` when the windows it
-   was the culprit of put at least ``data_share`` of their wait on the data, or its recent mean
-   ``est_cost`` is ``cost_margin`` times the other ranks' median; else ``node`` (GC,
-   preemption or unexplained: the same data, slower); ``unexplained`` with neither evidence;
+2. ``late_rank``: over the last ``recent_windows`` closed windows (once there are that many),
+   one rank was the straggler in at least ``late_share`` of the steps that had one. Its cause:
+   ``data`` when the windows it was the culprit of put at least ``data_share`` of their wait on
+   the data, or its recent mean ``est_cost`` is ``cost_margin`` times the other ranks' median;
+   else ``node`` (GC, preemption or unexplained: the same data, slower); ``unexplained`` with
+   neither evidence;
 3. ``gc_storm``: a rank's GC pauses over the recent steps are at least ``gc_share`` of its
    wall time over them;
 4. ``window_missing``: some window is ``missing`` (every rank is past it, some never published
@@ -46,7 +47,7 @@ class AlertConfig:
     min_windows: int = 3
     """Earlier closed windows needed before a window is compared with them."""
     recent_windows: int = 3
-    """Closed windows that make "recent" for ``late_rank``."""
+    """Closed windows that make "recent" for ``late_rank`` (it waits for that many)."""
     late_share: float = 0.6
     """``late_rank`` fires when one rank was the straggler in this share of the recent
     windows' steps with a straggler."""
@@ -150,6 +151,11 @@ def _late_rank(
 ) -> Alert:
     """Rule 2: the rank late in most recent steps, and whether its data or its node made it."""
     name = "late_rank"
+    if len(recent_windows) < config.recent_windows:
+        message = (
+            f"late rank: {len(recent_windows)} closed window(s), {config.recent_windows} needed"
+        )
+        return Alert(name=name, firing=False, message=message)
     counts: Counter[int] = Counter()
     for window in recent_windows:
         counts.update(_summary(window).late_steps)

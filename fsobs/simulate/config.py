@@ -17,6 +17,7 @@ from fsobs.analysis.whatif.predict import TOGGLES
 from fsobs.analysis.whatif.priority import pec_overlap
 from fsobs.analysis.whatif.replay import SegmentGraph, build_graph
 from fsobs.errors import RunError
+from fsobs.runformat.windows import WindowSchedule
 from fsobs.workload.lengths import PRESETS
 from optim.balance import CostModel
 from optim.markers import EMBEDDING_ROLES
@@ -200,47 +201,45 @@ class SimConfig:
 
 @dataclass(kw_only=True, frozen=True)
 class SimWindows:
-    """A simulated run written in the live layout (:mod:`fsobs.runformat.windows`): a window of
-    ``steps`` steps every ``every`` steps from step 0, each rank's trace of it and its note
-    (trigger ``schedule``) in ``windows/w<first step>/``; the top-level sidecars hold every
-    step, and no top-level trace is written."""
+    """A simulated run written in the live layout (:mod:`fsobs.runformat.windows`) as a job
+    profiled on ``schedule`` publishes it: ``windows/schedule.json``, and each scheduled window
+    that ends within the run (a live window is whole or not at all) in ``windows/w<first>/``,
+    each rank's trace of its steps and its note (trigger ``schedule``). The top-level sidecars
+    hold every step, and no top-level trace is written."""
 
-    every: int
-    """Steps from one window's first step to the next one's."""
-    steps: int
-    """Steps per window (the last window may be cut by the run's end)."""
+    schedule: WindowSchedule
+    """When the windows are (``every`` >= 1: a simulated job has no captures)."""
     unpublished: tuple[tuple[int, int], ...] = ()
     """``(first step, rank)``: windows that rank leaves unpublished (no trace, no note)."""
 
     def __post_init__(self) -> None:
-        if self.every < 1:
-            raise ValueError(f"every: must be >= 1, got {self.every}")
-        if not 1 <= self.steps <= self.every:
-            raise ValueError(f"steps: must be in [1, every={self.every}], got {self.steps}")
+        if self.schedule.every < 1:
+            raise ValueError(f"schedule: needs every >= 1, got {self.schedule.every}")
         for first, rank in self.unpublished:
-            if first < 0 or first % self.every or rank < 0:
+            scheduled = self.schedule.scheduled(first, first)
+            if rank < 0 or not any(start == first for start, _ in scheduled):
                 raise ValueError(
                     f"unpublished: ({first}, {rank}) names no window's first step and rank"
                 )
 
     def spans(self, num_steps: int) -> list[tuple[int, int]]:
         """Each window's first and last step (inclusive) in a run of ``num_steps`` steps."""
-        return [
-            (first, min(first + self.steps, num_steps) - 1)
-            for first in range(0, num_steps, self.every)
-        ]
+        return [w for w in self.schedule.scheduled(0, num_steps - 1) if w[1] < num_steps]
 
     def check(self, cfg: SimConfig) -> None:
-        """``unpublished`` within ``cfg``'s steps and ranks (ValueError naming it)."""
+        """``unpublished`` within ``cfg``'s windows and ranks (ValueError naming it)."""
+        firsts = {first for first, _ in self.spans(cfg.steps)}
+        if not firsts:
+            raise ValueError(f"schedule: no window ends within the run's {cfg.steps} steps")
         for first, rank in self.unpublished:
-            if first >= cfg.steps or rank >= cfg.world_size:
+            if first not in firsts or rank >= cfg.world_size:
                 raise ValueError(
-                    f"unpublished: ({first}, {rank}) is past the run's {cfg.steps} steps or "
+                    f"unpublished: ({first}, {rank}) is past the run's windows or its "
                     f"{cfg.world_size} ranks"
                 )
 
     def describe(self) -> dict[str, Any]:
-        return {"every": self.every, "steps": self.steps, "unpublished": self.unpublished}
+        return {"schedule": self.schedule.to_json(), "unpublished": self.unpublished}
 
 
 def calibrate(analysis: Analysis, **overrides: Any) -> SimConfig:

@@ -32,7 +32,7 @@ from fsobs.runformat.atomic import write_atomic
 from fsobs.runformat.names import TRUTH, trace_file_name
 from fsobs.runformat.runmeta import RunMeta, ToggleStatus, write_run_json
 from fsobs.runformat.steps import StepRecord, write_sidecar
-from fsobs.runformat.windows import WindowNote, window_dir, write_note
+from fsobs.runformat.windows import WindowNote, window_dir, write_note, write_schedule
 from fsobs.simulate.config import SIM_TOGGLES, SimWindows
 from fsobs.simulate.kineto_writer import (
     COMPACT,
@@ -296,6 +296,8 @@ def write_run(
         windows.check(sched.cfg)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
+    if windows is not None:
+        write_schedule(root, windows.schedule)  # as rank 0 does when profiling starts
     n = sched.cfg.world_size
     workers = max(1, min(n, workers or os.cpu_count() or 1))
     chunks = [list(range(r, n, workers)) for r in range(workers)]

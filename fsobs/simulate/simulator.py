@@ -4,7 +4,8 @@ run format, with the truth of every bubble class (no torch).
     cfg = SimConfig(world_size=256, steps=20)          # or calibrate(analyze_path(RUN))
     sched = simulate(cfg, {"balance"})                  # the schedule and its truth, in memory
     write_run(sched, "out/sim256")                      # traces, sidecars, run.json, truth.json
-    write_run(sched, "out/live", windows=SimWindows(every=10, steps=4))   # the live layout
+    live = SimWindows(schedule=WindowSchedule(every=10, wait=0, warmup=1, active=4))
+    write_run(sched, "out/live", windows=live)          # the live layout, a window every 10
 
 :mod:`fsobs.simulate.schedule` says what each step does and how the truth follows from it;
 :mod:`fsobs.simulate.simtrace` how it is written. ``fsobs analyze`` on the written run recovers

@@ -146,16 +146,19 @@ def test_late_rank_fires_at_late_share_of_the_recent_windows_steps() -> None:
     assert not _alert("late_rank", [old, *recent], late_share=0.7).firing
     # with 4 recent windows, rank 2 has 8 of 16 (50%)
     assert not _alert("late_rank", [old, *recent], recent_windows=4).firing
+    # it waits for recent_windows closed windows: rank 2 late in every step of 2 is not enough
+    early = _alert("late_rank", [_window(0, late={2: 4}), _window(4, late={2: 4})])
+    assert not early.firing and "2 closed window(s), 3 needed" in early.message
 
 
 def test_late_rank_cause_from_the_windows_causes() -> None:
     node = {"data": 0.1, "gc": 0.05, "preemption": 0.0, "unexplained": 0.85}
     data = {"data": 0.8, "gc": 0.0, "preemption": 0.0, "unexplained": 0.2}
-    slow = _alert("late_rank", [_window(0, late={2: 4}, causes=node)])
+    slow = _alert("late_rank", [_window(0, late={2: 4}, causes=node)], recent_windows=1)
     assert slow.firing and slow.cause == "node"
     assert "gc 5%, preemption 0%, unexplained 85% of its wait (data 10%)" in slow.message
     assert "1.00x the other ranks' median" in slow.message
-    shifted = _alert("late_rank", [_window(0, late={2: 4}, causes=data)])
+    shifted = _alert("late_rank", [_window(0, late={2: 4}, causes=data)], recent_windows=1)
     assert shifted.cause == "data" and "data caused 80%" in shifted.message
 
 
@@ -168,7 +171,7 @@ def test_late_rank_weighs_the_causes_by_each_windows_wait() -> None:
         _window(0, wait=1.0, late={2: 4}, causes=all_data),
         _window(4, wait=3.0, late={2: 4}, causes=no_data),
     ]
-    alert = _alert("late_rank", windows)
+    alert = _alert("late_rank", windows, recent_windows=2)
     assert alert.cause == "node"
     assert alert.evidence["causes"]["data"] == pytest.approx(0.25)
 
@@ -176,11 +179,11 @@ def test_late_rank_weighs_the_causes_by_each_windows_wait() -> None:
 def test_late_rank_cause_from_est_cost_without_causes() -> None:
     windows = [_window(0, late={2: 4})]
     # rank 2's samples cost 1.3x the others': its data
-    alert = _alert("late_rank", windows, _recent(est={2: 1.3}))
+    alert = _alert("late_rank", windows, _recent(est={2: 1.3}), recent_windows=1)
     assert alert.cause == "data" and "1.30x the other ranks' median" in alert.message
-    assert _alert("late_rank", windows, _recent(est={2: 1.1})).cause == "node"
+    assert _alert("late_rank", windows, _recent(est={2: 1.1}), recent_windows=1).cause == "node"
     no_cost = _recent().assign(est_cost=math.nan)
-    alert = _alert("late_rank", windows, no_cost)
+    alert = _alert("late_rank", windows, no_cost, recent_windows=1)
     assert alert.firing and alert.cause == "unexplained" and "no causes" in alert.message
     # a window that could not split its wait (NaN shares, null once read back from JSON)
     unsplit = _window(
@@ -189,7 +192,12 @@ def test_late_rank_cause_from_est_cost_without_causes() -> None:
     assert unsplit.summary is not None
     read_back = replace(unsplit, summary=WindowSummary.from_json(unsplit.summary.to_json()))
     for window in (unsplit, read_back):
-        assert _alert("late_rank", [window], _recent(est={2: 1.3})).evidence["causes"] is None
+        assert (
+            _alert("late_rank", [window], _recent(est={2: 1.3}), recent_windows=1).evidence[
+                "causes"
+            ]
+            is None
+        )
 
 
 def test_gc_storm_fires_at_gc_share_of_a_ranks_recent_wall_time() -> None:
