@@ -187,6 +187,13 @@ def list_windows(run_dir: str | Path) -> list[WindowFolder]:
     return sorted(folders, key=lambda w: w.first_step)
 
 
+def published_ranks(run_dir: str | Path) -> set[int]:
+    """The ranks that published at least one live window of the run."""
+    return {
+        r for w in list_windows(run_dir) for r, note in w.notes.items() if note.missed is None
+    }
+
+
 @dataclass(kw_only=True, frozen=True)
 class CaptureRequest:
     """``capture.json``: record steps ``start_step`` .. ``start_step + steps - 1``."""
