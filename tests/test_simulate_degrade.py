@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fsobs.analysis import Analysis, analyze_path, analyze_summary, summarize_path
-from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from fsobs.analysis import analyze_path
 from fsobs.cli import main
 from fsobs.live.alerts import AlertConfig, evaluate
-from fsobs.live.model import Alert, WindowEntry, WindowSummary
+from fsobs.live.model import Alert, WindowEntry
+from fsobs.live.state import LiveRun
 from fsobs.runformat import read_sidecars
 from fsobs.runformat.windows import WindowSchedule, list_windows, read_schedule
 from fsobs.simulate.schedule import Schedule
@@ -49,52 +48,10 @@ FIRST_AFTER = 21
 RECENT_STEPS = 10
 
 
-def _summary(analysis: Analysis) -> WindowSummary:
-    """The window's summary as the indexer makes it (:class:`WindowSummary`'s fields)."""
-    kpis = analysis.summary
-    late = Counter(int(r) for r in analysis.stragglers.per_step["rank"].dropna())
-    return WindowSummary(
-        num_steps=len(analysis.run.steps),
-        step_ms=float(analysis.steps.groupby("step")["window_ms"].max().mean()),
-        bubble_ratio=kpis["bubble_ratio"],
-        bubble_ms_per_step=kpis["bubble_ms_per_step"],
-        classes_ms_per_step={c: kpis[f"{c}_ms_per_step"] for c in BUBBLE_CLASSES},
-        straggler=late.most_common(1)[0][0] if late else None,
-        straggler_wait_ms_per_step=kpis["straggler_wait_ms_per_step"],
-        late_steps=dict(late),
-        causes={} if analysis.causes is None else analysis.causes.shares,
-        imbalance_before=None,
-        imbalance_after=None,
-        analyzed_ns=0,
-    )
-
-
-def _index(run: Path) -> list[WindowEntry]:
-    """Every window of a finished simulated run: each folder analyzed alone with the top-level
-    sidecar lines of its steps (closed), or missing when some rank did not publish it."""
-    sidecar = read_sidecars(run)
-    assert sidecar is not None
-    ranks = set(sidecar["rank"])
-    entries = []
-    for folder in list_windows(run):
-        last = max(n.last_step for n in folder.notes.values())
-        entry = WindowEntry(
-            wid=folder.wid,
-            first_step=folder.first_step,
-            last_step=last,
-            trigger="schedule",
-            request=None,
-            state="closed" if set(folder.notes) == ranks else "missing",
-            published=tuple(sorted(folder.notes)),
-        )
-        if entry.state == "closed":
-            lines = sidecar[sidecar["step"].between(folder.first_step, last)]
-            summary = summarize_path(folder.path)
-            analysis = analyze_summary(replace(summary, sidecar=lines))
-            assert list(analysis.run.steps) == list(range(folder.first_step, last + 1))
-            entry = replace(entry, summary=_summary(analysis))
-        entries.append(entry)
-    return entries
+def _index(run: Path) -> tuple[WindowEntry, ...]:
+    """The run's windows as a live view lists them, each closed one analyzed alone with the
+    sidecar lines of its steps (:mod:`fsobs.live.index`)."""
+    return LiveRun(run).poll().windows
 
 
 def _recent(sidecar: pd.DataFrame, last_step: int) -> pd.DataFrame:
@@ -114,14 +71,19 @@ def _replay(run: Path, config: AlertConfig) -> list[dict[str, Alert]]:
 
 
 @pytest.fixture(scope="module")
-def replays(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Alert]]]:
-    """The slow-rank and the data-shift runs replayed under the default thresholds."""
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The slow-rank and the data-shift runs, in the live layout."""
     root = tmp_path_factory.mktemp("degrade")
-    out = {}
     for name, cfg in (("slow", SLOW), ("shift", SHIFT)):
         write_run(simulate(cfg), root / name, workers=1, windows=LIVE)
-        out[name] = _replay(root / name, AlertConfig())
-    return out
+    return {name: root / name for name in ("slow", "shift")}
+
+
+@pytest.fixture(scope="module")
+def replays(runs: dict[str, Path]) -> dict[str, list[dict[str, Alert]]]:
+    """Both runs replayed under the default thresholds (their windows analyzed once: later
+    polls read each window's summary.json)."""
+    return {name: _replay(path, AlertConfig()) for name, path in runs.items()}
 
 
 @pytest.mark.parametrize(("name", "rank", "cause"), [("slow", 2, "node"), ("shift", 1, "data")])
@@ -160,6 +122,18 @@ def test_the_late_ranks_cause_says_which_evidence_decided(
     # the data shift doubles rank 1's lengths: its est_cost (quadratic in length) more than
     # doubles against the others'
     assert shift.evidence["est_cost_ratio"] > 2
+
+
+@pytest.mark.parametrize(("name", "rank", "cause"), [("slow", 2, "node"), ("shift", 1, "data")])
+def test_a_live_view_of_the_finished_run_shows_the_alerts(
+    runs: dict[str, Path], name: str, rank: int, cause: str
+) -> None:
+    state = LiveRun(runs[name]).poll()
+    assert state.status == "complete"
+    assert [a.name for a in state.firing] == ["bubble_ratio_up", "straggler_wait_up", "late_rank"]
+    late = state.firing[-1]
+    assert (late.rank, late.cause, late.window) == (rank, cause, "w00000036")
+    assert state.late_rank is not None and state.late_rank.rank == rank
 
 
 def test_a_gc_storm_fires_from_the_step_the_pauses_start(tmp_path: Path) -> None:
