@@ -153,18 +153,25 @@ def test_a_gc_storm_fires_from_the_step_the_pauses_start(tmp_path: Path) -> None
     assert alert.firing and f"steps {GC.steps - RECENT_STEPS}-{GC.steps - 1}" in alert.message
 
 
-def test_a_window_some_rank_did_not_publish(tmp_path: Path) -> None:
-    live = replace(LIVE, unpublished=((11, 1),))
+def test_windows_some_or_every_rank_did_not_publish(tmp_path: Path) -> None:
+    """Rank 1 leaves w00000011 unpublished, every rank w00000006 (no folder at all: the live
+    view lists it from windows/schedule.json)."""
+    gone = ((11, 1), *((6, r) for r in range(4)))
+    live = replace(LIVE, unpublished=gone)
     write_run(simulate(replace(BASE, steps=20)), tmp_path, workers=1, windows=live)
     folder = tmp_path / "windows" / "w00000011"
     assert sorted(p.name for p in folder.iterdir() if "rank1" in p.name) == []
+    assert not (tmp_path / "windows" / "w00000006").exists()
     index = _index(tmp_path)
-    assert [w.state for w in index] == ["closed", "closed", "missing", "closed"]
+    assert [w.state for w in index] == ["closed", "missing", "missing", "closed"]
     sidecar = read_sidecars(tmp_path)
     assert sidecar is not None
     alert = evaluate(index, _recent(sidecar, 19), AlertConfig())[-1]
-    assert alert.firing and alert.rank == 1 and alert.window == "w00000011"
-    assert "w00000011 (steps 11-14): rank 1 did not publish it" in alert.message
+    assert alert.firing and alert.rank is None and alert.window == "w00000011"
+    assert alert.message == (
+        "2 windows missing: w00000006 (steps 6-9): ranks 0, 1, 2, 3 did not publish it; "
+        "w00000011 (steps 11-14): rank 1 did not publish it"
+    )
 
 
 # -- the simulator's degradation, by hand ------------------------------------------------------
