@@ -178,7 +178,14 @@ def test_a_pending_window_is_shown_as_pending_not_as_a_smaller_run():
     pending = window(110, "pending", published=(0,), summary=summary(bubble_ratio=0.5))
     shown = text(live_state(windows=(window(100), pending)))
     (row,) = rows(shown, "w00000110")
-    assert cells(row) == ["w00000110", "110–119", "schedule", "pending", "published by ranks 0 of 2", ""]
+    assert cells(row) == [
+        "w00000110",
+        "110–119",
+        "schedule",
+        "pending",
+        "published by ranks 0 of 2",
+        "",
+    ]
     assert "50.0%" not in shown
 
 
