@@ -113,12 +113,14 @@ class MetricsServer:
         self.close()
 
 
-def serve(port: int, host: str = DEFAULT_HOST, *, max_windows: int = MAX_WINDOWS) -> MetricsServer:
-    """Start serving a new :class:`LiveCollector` on ``host:port`` (port 0: any free one)."""
+def serve(port: int, host: str | None = None, *, max_windows: int = MAX_WINDOWS) -> MetricsServer:
+    """Start serving a new :class:`LiveCollector` on ``host:port`` (port 0: any free one;
+    host None: :data:`DEFAULT_HOST`, this machine only)."""
     collector = LiveCollector(max_windows=max_windows)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    addr = DEFAULT_HOST if host is None else host
+    server, thread = start_http_server(port, addr=addr, registry=registry)
     return MetricsServer(collector, server, thread)
 
 
