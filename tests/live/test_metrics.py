@@ -3,15 +3,21 @@ parsed with prometheus_client's own parser."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
+import threading
+import time
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fsobs.cli import main
 from fsobs.live.alerts import RULES
 from fsobs.live.metrics import LiveCollector, serve
-from tests.live.test_watch import alerts, live_state, rank, summary, window
+from fsobs.runformat import RunMeta, SidecarWriter, write_run_json
+from tests.live.test_watch import alerts, live_state, rank, step_record, summary, window
 
 RUN = "out/live-0"
 
@@ -28,12 +34,12 @@ def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     return out
 
 
-def by(metrics, name: str, label: str) -> dict[str, float]:
-    """One metric's samples of run ``RUN``, keyed by ``label``."""
+def by(metrics, name: str, label: str, run: str = RUN) -> dict[str, float]:
+    """One metric's samples of run ``run``, keyed by ``label``."""
     found = {}
     for labels, value in metrics[name].items():
         labels = dict(labels)
-        assert labels.pop("run") == RUN
+        assert labels.pop("run") == run
         found[labels[label]] = value
     return found
 
@@ -137,3 +143,36 @@ def test_every_metric_is_named_fsobs_and_labelled_by_run(server):
 
 def test_the_server_binds_localhost_by_default(server):
     assert server.url == f"http://127.0.0.1:{server.port}/metrics"
+
+
+def test_fsobs_watch_serves_the_state_at_each_poll(capsys, tmp_path):
+    """``fsobs watch RUN --prometheus 0`` on a 2-rank run that trains: the endpoint says
+    running with the ranks' 100 ms steps; once run.json says complete the view ends."""
+    write_run_json(tmp_path, RunMeta(world_size=2, status="incomplete", reason="running"))
+    done: list[int] = []
+    with contextlib.ExitStack() as stack:
+        for r in range(2):
+            writer = stack.enter_context(SidecarWriter(tmp_path, r))
+            for step in range(3):
+                writer.write(step_record(step))
+        argv = ["watch", str(tmp_path), "--interval", "0.05", "--prometheus", "0"]
+        thread = threading.Thread(target=lambda: done.append(main(argv)))
+        thread.start()
+        try:
+            port = int(wait_for(lambda: re.search(r":(\d+)/metrics", capsys.readouterr().err))[1])
+            m = wait_for(lambda: scrape(port) or None)
+            assert by(m, "fsobs_run_status", "status", str(tmp_path))["running"] == 1
+            assert by(m, "fsobs_rank_step_seconds", "rank", str(tmp_path)) == {"0": 0.1, "1": 0.1}
+        finally:
+            write_run_json(tmp_path, RunMeta(world_size=2))  # the job's end: complete
+            thread.join(timeout=10)
+    assert done == [0]
+
+
+def wait_for(probe, timeout_s: float = 10.0):
+    """The first true value of ``probe()``, tried every 20 ms."""
+    deadline = time.monotonic() + timeout_s
+    while (value := probe()) is None or value is False:
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+    return value

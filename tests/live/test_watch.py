@@ -3,12 +3,20 @@ live loop, and the command line's one-line refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import sys
+import time
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
 from rich.console import Console
 
+from fsobs.cli import live as cli_live
+from fsobs.cli import main
 from fsobs.live.alerts import RULES
 from fsobs.live.model import (
     Alert,
@@ -19,6 +27,8 @@ from fsobs.live.model import (
     WindowSummary,
 )
 from fsobs.live.view import ago, render, watch
+from fsobs.runformat import RunMeta, SidecarWriter, StepRecord, write_run_json
+from fsobs.runformat.windows import WindowSchedule, read_capture, write_schedule
 
 
 def rank(r: int, **fields) -> RankProgress:
@@ -270,3 +280,121 @@ def test_watch_stops_on_a_stopped_run():
     console = Console(file=io.StringIO(), width=200, color_system=None)
     assert watch(Polls(stopped), console, 0.0).status == "stopped"
     assert "stopped 1 min ago" in console.file.getvalue()
+
+
+# ---- the command line ----
+def one_line_error(capsys, *argv: str) -> str:
+    assert main(list(argv)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("fsobs: error: ")
+    return line
+
+
+def test_watch_refuses_an_unknown_run_in_one_line(capsys, tmp_path):
+    missing = tmp_path / "nope"
+    line = one_line_error(capsys, "watch", str(missing), "--once")
+    assert line.startswith(f"fsobs: error: {missing}: no such run folder")
+    line = one_line_error(capsys, "watch", str(tmp_path), "--once", "--json")
+    assert line.startswith(f"fsobs: error: {tmp_path}: no run here")
+
+
+def test_watch_refuses_flags_that_do_not_go_together(capsys, tmp_path):
+    assert "--json goes with --once" in one_line_error(capsys, "watch", str(tmp_path), "--json")
+    line = one_line_error(capsys, "watch", str(tmp_path), "--once", "--prometheus", "0")
+    assert "leave out --once" in line
+
+
+def test_capture_refuses_an_unknown_run_in_one_line(capsys, tmp_path):
+    line = one_line_error(capsys, "capture", str(tmp_path / "nope"), "--steps", "3")
+    assert str(tmp_path / "nope") in line
+
+
+T0_NS = 1_790_000_000_000_000_000
+
+
+def step_record(step: int) -> StepRecord:
+    """Step ``step`` of 100 ms, the steps one after another from ``T0_NS``."""
+    start = T0_NS + step * 100_000_000
+    return StepRecord.of(step, [10, 20], 30.0, start, start + 100_000_000)
+
+
+@pytest.fixture
+def running(tmp_path):
+    """A run as a job leaves it while it trains: run.json incomplete ("running"), each of
+    its 2 ranks' sidecars open (``.partial``) with steps 0, 1, 2; the run dir and writers."""
+    meta = RunMeta(name="live", world_size=2, status="incomplete", reason="running")
+    write_run_json(tmp_path, meta)
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(SidecarWriter(tmp_path, r)) for r in range(2)]
+        for writer in writers:
+            for step in range(3):
+                writer.write(step_record(step))
+        yield tmp_path, writers
+
+
+def watch_json(capsys, run_dir: Path, *flags: str) -> dict:
+    assert main(["watch", str(run_dir), "--once", "--json", *flags]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+
+
+def test_watch_once_json_follows_run_json(capsys, running):
+    run, _ = running
+    out = watch_json(capsys, run)
+    assert (out["status"], out["world_size"], out["step"]) == ("running", 2, 2)
+    assert [r["rank"] for r in out["ranks"]] == [0, 1]
+    assert out["ranks"][0]["last_ms"] == 100.0
+    write_run_json(run, RunMeta(name="live", world_size=2))  # the job's end: complete
+    assert watch_json(capsys, run)["status"] == "complete"
+
+
+def test_ctrl_c_ends_the_view_quietly(capsys, running, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_live, "watch", interrupted)
+    assert main(["watch", str(running[0]), "--interval", "0.01"]) == 0
+    assert capsys.readouterr() == ("", "")
+
+
+def test_prometheus_without_prometheus_client_says_what_to_install(capsys, running, monkeypatch):
+    monkeypatch.setitem(sys.modules, "fsobs.live.metrics", None)  # import fails
+    line = one_line_error(capsys, "watch", str(running[0]), "--prometheus", "0")
+    assert line.endswith("pip install 'freescale[live]'")
+
+
+def test_watch_once_says_a_run_whose_sidecars_stopped_growing_stopped(capsys, running):
+    run, writers = running
+    past = time.time() - 200  # 200 s ago: past the default 120 s of 3 steps of 100 ms
+    for writer in writers:
+        os.utime(writer.partial_path, (past, past))
+    assert main(["watch", str(run), "--once"]) == 0
+    assert "· stopped 3 min ago" in capsys.readouterr().out
+    assert watch_json(capsys, run)["status"] == "stopped"
+    assert watch_json(capsys, run, "--stale-after", "300")["status"] == "running"
+
+
+def test_capture_says_which_steps_and_where(capsys, running):
+    run, _ = running
+    # a window of steps 31-35 every 40 steps (30 idle, 1 warm-up step)
+    write_schedule(run, WindowSchedule(every=40, wait=30, warmup=1, active=5))
+    assert main(["capture", str(run), "--steps", "5"]) == 0
+    request = read_capture(run)
+    # last step 2; 3 s of lead at 100 ms a step = 30 steps: asked from step 2 + 1 + 30 = 33
+    assert (request.start_step, request.steps) == (33, 5)
+    # 33 (warm-up 32) falls in the scheduled 31-35: the ranks record 35 + 1 + 1 = 37 .. 41
+    window = run / "windows" / "w00000037"
+    assert capsys.readouterr().out == (
+        f"capture {request.id}: steps 37-41 will be recorded; the window will appear in {window}\n"
+    )
+
+
+def test_capture_refuses_a_complete_or_stopped_run_in_one_line(capsys, running):
+    run, _ = running
+    write_run_json(run, RunMeta(world_size=2))
+    assert "complete" in one_line_error(capsys, "capture", str(run), "--steps", "3")
+    write_run_json(run, RunMeta(world_size=2, status="incomplete", reason="rank 1 died"))
+    assert "stopped (rank 1 died)" in one_line_error(capsys, "capture", str(run), "--steps", "3")
+    assert not (run / "capture.json").exists()
