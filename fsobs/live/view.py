@@ -63,7 +63,10 @@ def watch(
 
 
 def ago(seconds: float) -> str:
-    """``seconds`` for people: ``45 s``, ``3 min``, ``2 h 5 min``."""
+    """``seconds`` for people: ``45 s``, ``3 min``, ``2 h 5 min`` (``-`` when unknown: a
+    sidecar never seen is idle for ever)."""
+    if not math.isfinite(seconds):
+        return "-"
     if seconds < 60:
         return f"{seconds:.0f} s"
     minutes = int(seconds // 60)
@@ -79,7 +82,7 @@ def _header(state: LiveState) -> Text:
         text.append(f" ({state.name})")
     text.append(" · ")
     status = state.status
-    if status == "stopped" and state.idle_s is not None:
+    if status == "stopped" and state.idle_s is not None and math.isfinite(state.idle_s):
         status = f"stopped {ago(state.idle_s)} ago"
     text.append(status, style=_STATUS_STYLE.get(state.status, "bold"))
     if state.reason is not None:
@@ -104,7 +107,7 @@ def _ranks(ranks: tuple[RankProgress, ...]) -> Table:
             _opt(r.last_ms, "{:,.1f}"),
             _opt(r.est_cost, "{:.3g}"),
             _opt(r.gc_ms, "{:,.1f}"),
-            "closed" if r.closed else f"{ago(r.idle_s)}",
+            "closed" if r.closed else ago(r.idle_s),
         )
     return table
 
@@ -128,6 +131,8 @@ def _balance(state: LiveState) -> Text:
 
 
 def _capture(capture: dict[str, Any]) -> Text:
+    if "error" in capture:  # capture.json could not be read
+        return Text(f"capture: {capture['error']}", style="yellow")
     first, steps = capture.get("start_step"), capture.get("steps")
     span = f"steps {first}–{first + steps - 1}" if first is not None and steps else "steps ?"
     where = capture.get("window") or "no window yet"

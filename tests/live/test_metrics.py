@@ -68,6 +68,8 @@ def test_run_and_rank_metrics(server):
     m = scrape(server.port)
     assert by(m, "fsobs_run_status", "status") == {"running": 1, "complete": 0, "stopped": 0}
     assert m["fsobs_run_step"] == {(("run", RUN),): 119}
+    assert m["fsobs_run_idle_seconds"] == {(("run", RUN),): 0.5}
+    assert by(m, "fsobs_rank_idle_seconds", "rank") == {"0": 0.5, "1": 0.5}
     assert by(m, "fsobs_rank_step_seconds", "rank") == {"0": 0.25, "1": 0.31}
     assert by(m, "fsobs_rank_last_step_seconds", "rank") == {"0": 0.262, "1": 0.26}
     assert by(m, "fsobs_rank_last_step", "rank") == {"0": 119, "1": 119}

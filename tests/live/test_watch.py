@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import sys
 import time
@@ -150,6 +151,20 @@ def test_ago():
         "3 min",
         "2 h 5 min",
     ]
+    assert ago(math.inf) == "-"
+
+
+def test_a_run_no_sidecar_of_which_was_seen_is_stopped_without_a_time():
+    state = live_state(
+        status="stopped",
+        idle_s=math.inf,
+        reason="no step recorded for no sidecar yet",
+        ranks=(rank(0, idle_s=math.inf, num_steps=0, last_step=None, step_ms=None),),
+    )
+    shown = text(state)
+    assert "· stopped: no step recorded" in shown
+    (row,) = rows(shown, "0 ")
+    assert cells(row)[1:4] + cells(row)[-1:] == ["0", "-", "-", "-"]
 
 
 def test_rank_table():
@@ -233,6 +248,8 @@ def test_capture_line():
     assert "capture c1-abc: steps 200–204, planned (no window yet)" in text(
         live_state(capture=capture)
     )
+    bad = {"error": "capture.json: bad capture request"}
+    assert "capture: capture.json: bad capture request" in text(live_state(capture=bad))
 
 
 # ---- the JSON object ----
