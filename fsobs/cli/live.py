@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import json
 import sys
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -100,9 +99,7 @@ def _watch(args: argparse.Namespace) -> int:
         raise FsobsError("--json goes with --once (the live view is for a terminal)")
     if args.once and args.prometheus is not None:
         raise FsobsError("--prometheus serves while watching; leave out --once")
-    alerts = replace(
-        AlertConfig(), threshold=args.alert_threshold, min_windows=args.alert_min_windows
-    )
+    alerts = AlertConfig(threshold=args.alert_threshold, min_windows=args.alert_min_windows)
     live = LiveRun(args.run, LiveConfig(stale_after_s=args.stale_after, alerts=alerts))
     if args.once:
         state = live.poll()

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from fsobs.cli import live as cli_live
 from fsobs.cli import main
-from fsobs.live.alerts import RULES
+from fsobs.live.alerts import RULES, AlertConfig
 from fsobs.live.model import (
     Alert,
     LateRank,
@@ -27,6 +27,7 @@ from fsobs.live.model import (
     WindowEntry,
     WindowSummary,
 )
+from fsobs.live.state import LiveConfig, LiveRun
 from fsobs.live.view import ago, render, watch
 from fsobs.runformat import RunMeta, SidecarWriter, StepRecord, write_run_json
 from fsobs.runformat.windows import WindowSchedule, read_capture, write_schedule
@@ -415,3 +416,20 @@ def test_capture_refuses_a_complete_or_stopped_run_in_one_line(capsys, running):
     write_run_json(run, RunMeta(world_size=2, status="incomplete", reason="rank 1 died"))
     assert "stopped (rank 1 died)" in one_line_error(capsys, "capture", str(run), "--steps", "3")
     assert not (run / "capture.json").exists()
+
+
+def test_watch_flags_make_the_live_config(capsys, running, monkeypatch):
+    seen: list[LiveConfig] = []
+
+    class Spy(LiveRun):
+        def __init__(self, run_dir, config):
+            seen.append(config)
+            super().__init__(run_dir, config)
+
+    monkeypatch.setattr(cli_live, "LiveRun", Spy)
+    flags = ("--alert-threshold", "2", "--alert-min-windows", "4", "--stale-after", "30")
+    watch_json(capsys, running[0], *flags)
+    alerts = AlertConfig(threshold=2.0, min_windows=4)
+    assert seen == [LiveConfig(stale_after_s=30.0, alerts=alerts)]
+    watch_json(capsys, running[0])
+    assert seen[1] == LiveConfig()  # the flags' defaults are the configs'
