@@ -134,13 +134,15 @@ class Alert:
 
 @dataclass(kw_only=True, frozen=True)
 class LateRank:
-    """The rank late in most recent steps, from the recent closed windows."""
+    """The rank late in most recent steps, from the recent closed windows (the ``late_rank``
+    rule's evidence, :mod:`fsobs.live.alerts`)."""
 
     rank: int
     share: float
     """Of the recent windows' steps with a straggler, those where it was the one."""
     cause: str | None
-    """The largest cause of its wait (``data``, ``gc``, ``preemption``, ``unexplained``)."""
+    """``data``, ``node`` or ``unexplained`` once the rule fires (its share reached
+    ``late_share``), else None."""
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -32,6 +32,7 @@ from fsobs.errors import FsobsError, RunError
 from fsobs.live.alerts import AlertConfig, evaluate
 from fsobs.live.index import analyze_window, read_summary
 from fsobs.live.model import (
+    Alert,
     LateRank,
     LiveState,
     RankProgress,
@@ -108,7 +109,7 @@ class LiveRun:
         if world_size and len([p for p in progress if p.last_step is not None]) < world_size:
             step = None
         windows = self._windows(meta, world_size or len(progress), status, now)
-        recent = self._recent_frame()
+        alerts = evaluate(windows, self._recent_frame(), self.config.alerts)
         return LiveState(
             run=str(self.run_dir),
             name=meta.name if meta else self.run_dir.name,
@@ -120,9 +121,9 @@ class LiveRun:
             ranks=progress,
             imbalance_before=self._recent_mean(1),
             imbalance_after=self._recent_mean(2),
-            late_rank=_late_rank(windows, self.config.alerts.recent_windows),
+            late_rank=_late_rank(alerts),
             windows=windows,
-            alerts=evaluate(windows, recent, self.config.alerts),
+            alerts=alerts,
             capture=self._capture(windows, progress),
             polled_ns=now,
         )
@@ -274,7 +275,7 @@ class LiveRun:
         schedule = _schedule(self.run_dir)
         if schedule is None or not last or len(last) < world_size:
             return []
-        reached = min(last.values()) - PAST
+        reached = min(last.values()) - (PAST if status == RUNNING else 0)
         if reached < 0:
             return []
         have = {f.first_step for f in folders}
@@ -381,24 +382,13 @@ def _mean(rows: deque[StepRow], key: str) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _late_rank(windows: tuple[WindowEntry, ...], recent: int) -> LateRank | None:
-    """The rank late in most steps of the recent closed windows, with its main cause."""
-    closed = [w.summary for w in windows if w.summary is not None][-recent:]
-    counts: dict[int, int] = {}
-    for summary in closed:
-        for rank, n in summary.late_steps.items():
-            counts[rank] = counts.get(rank, 0) + n
-    total = sum(counts.values())
-    if not total:
+def _late_rank(alerts: tuple[Alert, ...]) -> LateRank | None:
+    """The rank late in most recent steps, as the ``late_rank`` rule found it (firing or
+    not); None before the rule has its windows or without a straggler."""
+    rule = next((a for a in alerts if a.name == "late_rank"), None)
+    if rule is None or "rank" not in rule.evidence:
         return None
-    rank = max(counts, key=lambda r: (counts[r], -r))
-    causes: dict[str, float] = {}
-    for summary in closed:
-        if summary.late_steps.get(rank):
-            for name, share in summary.causes.items():
-                causes[name] = causes.get(name, 0.0) + share
-    main = max(causes, key=lambda c: causes[c]) if causes else None
-    return LateRank(rank=rank, share=counts[rank] / total, cause=main)
+    return LateRank(rank=rule.evidence["rank"], share=rule.evidence["share"], cause=rule.cause)
 
 
 __all__ = ["LiveConfig", "LiveRun", "check_run", "run_status"]
