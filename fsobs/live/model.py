@@ -156,7 +156,8 @@ class LiveState:
     reason: str | None
     """Why it stopped (``run.json``'s reason, or "no sidecar grew for ...")."""
     idle_s: float | None
-    """Seconds since any sidecar last grew (how long ago a stopped run stopped)."""
+    """Seconds since any sidecar last grew (before the first: since run.json was written; how
+    long ago a stopped run stopped); None when neither exists."""
     world_size: int | None
     step: int | None
     """The last step every rank has ended (the slowest rank's last step)."""

@@ -103,7 +103,9 @@ class LiveRun:
         for rank in ranks:
             self._read_rank(rank)
         progress = tuple(self._progress(rank, now) for rank in sorted(self._tails))
-        idle = min((p.idle_s for p in progress), default=None)
+        idle = min((p.idle_s for p in progress), default=math.inf)
+        if math.isinf(idle) and self._meta is not None:  # no sidecar yet: since run.json
+            idle = max(0.0, (now - self._meta[0]) / 1e9)
         status, reason = _status(meta, idle, self._stale_after(progress))
         step = min((p.last_step for p in progress if p.last_step is not None), default=None)
         if world_size and len([p for p in progress if p.last_step is not None]) < world_size:
@@ -115,7 +117,7 @@ class LiveRun:
             name=meta.name if meta else self.run_dir.name,
             status=status,
             reason=reason,
-            idle_s=idle,
+            idle_s=None if math.isinf(idle) else idle,
             world_size=world_size or (len(progress) or None),
             step=step,
             ranks=progress,
@@ -349,16 +351,15 @@ def run_status(run_dir: str | Path, stale_after_s: float | None = None) -> tuple
     return live.status, live.reason
 
 
-def _status(
-    meta: RunMeta | None, idle_s: float | None, stale_after: float
-) -> tuple[str, str | None]:
+def _status(meta: RunMeta | None, idle_s: float, stale_after: float) -> tuple[str, str | None]:
     if meta is not None and meta.status == "complete":
         return "complete", None
     if meta is not None and meta.reason not in (None, RUNNING):
         return "stopped", meta.reason
-    if idle_s is None or idle_s > stale_after:
-        since = "no sidecar yet" if idle_s is None or math.isinf(idle_s) else _ago(idle_s)
-        return "stopped", f"no step recorded for {since} (the job may have died)"
+    if math.isinf(idle_s):
+        return "stopped", "no step was ever recorded"
+    if idle_s > stale_after:
+        return "stopped", f"no step recorded for {_ago(idle_s)} (the job may have died)"
     return "running", None
 
 
