@@ -88,6 +88,9 @@ def test_a_running_job_is_watched_and_captures_on_demand(tmp_path, capsys):
     assert listed[scheduled[0]]["summary"]["num_steps"] == WINDOW
     assert report["capture"]["state"] == "closed"
     assert {a["name"] for a in report["alerts"]} >= {"bubble_ratio_up", "window_missing"}
+    # the run's own folder has no trace: analyze names a window to read instead
+    assert main(["analyze", str(out)]) == 2
+    assert f"a live run: its traces are in its {len(folders)} window(s)" in capsys.readouterr().err
     # each closed window is a run of its own now: its sidecar lines and run.json are there
     first = Path(folders[scheduled[0]].path)
     assert sorted(p.name for p in first.iterdir()) == [
