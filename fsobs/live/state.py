@@ -152,7 +152,7 @@ class LiveRun:
     def _read_rank(self, rank: int) -> None:
         tail = self._tails.get(rank)
         if tail is None:
-            tail = self._tails[rank] = SidecarTail(self.run_dir, rank)
+            tail = self._tails[rank] = SidecarTail(self.run_dir, rank, self.config.recent_steps)
             self._recent[rank] = deque(maxlen=self.config.recent_steps)
         for row in tail.read_new():
             self._recent[rank].append(row)
