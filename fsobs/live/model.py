@@ -11,7 +11,8 @@ from typing import Any
 
 STATUSES = ("running", "complete", "stopped")
 WINDOW_STATES = ("closed", "pending", "missing", "bad")
-"""``closed``: every rank published it and it is analyzed; ``pending``: some rank has not
+"""``closed``: every rank published it and it is analyzed (no summary when the reader does not
+index); ``pending``: some rank has not
 published it yet; ``missing``: every rank is well past it and some never published (or a
 capture some rank missed); ``bad``: published, but it could not be analyzed (``error``)."""
 

@@ -9,7 +9,8 @@ another reason than ``running`` (a launcher saw a rank die, a recorder failed), 
 sidecar grew for ``stale_after_s`` (default: the larger of 120 s and 30 recent steps), which
 says how long ago; else ``running``.
 
-**Windows.** ``closed`` once every rank published it and it is analyzed; ``pending`` while some
+**Windows.** ``closed`` once every rank published it and it is analyzed (without a summary
+when the reader does not index, ``LiveConfig.index``); ``pending`` while some
 rank has not (shown as pending, never as a smaller run); ``missing`` when some rank recorded
 nothing (its note says why), or every rank that lacks it is 2 steps past it (a rank publishes
 a window before it ends the step after it), or the run stopped without it. A scheduled window
@@ -265,8 +266,8 @@ class LiveRun:
             except (FsobsError, OSError) as exc:
                 self._errors[folder.wid] = str(exc)
                 return WindowEntry(state="bad", error=str(exc), **base)
-        if summary is None:
-            return WindowEntry(state="pending", **base)
+        if summary is None:  # not indexing: published by every rank, not analyzed
+            return WindowEntry(state="closed", **base)
         self._summaries[folder.wid] = summary
         return WindowEntry(state="closed", summary=summary, **base)
 
