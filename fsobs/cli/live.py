@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from fsobs.live.metrics import MetricsServer
 
 DEFAULT_INTERVAL_S = 2.0
+LINGER_S = 60.0
+"""How long ``--prometheus`` keeps serving a run's last state once it completed or stopped
+(one scrape interval or more, so that the end is scraped)."""
 
 
 def add_watch(commands: Commands) -> None:
@@ -115,7 +119,14 @@ def _watch(args: argparse.Namespace) -> int:
             server = stack.enter_context(_serve(args.prometheus, args.prometheus_host))
             print(f"fsobs watch: metrics on {server.url}", file=sys.stderr)
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl+C ends the view quietly
-            watch(live, Console(), args.interval, on_poll=server.update if server else None)
+            final = watch(live, Console(), args.interval, on_poll=server.update if server else None)
+            if server is not None:  # a scraper sees the end too
+                print(
+                    f"fsobs watch: the run is {final.status}; its last state stays on "
+                    f"{server.url} for {LINGER_S:g} s (Ctrl+C to stop)",
+                    file=sys.stderr,
+                )
+                time.sleep(LINGER_S)
     return 0
 
 

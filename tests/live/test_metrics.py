@@ -13,6 +13,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fsobs.cli import live as cli_live
 from fsobs.cli import main
 from fsobs.live.alerts import RULES
 from fsobs.live.metrics import LiveCollector, serve
@@ -147,9 +148,11 @@ def test_the_server_binds_localhost_by_default(server):
     assert server.url == f"http://127.0.0.1:{server.port}/metrics"
 
 
-def test_fsobs_watch_serves_the_state_at_each_poll(capsys, tmp_path):
+def test_fsobs_watch_serves_the_state_at_each_poll(capsys, tmp_path, monkeypatch):
     """``fsobs watch RUN --prometheus 0`` on a 2-rank run that trains: the endpoint says
-    running with the ranks' 100 ms steps; once run.json says complete the view ends."""
+    running with the ranks' 100 ms steps; once run.json says complete the endpoint says so
+    for ``LINGER_S`` more, then the command ends."""
+    monkeypatch.setattr(cli_live, "LINGER_S", 1.0)
     write_run_json(tmp_path, RunMeta(world_size=2, status="incomplete", reason="running"))
     done: list[int] = []
     with contextlib.ExitStack() as stack:
@@ -165,8 +168,14 @@ def test_fsobs_watch_serves_the_state_at_each_poll(capsys, tmp_path):
             m = wait_for(lambda: scrape(port) or None)
             assert by(m, "fsobs_run_status", "status", str(tmp_path))["running"] == 1
             assert by(m, "fsobs_rank_step_seconds", "rank", str(tmp_path)) == {"0": 0.1, "1": 0.1}
-        finally:
             write_run_json(tmp_path, RunMeta(world_size=2))  # the job's end: complete
+            complete = wait_for(
+                lambda: by(scrape(port), "fsobs_run_status", "status", str(tmp_path))["complete"]
+                == 1
+            )
+            assert complete
+        finally:
+            write_run_json(tmp_path, RunMeta(world_size=2))
             thread.join(timeout=10)
     assert done == [0]
 
