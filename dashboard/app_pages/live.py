@@ -1,0 +1,145 @@
+"""Live: a run while its job writes it, refreshed in place (``/live?run=<id>``).
+
+Only the view below the pickers reruns on each refresh (``st.fragment(run_every=...)``): the
+picked run, the refresh interval and the capture widgets keep their state, and the charts keep
+their zoom (``uirevision``). Each session keeps one :class:`~fsobs.live.state.LiveRun` per run
+(:func:`dashboard.live_runs.live_run`), so a refresh reads only what the job wrote since.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+from fsobs.live.state import LiveRun
+
+from dashboard import figures, live, urlstate
+from dashboard.cache import runs
+from dashboard.live_runs import CAPTURE_STEPS, REFRESH, live_run, request
+from dashboard.numbers import ms, ratio, tidy
+from dashboard.store import find_run, is_read_only, live_first, run_state
+from dashboard.widgets import chart, current_store, stop, stop_unknown, stop_without_runs
+from fsobs.live.model import LiveState
+
+RESULT_KEY = "live_capture_result"
+
+
+def _pick_run() -> tuple[str, Path]:
+    """The ``run`` picker over the store's runs, running ones first (default: the first)."""
+    store = current_store()
+    if is_read_only(store):
+        stop("This run store is a URL: live views read a local store only.")
+    assert isinstance(store, Path)
+    entries = runs(store)
+    stop_without_runs(entries)
+    ordered = live_first(entries, [run_state(e)[0] for e in entries])
+    ids = [e.run_id for e in ordered]
+    chosen = urlstate.wanted("run")
+    if chosen is not None and chosen not in ids:
+        if urlstate.in_url("run", chosen):
+            stop_unknown("run", [chosen])
+        chosen = None
+    st.session_state["run"] = chosen or ids[0]
+    choice = st.selectbox("Run (running ones first)", ids, key="run")
+    urlstate.keep("run", choice)
+    entry = find_run(entries, choice)
+    assert entry is not None and isinstance(entry.path, Path)
+    return choice, entry.path
+
+
+def _status(state: LiveState) -> None:
+    line = live.status_line(state)
+    if state.reason:
+        line += f". Reason: {live.escape_markdown(state.reason)}"
+    {"running": st.success, "stopped": st.warning}.get(state.status, st.info)(line)
+    left, middle, right, last = st.columns(4)
+    left.metric("Step", "n/a" if state.step is None else f"{state.step:,}")
+    middle.metric("Imbalance, random split", ratio(state.imbalance_before))
+    right.metric("Imbalance, split used", ratio(state.imbalance_after))
+    late = state.late_rank
+    last.metric(
+        "Late rank",
+        "none" if late is None else f"rank {late.rank}",
+        help="The rank late in most recent steps, from the recent closed windows.",
+    )
+
+
+def _alerts(state: LiveState) -> None:
+    firing = len(state.firing)
+    st.subheader(f"Alerts ({firing} firing)")
+    st.dataframe(live.alerts_frame(state), hide_index=True, key="live_alerts")
+
+
+def _trend(run_id: str, reader: LiveRun, state: LiveState) -> None:
+    st.subheader("Over the run's life")
+    trend = reader.trend()
+    windows = live.windows_frame(state)
+    drawn = [
+        (figures.step_time_trend(trend), "live_step_time"),
+        (figures.bubble_ratio_by_window(windows), "live_bubble_ratio"),
+    ]
+    classes = live.classes_frame(state)
+    if not classes.empty:
+        drawn.append((figures.classes_by_window(classes), "live_classes"))
+    imbalance = trend.dropna(subset=["imbalance_before", "imbalance_after"], how="all")
+    if not imbalance.empty:
+        drawn.append((figures.imbalance_over_steps(trend), "live_imbalance"))
+    for fig, key in drawn:
+        chart(fig.update_layout(uirevision=run_id), key)
+    if classes.empty:
+        st.caption("No closed window yet: the bubble classes show once one is analyzed.")
+    st.dataframe(
+        tidy(windows),
+        hide_index=True,
+        key="live_windows",
+        column_config={"bubble ratio": st.column_config.NumberColumn(format="percent")},
+    )
+    with st.expander("Ranks"):
+        st.dataframe(tidy(live.ranks_frame(state)), hide_index=True, key="live_ranks")
+    st.caption(f"Median step time of the slowest rank: {ms(_slowest(state))}")
+
+
+def _slowest(state: LiveState) -> float | None:
+    times = [r.step_ms for r in state.ranks if r.step_ms is not None]
+    return max(times) if times else None
+
+
+def _capture(run_id: str, path: Path, state: LiveState) -> None:
+    st.subheader("Capture")
+    latest = live.capture_line(state.capture)
+    st.text("Latest request: " + (latest or "none"))
+    if state.status != "running":
+        st.caption("A capture can be requested while the run is running.")
+        return
+    steps = st.number_input(
+        "Steps to capture", min_value=1, max_value=CAPTURE_STEPS, value=5, key="live_capture_steps"
+    )
+    if st.button(f"Capture next {steps} steps", key="live_capture"):
+        st.session_state[RESULT_KEY] = (run_id, request(path, int(steps)))
+    result = st.session_state.get(RESULT_KEY)
+    if result is not None and result[0] == run_id:
+        ok, message = result[1]
+        (st.success if ok else st.error)(live.escape_markdown(message))
+
+
+def _view(run_id: str, path: Path) -> None:
+    """The part that refreshes: one poll of the run, drawn. The capture control is offered
+    where uploads are (a local store: the page does not open a URL store)."""
+    reader = live_run(path)
+    state = reader.poll()
+    _status(state)
+    _alerts(state)
+    _trend(run_id, reader, state)
+    _capture(run_id, path, state)
+    st.caption(f"Polled at {live.clock(state.polled_ns)}")
+
+
+def render() -> None:
+    """The page."""
+    st.title("Live")
+    run_id, path = _pick_run()
+    every = st.selectbox("Refresh every", list(REFRESH), index=1, key="live_every")
+    st.fragment(_view, run_every=REFRESH[every])(run_id, path)
+
+
+render()

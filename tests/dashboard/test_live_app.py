@@ -1,0 +1,189 @@
+"""Live runs in the app (issue 34, point 5): the Runs page marks and orders them, the Live page
+follows a run from running to stopped, refreshing in place, and requests a capture."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard.live import escape_markdown
+from dashboard.live_runs import request
+from dashboard.store import list_runs
+from fsobs.runformat import (
+    RunMeta,
+    SidecarWriter,
+    StepRecord,
+    mark_incomplete,
+    write_run_json,
+)
+from fsobs.runformat.names import CAPTURE_JSON, WINDOWS_DIR
+from tests.dashboard.stores import APP
+
+LIVE = "z/live"
+"""The running run: its id sorts last, the Runs page must list it first."""
+STEP_NS = 40_000_000
+"""Every step of the live run lasts 40 ms on rank 0 and 50 ms on rank 1."""
+
+
+class Job:
+    """A 2-rank job writing ``<store>/z/live`` step by step: ``run.json`` incomplete, reason
+    ``running``, and the sidecars still ``.partial``."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        write_run_json(
+            run_dir,
+            RunMeta(
+                name="live", world_size=2, backend="gloo", status="incomplete", reason="running"
+            ),
+        )
+        self.writers = [SidecarWriter(run_dir, rank) for rank in (0, 1)]
+        self.steps = 0
+
+    def step(self, count: int = 1) -> None:
+        """Both ranks end ``count`` more steps (rank 1 10 ms slower)."""
+        for _ in range(count):
+            start = 10**18 + self.steps * 10**8
+            for rank, writer in enumerate(self.writers):
+                end = start + STEP_NS + rank * 10_000_000
+                writer.write(
+                    StepRecord.of(
+                        self.steps,
+                        [8, 16],
+                        None,
+                        start,
+                        end,
+                        imbalance_before=1.5,
+                        imbalance_after=1.1,
+                    )
+                )
+            self.steps += 1
+
+    def abandon(self) -> None:
+        for writer in self.writers:
+            writer.abandon()
+
+
+@pytest.fixture
+def live_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Job]]:
+    """A store of three runs: ``a/done`` (complete), ``b/broke`` (incomplete: a rank died, no
+    live layout) and the running :data:`LIVE`, whose windows/ holds a window folder."""
+    store = tmp_path / "store"
+    write_run_json(store / "a" / "done", RunMeta(name="done", world_size=2))
+    write_run_json(
+        store / "b" / "broke",
+        RunMeta(name="broke", world_size=2, status="incomplete", reason="rank 1 died"),
+    )
+    job = Job(store / LIVE)
+    job.step(3)
+    window = store / LIVE / WINDOWS_DIR / "w00000000"
+    write_run_json(window, RunMeta(name="window", world_size=2))
+    monkeypatch.setenv("FSOBS_STORE", str(store))
+    yield store, job
+    job.abandon()
+
+
+def _open(page: str, **query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=30)
+    for key, value in query.items():
+        at.query_params[key] = value
+    if page != "runs":
+        at.switch_page(f"app_pages/{page}.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _titles(at: AppTest) -> list[str]:
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return [s["layout"]["template"]["layout"]["title"]["text"] for s in specs]
+
+
+def test_the_store_lists_a_live_run_once_without_its_windows(live_store):
+    store, _ = live_store
+    entries = {e.run_id: e for e in list_runs(store)}
+    assert list(entries) == ["a/done", "b/broke", LIVE]  # not z/live/windows/w00000000
+    assert entries[LIVE].live and entries[LIVE].unfinished
+    assert not entries["b/broke"].live and not entries["a/done"].live
+
+
+def test_runs_page_lists_running_runs_first_and_does_not_parse_them(live_store):
+    at = _open("runs")
+    table = at.dataframe[0].value
+    assert list(table["run"]) == [LIVE, "b/broke", "a/done"]
+    assert list(table["status"]) == ["running", "stopped", "complete"]
+    assert list(table["why stopped"]) == ["", "rank 1 died", ""]
+    assert table["problem"].iloc[0] == "running: open it on the Live page"
+    links = {link.proto.label: link.proto.query_string for link in at.get("page_link")}
+    assert links[LIVE] == f"run={LIVE.replace('/', '%2F')}"
+    assert "1 run(s) running" in [c.value for c in at.caption]
+
+
+def test_bubbles_page_of_a_running_run_points_to_the_live_page(live_store):
+    at = _open("bubbles", run=LIVE)
+    assert not at.error and not at.get("plotly_chart")
+    assert "is a live run, not finished" in at.info[0].value
+    assert "Open it live" in [link.proto.label for link in at.get("page_link")]
+
+
+def test_live_page_follows_the_run_from_running_to_stopped(live_store):
+    store, job = live_store
+    at = _open("live")
+    assert at.selectbox(key="run").value == LIVE  # running runs first: the default
+    assert at.success[0].value.startswith("Running: step 2, 2 ranks, a sidecar grew ")
+    titles = _titles(at)
+    assert "<b>Step time per step (3 steps)</b>" in titles
+    assert any(t.startswith("<b>Imbalance per step") for t in titles)
+    reader = at.session_state["live_runs"][str(store / LIVE)]
+
+    at.selectbox(key="live_every").set_value("30 s")
+    job.step(2)
+    at.run()
+    assert at.success[0].value.startswith("Running: step 4,")
+    assert "<b>Step time per step (5 steps)</b>" in _titles(at)
+    assert at.session_state["live_runs"][str(store / LIVE)] is reader  # one reader per run
+    assert at.selectbox(key="live_every").value == "30 s"
+
+    mark_incomplete(store / LIVE, "rank 1 killed: [SIGKILL](http://x) *now*", [0])
+    at.run()
+    assert not at.success
+    warning = at.warning[0].value
+    assert warning.startswith("Stopped ") and " ago. Reason: " in warning
+    assert warning.endswith(escape_markdown("rank 1 killed: [SIGKILL](http://x) *now*"))
+    assert not at.button  # no capture for a run that is not running
+
+
+def test_capture_from_the_live_page_writes_the_request(live_store):
+    store, _ = live_store
+    at = _open("live", run=LIVE)
+    at.number_input(key="live_capture_steps").set_value(7)
+    at.run()
+    at.button(key="live_capture").click().run()
+    assert not at.exception
+    request_file = json.loads((store / LIVE / CAPTURE_JSON).read_text())
+    assert request_file["steps"] == 7
+    first = request_file["start_step"]
+    assert [s.value for s in at.success][-1] == escape_markdown(
+        f"Capture requested: steps {first}-{first + 6} (id {request_file['id']})"
+    )
+
+
+def test_a_capture_of_a_stopped_run_is_refused_in_one_line(live_store):
+    store, _ = live_store
+    mark_incomplete(store / LIVE, "rank 1 killed", [0])
+    done, message = request(store / LIVE, 5)
+    assert not done
+    assert message.startswith("Capture refused: ") and "\n" not in message
+    assert not (store / LIVE / CAPTURE_JSON).exists()
+
+
+def test_escape_markdown_leaves_no_markup():
+    text = "**b** [l](u) `c` $x$ :red[r] <i>h</i> &amp;\n  next"
+    escaped = escape_markdown(text)
+    assert escaped == (
+        r"\*\*b\*\* \[l\]\(u\) \`c\` \$x\$ \:red\[r\] \<i\>h\</i\> \&amp; next"
+    )
