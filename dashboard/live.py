@@ -146,6 +146,12 @@ def ranks_frame(state: LiveState) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns).astype({"last step": "Int64"})
 
 
+def slowest_step_ms(state: LiveState) -> float | None:
+    """The largest of the ranks' recent median step times (the run goes at that pace)."""
+    times = [r.step_ms for r in state.ranks if r.step_ms is not None]
+    return max(times) if times else None
+
+
 def capture_line(capture: dict[str, object] | None) -> str | None:
     """The latest capture request in one line (``steps 120-124 (c1733-ab12cd): pending, in
     w00000120``), None without one."""

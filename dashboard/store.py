@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsobs.live.state import run_status
-
 from fsobs.errors import FsobsError
+from fsobs.live.state import run_status
 from fsobs.runformat import RUN_JSON, RunMeta, is_trace_name, read_run_meta
 from fsobs.runformat.names import PARTIAL_SUFFIX, WINDOWS_DIR
 from fsobs.storage import (
@@ -149,7 +148,7 @@ def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
     files = _run_files(children)
     names = [f.name for f in files]
     traces = tuple(n for n in names if is_trace_name(n))
-    is_run = depth > 0 and (traces or RUN_JSON in names)
+    is_run = depth > 0 and bool(traces or RUN_JSON in names)
     if is_run:
         folders = [c.name for c in children if c.is_dir() and not c.is_symlink()]
         found.append(_entry(store, folder, files, traces, folders))
@@ -193,7 +192,7 @@ def _scan_remote(store: RemotePath, folder: RemotePath, depth: int, found: list[
     files = [c for c in children if not c.is_dir]
     names = [f.location.name for f in files]
     traces = tuple(n for n in names if is_trace_name(n))
-    is_run = depth > 0 and (traces or RUN_JSON in names)
+    is_run = depth > 0 and bool(traces or RUN_JSON in names)
     if is_run:
         meta, error = _read_meta(folder / RUN_JSON) if RUN_JSON in names else (None, None)
         folders = [c.location.name for c in children if c.is_dir]

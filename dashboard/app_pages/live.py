@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import streamlit as st
-from fsobs.live.state import LiveRun
+from plotly.graph_objects import Figure
 
 from dashboard import figures, live, urlstate
 from dashboard.cache import runs
@@ -20,6 +20,7 @@ from dashboard.numbers import ms, ratio, tidy
 from dashboard.store import find_run, is_read_only, live_first, run_state
 from dashboard.widgets import chart, current_store, stop, stop_unknown, stop_without_runs
 from fsobs.live.model import LiveState
+from fsobs.live.state import LiveRun
 
 RESULT_KEY = "live_capture_result"
 
@@ -41,6 +42,7 @@ def _pick_run() -> tuple[str, Path]:
         chosen = None
     st.session_state["run"] = chosen or ids[0]
     choice = st.selectbox("Run (running ones first)", ids, key="run")
+    assert choice is not None  # options without a placeholder
     urlstate.keep("run", choice)
     entry = find_run(entries, choice)
     assert entry is not None and isinstance(entry.path, Path)
@@ -52,12 +54,17 @@ def _status(state: LiveState) -> None:
     if state.reason:
         line += f". Reason: {live.escape_markdown(state.reason)}"
     {"running": st.success, "stopped": st.warning}.get(state.status, st.info)(line)
-    left, middle, right, last = st.columns(4)
-    left.metric("Step", "n/a" if state.step is None else f"{state.step:,}")
-    middle.metric("Imbalance, random split", ratio(state.imbalance_before))
-    right.metric("Imbalance, split used", ratio(state.imbalance_after))
+    columns = st.columns(5)
+    columns[0].metric("Step", "n/a" if state.step is None else f"{state.step:,}")
+    columns[1].metric(
+        "Step time",
+        ms(live.slowest_step_ms(state)),
+        help="The slowest rank's median wall time over its recent steps.",
+    )
+    columns[2].metric("Imbalance, random split", ratio(state.imbalance_before))
+    columns[3].metric("Imbalance, split used", ratio(state.imbalance_after))
     late = state.late_rank
-    last.metric(
+    columns[4].metric(
         "Late rank",
         "none" if late is None else f"rank {late.rank}",
         help="The rank late in most recent steps, from the recent closed windows.",
@@ -65,43 +72,51 @@ def _status(state: LiveState) -> None:
 
 
 def _alerts(state: LiveState) -> None:
-    firing = len(state.firing)
-    st.subheader(f"Alerts ({firing} firing)")
+    st.subheader(f"Alerts ({len(state.firing)} firing)")
     st.dataframe(live.alerts_frame(state), hide_index=True, key="live_alerts")
 
 
 def _trend(run_id: str, reader: LiveRun, state: LiveState) -> None:
+    """Step time and imbalance per step, then the windows: bubble ratio, classes, table."""
     st.subheader("Over the run's life")
     trend = reader.trend()
+    left, right = st.columns(2)
+    with left:
+        _chart(figures.step_time_trend(trend), run_id, "live_step_time")
+    with right:
+        if trend[["imbalance_before", "imbalance_after"]].notna().any(axis=None):
+            _chart(figures.imbalance_over_steps(trend), run_id, "live_imbalance")
+        else:
+            st.caption("The sidecars log no imbalance (the job does not balance its batches).")
+    if not state.windows:
+        st.caption("No profiling window yet.")
+        return
     windows = live.windows_frame(state)
-    drawn = [
-        (figures.step_time_trend(trend), "live_step_time"),
-        (figures.bubble_ratio_by_window(windows), "live_bubble_ratio"),
-    ]
     classes = live.classes_frame(state)
-    if not classes.empty:
-        drawn.append((figures.classes_by_window(classes), "live_classes"))
-    imbalance = trend.dropna(subset=["imbalance_before", "imbalance_after"], how="all")
-    if not imbalance.empty:
-        drawn.append((figures.imbalance_over_steps(trend), "live_imbalance"))
-    for fig, key in drawn:
-        chart(fig.update_layout(uirevision=run_id), key)
-    if classes.empty:
-        st.caption("No closed window yet: the bubble classes show once one is analyzed.")
+    left, right = st.columns(2)
+    with left:
+        _chart(figures.bubble_ratio_by_window(windows), run_id, "live_bubble_ratio")
+    with right:
+        if classes.empty:
+            st.caption("No closed window yet: the bubble classes show once one is analyzed.")
+        else:
+            _chart(figures.classes_by_window(classes), run_id, "live_classes")
     st.dataframe(
         tidy(windows),
         hide_index=True,
         key="live_windows",
         column_config={"bubble ratio": st.column_config.NumberColumn(format="percent")},
     )
+
+
+def _chart(fig: Figure, run_id: str, key: str) -> None:
+    """A chart that keeps the user's zoom across refreshes (``uirevision``: the run)."""
+    chart(fig.update_layout(uirevision=run_id), key)
+
+
+def _ranks(state: LiveState) -> None:
     with st.expander("Ranks"):
         st.dataframe(tidy(live.ranks_frame(state)), hide_index=True, key="live_ranks")
-    st.caption(f"Median step time of the slowest rank: {ms(_slowest(state))}")
-
-
-def _slowest(state: LiveState) -> float | None:
-    times = [r.step_ms for r in state.ranks if r.step_ms is not None]
-    return max(times) if times else None
 
 
 def _capture(run_id: str, path: Path, state: LiveState) -> None:
@@ -130,6 +145,7 @@ def _view(run_id: str, path: Path) -> None:
     _status(state)
     _alerts(state)
     _trend(run_id, reader, state)
+    _ranks(state)
     _capture(run_id, path, state)
     st.caption(f"Polled at {live.clock(state.polled_ns)}")
 
@@ -139,6 +155,7 @@ def render() -> None:
     st.title("Live")
     run_id, path = _pick_run()
     every = st.selectbox("Refresh every", list(REFRESH), index=1, key="live_every")
+    assert every is not None
     st.fragment(_view, run_every=REFRESH[every])(run_id, path)
 
 

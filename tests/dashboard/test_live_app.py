@@ -103,7 +103,7 @@ def _titles(at: AppTest) -> list[str]:
     return [s["layout"]["template"]["layout"]["title"]["text"] for s in specs]
 
 
-def test_the_store_lists_a_live_run_once_without_its_windows(live_store):
+def test_the_store_lists_a_live_run_once_without_its_windows(live_store: tuple[Path, Job]) -> None:
     store, _ = live_store
     entries = {e.run_id: e for e in list_runs(store)}
     assert list(entries) == ["a/done", "b/broke", LIVE]  # not z/live/windows/w00000000
@@ -111,7 +111,9 @@ def test_the_store_lists_a_live_run_once_without_its_windows(live_store):
     assert not entries["b/broke"].live and not entries["a/done"].live
 
 
-def test_runs_page_lists_running_runs_first_and_does_not_parse_them(live_store):
+def test_runs_page_lists_running_runs_first_and_does_not_parse_them(
+    live_store: tuple[Path, Job],
+) -> None:
     at = _open("runs")
     table = at.dataframe[0].value
     assert list(table["run"]) == [LIVE, "b/broke", "a/done"]
@@ -123,14 +125,16 @@ def test_runs_page_lists_running_runs_first_and_does_not_parse_them(live_store):
     assert "1 run(s) running" in [c.value for c in at.caption]
 
 
-def test_bubbles_page_of_a_running_run_points_to_the_live_page(live_store):
+def test_bubbles_page_of_a_running_run_points_to_the_live_page(
+    live_store: tuple[Path, Job],
+) -> None:
     at = _open("bubbles", run=LIVE)
     assert not at.error and not at.get("plotly_chart")
     assert "is a live run, not finished" in at.info[0].value
     assert "Open it live" in [link.proto.label for link in at.get("page_link")]
 
 
-def test_live_page_follows_the_run_from_running_to_stopped(live_store):
+def test_live_page_follows_the_run_from_running_to_stopped(live_store: tuple[Path, Job]) -> None:
     store, job = live_store
     at = _open("live")
     assert at.selectbox(key="run").value == LIVE  # running runs first: the default
@@ -157,7 +161,7 @@ def test_live_page_follows_the_run_from_running_to_stopped(live_store):
     assert not at.button  # no capture for a run that is not running
 
 
-def test_capture_from_the_live_page_writes_the_request(live_store):
+def test_capture_from_the_live_page_writes_the_request(live_store: tuple[Path, Job]) -> None:
     store, _ = live_store
     at = _open("live", run=LIVE)
     at.number_input(key="live_capture_steps").set_value(7)
@@ -172,7 +176,7 @@ def test_capture_from_the_live_page_writes_the_request(live_store):
     )
 
 
-def test_a_capture_of_a_stopped_run_is_refused_in_one_line(live_store):
+def test_a_capture_of_a_stopped_run_is_refused_in_one_line(live_store: tuple[Path, Job]) -> None:
     store, _ = live_store
     mark_incomplete(store / LIVE, "rank 1 killed", [0])
     done, message = request(store / LIVE, 5)
@@ -181,9 +185,7 @@ def test_a_capture_of_a_stopped_run_is_refused_in_one_line(live_store):
     assert not (store / LIVE / CAPTURE_JSON).exists()
 
 
-def test_escape_markdown_leaves_no_markup():
+def test_escape_markdown_leaves_no_markup() -> None:
     text = "**b** [l](u) `c` $x$ :red[r] <i>h</i> &amp;\n  next"
     escaped = escape_markdown(text)
-    assert escaped == (
-        r"\*\*b\*\* \[l\]\(u\) \`c\` \$x\$ \:red\[r\] \<i\>h\</i\> \&amp; next"
-    )
+    assert escaped == (r"\*\*b\*\* \[l\]\(u\) \`c\` \$x\$ \:red\[r\] \<i\>h\</i\> \&amp; next")

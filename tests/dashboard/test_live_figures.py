@@ -49,12 +49,12 @@ def _window(first: int, state: str, **fields: object) -> WindowEntry:
     )
 
 
-def _rank(rank: int, last: int) -> RankProgress:
+def _rank(rank: int, last: int, step_ms: float | None) -> RankProgress:
     return RankProgress(
         rank=rank,
         num_steps=last + 1,
         last_step=last,
-        step_ms=40.0,
+        step_ms=step_ms,
         last_ms=41.0,
         est_cost=None,
         gc_ms=None,
@@ -63,7 +63,7 @@ def _rank(rank: int, last: int) -> RankProgress:
     )
 
 
-def _state(status: str = "running", idle_s: float = 3.0, **fields: object) -> LiveState:
+def _state(status: str = "running", idle_s: float | None = 3.0, **fields: object) -> LiveState:
     windows = (
         _window(0, "closed", summary=_summary(0.25, {"host_idle": 2.0, "straggler_wait": 8.0}, 1)),
         _window(10, "missing", missed={1: "saw the request at step 12"}),
@@ -85,7 +85,7 @@ def _state(status: str = "running", idle_s: float = 3.0, **fields: object) -> Li
         "idle_s": idle_s,
         "world_size": 2,
         "step": 47,
-        "ranks": (_rank(0, 48), _rank(1, 47)),
+        "ranks": (_rank(0, 48, 40.0), _rank(1, 47, 45.5)),
         "imbalance_before": None,
         "imbalance_after": None,
         "late_rank": None,
@@ -102,7 +102,7 @@ def _marker(state: str) -> str:
     return STATE_MARKERS[state][2]
 
 
-def test_status_line_says_running_stopped_since_and_complete():
+def test_status_line_says_running_stopped_since_and_complete() -> None:
     assert live.status_line(_state()) == "Running: step 47, 2 ranks, a sidecar grew 3 s ago"
     assert live.status_line(_state("stopped", idle_s=12 * 60 + 59)) == "Stopped 12 min ago"
     assert live.status_line(_state("stopped", idle_s=2 * 3600 + 5 * 60)) == "Stopped 2 h 05 min ago"
@@ -111,7 +111,7 @@ def test_status_line_says_running_stopped_since_and_complete():
     assert live.status_line(_state(step=None, world_size=None)).startswith("Running: no step yet,")
 
 
-def test_windows_frame_keeps_every_window_and_names_what_the_open_ones_lack():
+def test_windows_frame_keeps_every_window_and_names_what_the_open_ones_lack() -> None:
     frame = live.windows_frame(_state())
     assert list(frame.columns) == list(live.WINDOW_COLUMNS)
     assert list(frame["state"]) == ["closed", "missing", "closed", "bad", "pending"]
@@ -127,7 +127,7 @@ def test_windows_frame_keeps_every_window_and_names_what_the_open_ones_lack():
     ]
 
 
-def test_classes_frame_stacks_the_closed_windows_in_the_figures_order():
+def test_classes_frame_stacks_the_closed_windows_in_the_figures_order() -> None:
     frame = live.classes_frame(_state())
     assert list(frame.columns) == list(live.CLASS_COLUMNS)
     rows = list(frame[["window", "class", "ms_per_step"]].itertuples(index=False, name=None))
@@ -139,7 +139,7 @@ def test_classes_frame_stacks_the_closed_windows_in_the_figures_order():
     ]
 
 
-def test_alerts_frame_puts_the_firing_ones_first_in_rule_order():
+def test_alerts_frame_puts_the_firing_ones_first_in_rule_order() -> None:
     frame = live.alerts_frame(_state())
     assert list(frame["alert"]) == [
         "straggler_wait_up",
@@ -151,9 +151,11 @@ def test_alerts_frame_puts_the_firing_ones_first_in_rule_order():
     assert frame["message"].iloc[0] == "*wait* up in w00000020"  # the run's text, as it is
 
 
-def test_ranks_frame_and_capture_line():
+def test_ranks_frame_and_capture_line() -> None:
     frame = live.ranks_frame(_state())
     assert list(frame["rank"]) == [0, 1] and list(frame["last step"]) == [48, 47]
+    assert live.slowest_step_ms(_state()) == 45.5
+    assert live.slowest_step_ms(_state(ranks=(_rank(0, 1, None),))) is None
     assert live.capture_line(None) is None
     capture = {"id": "c1-ab", "start_step": 120, "steps": 5, "window": None, "state": "pending"}
     assert live.capture_line(capture) == "steps 120-124 (c1-ab): pending"
@@ -161,7 +163,7 @@ def test_ranks_frame_and_capture_line():
     assert live.capture_line(capture) == "steps 120-124 (c1-ab): closed, in w00000120"
 
 
-def test_bubble_ratio_figure_draws_closed_windows_and_marks_the_others():
+def test_bubble_ratio_figure_draws_closed_windows_and_marks_the_others() -> None:
     fig = bubble_ratio_by_window(live.windows_frame(_state()))
     by_name = {trace.name: trace for trace in fig.data}
     closed = by_name["closed window"]
@@ -172,13 +174,13 @@ def test_bubble_ratio_figure_draws_closed_windows_and_marks_the_others():
     assert fig.layout.title.text == "Bubble ratio per window (2 of 5 closed)"
 
 
-def test_bubble_ratio_figure_without_open_windows_has_one_trace():
+def test_bubble_ratio_figure_without_open_windows_has_one_trace() -> None:
     only_closed = _state(windows=_state().closed_windows)
     fig = bubble_ratio_by_window(live.windows_frame(only_closed))
     assert [trace.name for trace in fig.data] == ["closed window"]
 
 
-def test_classes_figure_stacks_one_bar_per_window_over_its_steps():
+def test_classes_figure_stacks_one_bar_per_window_over_its_steps() -> None:
     fig = classes_by_window(live.classes_frame(_state()))
     assert fig.layout.barmode == "stack"
     bars = {trace.name: trace for trace in fig.data}
@@ -190,7 +192,7 @@ def test_classes_figure_stacks_one_bar_per_window_over_its_steps():
     assert "(2 windows," in fig.layout.title.text
 
 
-def test_trend_figures_take_the_trend_frame():
+def test_trend_figures_take_the_trend_frame() -> None:
     trend = pd.DataFrame(
         {
             "step": [0, 1, 2],
@@ -207,7 +209,7 @@ def test_trend_figures_take_the_trend_frame():
     assert [list(t.y) for t in imbalance.data] == [[1.5, 1.4, 1.6], [1.05, 1.02, 1.01]]
 
 
-def test_step_time_trend_switches_to_webgl_for_long_runs():
+def test_step_time_trend_switches_to_webgl_for_long_runs() -> None:
     steps = np.arange(5000)
     trend = pd.DataFrame({"step": steps, "step_ms": np.full(5000, 40.0)})
     assert step_time_trend(trend).data[0].type == "scattergl"
