@@ -19,6 +19,7 @@ from dashboard.live_runs import CAPTURE_STEPS, REFRESH, live_run, request
 from dashboard.numbers import ms, ratio, tidy
 from dashboard.store import find_run, is_read_only, live_first, run_state
 from dashboard.widgets import chart, current_store, stop, stop_unknown, stop_without_runs
+from fsobs.errors import FsobsError
 from fsobs.live.model import LiveState
 from fsobs.live.state import LiveRun
 
@@ -141,7 +142,11 @@ def _view(run_id: str, path: Path) -> None:
     """The part that refreshes: one poll of the run, drawn. The capture control is offered
     where uploads are (a local store: the page does not open a URL store)."""
     reader = live_run(path)
-    state = reader.poll()
+    try:
+        state = reader.poll()
+    except (FsobsError, OSError) as exc:  # deleted or rewritten under the page: say it, retry
+        st.error(live.escape_markdown(f"Cannot read the run: {exc}"))
+        return
     _status(state)
     _alerts(state)
     _trend(run_id, reader, state)
