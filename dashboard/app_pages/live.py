@@ -13,12 +13,12 @@ from pathlib import Path
 import streamlit as st
 from plotly.graph_objects import Figure
 
-from dashboard import figures, live, urlstate
+from dashboard import figures, live
 from dashboard.cache import runs
 from dashboard.live_runs import CAPTURE_STEPS, REFRESH, live_run, request
 from dashboard.numbers import ms, ratio, tidy
-from dashboard.store import find_run, is_read_only, live_first, run_state
-from dashboard.widgets import chart, current_store, stop, stop_unknown, stop_without_runs
+from dashboard.store import is_read_only, live_first, run_state
+from dashboard.widgets import chart, current_store, pick_run, stop, stop_without_runs
 from fsobs.errors import FsobsError
 from fsobs.live.model import LiveState
 from fsobs.live.state import LiveRun
@@ -31,23 +31,12 @@ def _pick_run() -> tuple[str, Path]:
     store = current_store()
     if is_read_only(store):
         stop("This run store is a URL: live views read a local store only.")
-    assert isinstance(store, Path)
     entries = runs(store)
     stop_without_runs(entries)
     ordered = live_first(entries, [run_state(e)[0] for e in entries])
-    ids = [e.run_id for e in ordered]
-    chosen = urlstate.wanted("run")
-    if chosen is not None and chosen not in ids:
-        if urlstate.in_url("run", chosen):
-            stop_unknown("run", [chosen])
-        chosen = None
-    st.session_state["run"] = chosen or ids[0]
-    choice = st.selectbox("Run (running ones first)", ids, key="run")
-    assert choice is not None  # options without a placeholder
-    urlstate.keep("run", choice)
-    entry = find_run(entries, choice)
-    assert entry is not None and isinstance(entry.path, Path)
-    return choice, entry.path
+    entry = pick_run("Run (running ones first)", "run", ordered, lambda: ordered[0].run_id)
+    assert isinstance(entry.path, Path)  # a local store
+    return entry.run_id, entry.path
 
 
 def _status(state: LiveState) -> None:

@@ -189,3 +189,11 @@ def test_escape_markdown_leaves_no_markup() -> None:
     text = "**b** [l](u) `c` $x$ :red[r] <i>h</i> &amp;\n  next"
     escaped = escape_markdown(text)
     assert escaped == (r"\*\*b\*\* \[l\]\(u\) \`c\` \$x\$ \:red\[r\] \<i\>h\</i\> \&amp; next")
+
+
+def test_live_page_names_an_unknown_run_and_shows_nothing_else(
+    live_store: tuple[Path, Job],
+) -> None:
+    at = _open("live", run="../z/live")
+    assert [e.value for e in at.error] == ["No run `../z/live` in the store (run= in the URL)."]
+    assert not at.get("plotly_chart") and not at.success and not at.button
