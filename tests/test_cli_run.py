@@ -39,6 +39,7 @@ ALLOWED_OPTIONS = frozenset(
         "--threads-per-rank",
         "--no-profile",
         "--profile-window",
+        "--profile-every",
         "--balance",
         "--balance-method",
         "--balance-mode",
@@ -94,6 +95,7 @@ def test_run_json_workload_is_unchanged():
         "profile": True,
         "profile_active": None,
         "profile_repeat": 1,
+        "profile_every": None,
         "record_shapes": False,
         "balance": False,
         "balance_method": "kk",
@@ -128,15 +130,19 @@ def test_the_flags_build_the_job():
     assert not job.freescale.balance.enabled and not job.freescale.priority_overlap.enabled
 
 
-def test_profile_window_makes_windows_of_that_many_steps():
-    """20 steps in windows of 6: three cycles of a wait, a warm-up and 4 recorded steps (steps
-    2-5, 8-11, 14-17); steps 18 and 19 are not profiled."""
-    prof = _job("--profile-window", "6").profiler
-    assert (prof.wait, prof.warmup, prof.active, prof.repeat) == (1, 1, 4, 3)
-    assert prof.num_steps == 18 and not prof.record_shapes
-    workload = _job("--profile-window", "6").workload()
-    assert (workload["profile_active"], workload["profile_repeat"]) == (4, 3)
-    assert _job("--profile-window", "20").profiler == JobConfig().profiler  # one window: all
+def test_profile_window_makes_live_windows_of_that_many_steps():
+    """--profile-window 4: live windows of a wait, a warm-up and 4 recorded steps, back to back
+    (a cycle of 6 steps: 2-5, 8-11, 14-17 of 20); --profile-every 10 spaces them (2-5, 12-15);
+    --profile-every 0 alone: captures only."""
+    prof = _job("--profile-window", "4").profiler
+    assert (prof.wait, prof.warmup, prof.active, prof.repeat, prof.every) == (1, 1, 4, 1, 6)
+    assert prof.schedule.scheduled(0, 19) == [(2, 5), (8, 11), (14, 17)]
+    assert not prof.record_shapes
+    spaced = _job("--profile-window", "4", "--profile-every", "10").profiler
+    assert spaced.schedule.scheduled(0, 19) == [(2, 5), (12, 15)]
+    assert _job("--profile-window", "4").workload()["profile_every"] == 6
+    assert _job("--profile-every", "0").profiler.schedule.scheduled(0, 19) == []
+    assert JobConfig().workload()["profile_every"] is None
 
 
 def test_run_builds_the_balance_toggle(tmp_path, monkeypatch):
@@ -175,9 +181,12 @@ def test_run_builds_the_overlap_toggle():
         (["--preset", "zipf"], "preset: unknown 'zipf'"),
         (["--batch-size", "0"], "batch_size: must be >= 1"),
         (["--dense-mb", "-1"], "dense_mb: must be >= 0"),
-        (["--profile-window", "2"], "profile_window: must be an integer from 3"),
-        (["--steps", "6", "--profile-window", "7"], "to the job's 6 steps, got 7"),
+        (["--profile-window", "0"], "profile_window: must be an integer from 1"),
+        (["--steps", "6", "--profile-window", "5"], "to the job's 6 steps less a wait"),
         (["--profile-window", "4", "--no-profile"], "--profile-window needs the profiler"),
+        (["--profile-every", "3"], "profile_every: needs profile_window"),
+        (["--profile-window", "4", "--profile-every", "5"], "profile_every: must be an integer >= "),
+        (["--profile-every", "0", "--no-profile"], "--profile-every needs the profiler"),
     ],
 )
 def test_run_rejects_bad_options_before_launching(tmp_path, monkeypatch, capsys, extra, message):

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from fsobs.cli.common import Commands, cost_model_path, example
 from fsobs.errors import FsobsError
-from fsobs.runformat.names import is_trace_name
+from fsobs.runformat.names import WINDOWS_DIR, is_trace_name
+from fsobs.runformat.runmeta import read_run_json
+from fsobs.runformat.windows import list_windows
 from fsobs.workload.config import MODEL_PRESETS, JobConfig, ModelSpec, data_config_for, job_profiler
 from optim.balance import METHODS
 from optim.config import DENSE_ORDERS, FreeScaleConfig, PriorityConfig, SMFreeConfig
@@ -58,10 +60,17 @@ def add_run(commands: Commands) -> None:
     cmd.add_argument(
         "--profile-window",
         type=int,
+        metavar="K",
+        help="live windows of K recorded steps, each published into OUT/windows/ as it closes "
+        "(fsobs watch OUT shows them; a killed job keeps those it finished; default: one "
+        "window over every step, in one trace per rank)",
+    )
+    cmd.add_argument(
+        "--profile-every",
+        type=int,
         metavar="N",
-        help="profile in windows of N steps (a wait, a warm-up, N-2 recorded), each written "
-        "when it closes, so a killed job keeps the windows it finished (default: one window "
-        "over every step)",
+        help="with --profile-window: a window every N steps (default K + 2, back to back); "
+        "0 without --profile-window: no scheduled window, only what fsobs capture asks for",
     )
     cmd.add_argument(
         "--balance", action="store_true", help="balance each global batch's cost across ranks"
@@ -154,8 +163,12 @@ def job_config(args: argparse.Namespace) -> JobConfig:
     cost_model = None if args.cost_model is None else cost_model_path(args.cost_model)
     if args.dense_order is not None and not args.priority_overlap:
         raise FsobsError("--dense-order needs --priority-overlap")
-    if args.profile_window is not None and args.no_profile:
-        raise FsobsError("--profile-window needs the profiler (not --no-profile)")
+    for flag, value in (
+        ("--profile-window", args.profile_window),
+        ("--profile-every", args.profile_every),
+    ):
+        if value is not None and args.no_profile:
+            raise FsobsError(f"{flag} needs the profiler (not --no-profile)")
     try:
         model = ModelSpec(size=args.model_size, dense_mb=args.dense_mb)
         data = data_config_for(
@@ -171,7 +184,10 @@ def job_config(args: argparse.Namespace) -> JobConfig:
             model=model,
             data=data,
             profiler=job_profiler(
-                args.steps, window=args.profile_window, enabled=not args.no_profile
+                args.steps,
+                window=args.profile_window,
+                every=args.profile_every,
+                enabled=not args.no_profile,
             ),
             freescale=_freescale(args),
             cost_model=cost_model,
@@ -234,7 +250,10 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"wrote {args.out}; analyze it with: fsobs analyze {args.out}")
+    if (Path(args.out) / WINDOWS_DIR).is_dir():
+        print(f"wrote {args.out}; {_live_windows(Path(args.out))}")
+    else:
+        print(f"wrote {args.out}; analyze it with: fsobs analyze {args.out}")
     return 0
 
 
@@ -243,6 +262,8 @@ def what_can_be_analyzed(out: Path) -> str:
     rank with a trace recorded, and the ranks without one (it loads the traces)."""
     from fsobs.trace.loader import load_run
 
+    if (out / WINDOWS_DIR).is_dir():
+        return _live_windows(out)
     if not any(p.is_file() and is_trace_name(p.name) for p in out.iterdir()):
         return "nothing can be analyzed (no rank left a trace)"
     try:
@@ -257,6 +278,26 @@ def what_can_be_analyzed(out: Path) -> str:
     if missing:
         text += f" (no trace from rank(s) {', '.join(map(str, missing))})"
     return text
+
+
+def _live_windows(out: Path) -> str:
+    """What a live run's windows hold: those every rank published, each a run of its own."""
+    folders = list_windows(out)
+    meta = read_run_json(out)
+    seen = {r for w in folders for r in w.notes}
+    world_size = meta.world_size if meta is not None and meta.world_size else len(seen)
+    whole = [
+        w
+        for w in folders
+        if len(w.notes) == world_size and all(n.missed is None for n in w.notes.values())
+    ]
+    if not whole:
+        return "nothing can be analyzed (no window was published by every rank)"
+    steps = [s for w in whole for s in w.notes[0].steps]
+    return (
+        f"fsobs watch {out} --once lists its {len(whole)} published window(s) (steps "
+        f"{_spans(steps)}); fsobs analyze {whole[-1].path} reads the last"
+    )
 
 
 def _spans(steps: list[int]) -> str:

@@ -50,8 +50,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from fsobs.collect.live_windows import LiveWindows
 from fsobs.runformat.atomic import publish, temp_path
 from fsobs.runformat.names import trace_file_name
+from fsobs.runformat.windows import WindowSchedule
 
 if TYPE_CHECKING:
     import torch
@@ -76,6 +78,11 @@ class ProfilerConfig:
     """Steps recorded in each cycle."""
     repeat: int = 1
     """Number of cycles (profiling windows); the trace file holds every window closed so far."""
+    every: int | None = None
+    """Live windows: a cycle starts every ``every`` steps, without end, and each window goes to
+    its own folder as it closes (:mod:`fsobs.runformat.windows`); the job also records the
+    steps a capture request asks for. ``0``: on request only. None: the cycles above, in
+    one trace file."""
     record_shapes: bool = True
     """Record input shapes (gloo collectives carry their sizes only in ``Input Dims``)."""
     with_stack: bool = False
@@ -91,6 +98,10 @@ class ProfilerConfig:
         for name in ("enabled", "record_shapes", "with_stack", "profile_memory"):
             if type(getattr(self, name)) is not bool:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.every is not None:
+            if self.repeat != 1:
+                raise ValueError("repeat: live windows (every) repeat without end; leave it 1")
+            self.schedule  # noqa: B018  # checks every against the cycle
 
     @classmethod
     def every_step(cls, steps: int, **fields: Any) -> ProfilerConfig:
@@ -112,8 +123,21 @@ class ProfilerConfig:
 
     @property
     def num_steps(self) -> int:
-        """Steps needed to complete every cycle; later steps are not profiled."""
+        """Steps needed to complete every cycle (live windows: the first); later steps are not
+        profiled."""
         return self.cycle_steps * self.repeat
+
+    @property
+    def schedule(self) -> WindowSchedule:
+        """The live windows' schedule (``ValueError`` without ``every``)."""
+        if self.every is None:
+            raise ValueError("every: not set, the profiler writes no live windows")
+        try:
+            return WindowSchedule(
+                every=self.every, wait=self.wait, warmup=self.warmup, active=self.active
+            )
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class StepProfiler:
@@ -142,6 +166,12 @@ class StepProfiler:
         self._keep_previous = False
         self._num_windows = 0
         self._windows = _Windows(self.trace_path)
+        self.live = (
+            LiveWindows(self.run_dir, rank, config.schedule, _write_window)
+            if config.enabled and config.every is not None
+            else None
+        )
+        """The live windows and capture requests (``config.every`` set), else None."""
 
     def __enter__(self) -> StepProfiler:
         if not self.enabled:
@@ -156,9 +186,13 @@ class StepProfiler:
         from torch._C._profiler import _ExperimentalConfig
 
         cfg = self.config
+        if self.live is not None:
+            self.live.start()
         prof = torch.profiler.profile(
             activities=_activities(),
-            schedule=torch.profiler.schedule(
+            schedule=self.live.action
+            if self.live is not None
+            else torch.profiler.schedule(
                 wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat
             ),
             on_trace_ready=self._export,
@@ -183,8 +217,10 @@ class StepProfiler:
         if prof is None:
             return
         # Leaving on an error mid-cycle: keep the complete earlier cycles rather than add a
-        # partial one, so that the ranks' traces still cover the same steps.
-        self._keep_previous = exc_type is not None and self.trace_path.exists()
+        # partial one, so that the ranks' traces still cover the same steps (live windows: each
+        # is its own file, so a cut one is never published).
+        live = self.live is not None
+        self._keep_previous = exc_type is not None and (live or self.trace_path.exists())
         try:
             with self._quiet():
                 prof.__exit__(exc_type, exc, tb)  # type: ignore[no-untyped-call]  # torch: unannotated
@@ -199,8 +235,17 @@ class StepProfiler:
             return
         if self._prof is None:
             raise RuntimeError("StepProfiler.step() called outside its with block")
+        if self.live is not None:
+            self.live.poll(self._prof.step_num + 1)
         with self._quiet():
             self._prof.step()
+
+    @property
+    def published(self) -> bool:
+        """Whether this rank has published a trace: its trace file, or a live window."""
+        if self.live is not None:
+            return self.live.num_published > 0
+        return self.trace_path.exists()
 
     def _export(self, prof: torch.profiler.profile) -> None:
         # torch calls this in the middle of a state transition: an exception escaping here leaves
@@ -210,7 +255,10 @@ class StepProfiler:
         self._num_windows += 1
         more = self._prof is not None and self._num_windows < self.config.repeat
         try:
-            self._windows.write(prof, more=more)
+            if self.live is not None:
+                self.live.export(prof, stopping=self._prof is None)
+            else:
+                self._windows.write(prof, more=more)
         except Exception as error:
             logger.error(
                 "rank %d: trace export to %s failed: %s", self.rank, self.trace_path, error
@@ -224,7 +272,7 @@ class StepProfiler:
     @contextlib.contextmanager
     def _quiet(self) -> Iterator[None]:
         """Silence torch's warning that each cycle starts afresh (intended, see the module doc)."""
-        if self.config.repeat == 1:
+        if self.config.repeat == 1 and self.live is None:
             yield
             return
         with warnings.catch_warnings():
@@ -327,6 +375,17 @@ def _export_window(
     while last > first and view[last - 1] in _WS:
         last -= 1
     return header, view[first:last]
+
+
+def _write_window(prof: torch.profiler.profile, path: Path) -> None:
+    """Export ``prof``'s window alone to ``path`` (gzipped, atomic)."""
+    header, events = _export_window(prof, path)
+    packed = temp_path(path, "gz")
+    try:
+        _gzip([_document_start(header), events, b"\n]}\n"], packed)
+        publish(packed, path)
+    finally:
+        packed.unlink(missing_ok=True)
 
 
 def _document_start(header: dict[str, msgspec.Raw]) -> bytes:

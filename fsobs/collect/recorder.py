@@ -425,7 +425,7 @@ class RunRecorder:
 
     def _write_final_meta(self) -> None:
         """All-gather (host, has a trace) and write the final ``run.json`` on rank 0."""
-        mine = (socket.gethostname(), self._profiler.trace_path.exists())
+        mine = (socket.gethostname(), self._profiler.published)
         everyone: list[Any] = [mine]
         if self.world_size > 1:
             everyone = [None] * self.world_size

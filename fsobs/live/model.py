@@ -201,12 +201,17 @@ class LiveState:
         )
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: dict[str, Any]) -> dict[str, Any]:
     """``value`` with every non-finite float as None (strict JSON)."""
+    out: dict[str, Any] = _finite_value(value)
+    return out
+
+
+def _finite_value(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: _finite_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [_finite_value(v) for v in value]
     return value

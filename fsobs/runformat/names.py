@@ -30,6 +30,8 @@ COST_MODEL = "cost_model.json"
 TRUTH = "truth.json"
 CAPTURE_JSON = "capture.json"
 WINDOWS_DIR = "windows"
+SCHEDULE_JSON = "schedule.json"
+"""The job's profiling schedule, in ``windows/``."""
 SUMMARY_JSON = "summary.json"
 """The indexer's summary of a window, in the window's folder."""
 WINDOW_RE = re.compile(r"^w(\d{8,})$")

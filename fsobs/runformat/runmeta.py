@@ -37,6 +37,7 @@ from fsobs.runformat.atomic import TEMP_RE, write_atomic
 from fsobs.runformat.bounded import MAX_RUN_JSON_BYTES, read_limited
 from fsobs.runformat.names import FORMAT_VERSION, PARTIAL_RE, PARTIAL_SUFFIX, RUN_JSON, TRACE_RE
 from fsobs.runformat.steps import recover_partial
+from fsobs.runformat.windows import list_windows, published_ranks
 from fsobs.storage import Location
 
 logger = logging.getLogger(__name__)
@@ -292,17 +293,20 @@ def finalize_incomplete(run_dir: str | Path, reason: str | None = None) -> RunMe
     Call once no rank process of the run is alive. Steps:
 
     1. remove temporary files of interrupted atomic writes (``.<name>.<pid>.<hex>.tmp``, and
-       the ``<that>.tmp`` that Kineto writes before renaming it to the name it was given);
+       the ``<that>.tmp`` that Kineto writes before renaming it to the name it was given),
+       in the run's folder and its live windows' folders;
     2. publish every ``steps.rank<R>.jsonl.partial`` as ``steps.rank<R>.jsonl``, dropping a
        torn last line (:func:`fsobs.runformat.steps.recover_partial`; one that cannot be
        written, on a full disk, stays ``.partial``);
-    3. set ``status: incomplete``, ``ranks_present`` (the ranks with a ``rank<R>.trace.json.gz``)
+    3. set ``status: incomplete``, ``ranks_present`` (the ranks with a ``rank<R>.trace.json.gz``
+       or a published live window)
        and ``reason`` (the one given, else a description of what was found) in ``run.json``.
 
     Returns the metadata written.
     """
     root = Path(run_dir)
-    for temp in sorted(p for p in root.iterdir() if _is_temp(p.name)):
+    folders = [root, *(w.path for w in list_windows(root))]
+    for temp in sorted(p for f in folders for p in f.iterdir() if _is_temp(p.name)):
         logger.info("removing leftover temporary file %s", temp)
         temp.unlink(missing_ok=True)
     unclosed, dropped = [], 0
@@ -318,7 +322,10 @@ def finalize_incomplete(run_dir: str | Path, reason: str | None = None) -> RunMe
             dropped += recover_partial(partial)
         except OSError as exc:  # a full disk: run.json still says why; the file stays .partial
             logger.warning("%s: not published: %s", partial, exc)
-    present = sorted(int(m.group(1)) for p in root.iterdir() if (m := TRACE_RE.match(p.name)))
+    present = sorted(
+        {int(m.group(1)) for p in root.iterdir() if (m := TRACE_RE.match(p.name))}
+        | published_ranks(root)
+    )
     if reason is None:
         reason = _describe(read_run_json(root), present, sorted(unclosed), dropped)
     return mark_incomplete(root, reason, present)

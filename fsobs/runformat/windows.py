@@ -31,6 +31,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from fsobs.runformat.bounded import read_limited
 from fsobs.runformat.names import (
     CAPTURE_JSON,
     NOTE_RE,
+    SCHEDULE_JSON,
     WINDOW_RE,
     WINDOWS_DIR,
     note_file_name,
@@ -185,6 +187,13 @@ def list_windows(run_dir: str | Path) -> list[WindowFolder]:
     return sorted(folders, key=lambda w: w.first_step)
 
 
+def published_ranks(run_dir: str | Path) -> set[int]:
+    """The ranks that published at least one live window of the run."""
+    return {
+        r for w in list_windows(run_dir) for r, note in w.notes.items() if note.missed is None
+    }
+
+
 @dataclass(kw_only=True, frozen=True)
 class CaptureRequest:
     """``capture.json``: record steps ``start_step`` .. ``start_step + steps - 1``."""
@@ -257,3 +266,99 @@ def _read_json(path: Path, what: str) -> object:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceFormatError(f"{what} that is no JSON: {exc}", path=path) from exc
+
+
+@dataclass(kw_only=True, frozen=True)
+class WindowSchedule:
+    """``windows/schedule.json``: when the job profiles (rank 0 writes it as profiling starts).
+
+    Cycle ``k`` spans steps ``k·every`` .. ``(k+1)·every - 1``: ``wait`` idle steps, ``warmup``
+    steps traced and discarded, then ``active`` recorded steps, the window; ``every == 0``: no
+    scheduled window, only captures. A capture of ``K`` steps from ``S`` is moved past any
+    scheduled window it (or its warm-up step) would overlap (:meth:`place`): every rank places
+    it the same, whenever it saw the request."""
+
+    every: int
+    wait: int
+    warmup: int
+    active: int
+
+    def __post_init__(self) -> None:
+        for name, low in (("every", 0), ("wait", 0), ("warmup", 1), ("active", 1)):
+            value = getattr(self, name)
+            if type(value) is not int or value < low:
+                raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+        if self.every and self.every < self.wait + self.warmup + self.active:
+            raise ValueError(
+                f"every: a cycle of {self.every} steps cannot hold wait + warmup + active "
+                f"({self.wait} + {self.warmup} + {self.active})"
+            )
+
+    def scheduled(self, first: int, last: int) -> list[tuple[int, int]]:
+        """The scheduled windows (first, last recorded step) that overlap steps first..last."""
+        if not self.every:
+            return []
+        lead = self.wait + self.warmup
+        out = []
+        for k in range(max(0, (first - lead - self.active) // self.every), last // self.every + 1):
+            start = k * self.every + lead
+            end = start + self.active - 1
+            if end >= first and start <= last:
+                out.append((start, end))
+        return out
+
+    def place(
+        self, start_step: int, steps: int, taken: Sequence[tuple[int, int]] = ()
+    ) -> tuple[int, int]:
+        """The steps a capture of ``steps`` from ``start_step`` records: moved past the
+        windows in ``taken`` (earlier captures) and the scheduled window it would begin in
+        (warm-up steps included). Scheduled windows that begin later give way to it
+        (:meth:`gives_way`)."""
+        start, lead = start_step, self.warmup
+        while True:
+            span = (start - lead, start + steps - 1)
+            clash = [w for w in taken if w[0] - lead <= span[1] and w[1] >= span[0]]
+            clash += [
+                w for w in self.scheduled(span[0], span[0] + lead) if w[0] - lead <= span[0] <= w[1]
+            ]
+            if not clash:
+                return start, start + steps - 1
+            start = max(end for _, end in clash) + 1 + lead
+
+    def gives_way(self, window: tuple[int, int], captures: Sequence[tuple[int, int]]) -> bool:
+        """Whether the scheduled ``window`` is dropped for one of the ``captures`` (placed by
+        :meth:`place`): they overlap, warm-up steps included."""
+        lead = self.warmup
+        return any(c[0] - lead <= window[1] and c[1] >= window[0] - lead for c in captures)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "every": self.every,
+            "wait": self.wait,
+            "warmup": self.warmup,
+            "active": self.active,
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> WindowSchedule:
+        if not isinstance(value, dict) or set(value) != {"every", "wait", "warmup", "active"}:
+            raise ValueError("must be an object with exactly active, every, wait, warmup")
+        return cls(**value)
+
+
+def write_schedule(run_dir: str | Path, schedule: WindowSchedule) -> None:
+    path = Path(run_dir) / WINDOWS_DIR / SCHEDULE_JSON
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps(schedule.to_json(), sort_keys=True).encode())
+
+
+def read_schedule(run_dir: str | Path) -> WindowSchedule | None:
+    """The run's schedule, None when the job profiles no live windows."""
+    path = Path(run_dir) / WINDOWS_DIR / SCHEDULE_JSON
+    if not path.is_file():
+        return None
+    value = _read_json(path, "a window schedule")
+    try:
+        return WindowSchedule.from_json(value)
+    except (TypeError, ValueError) as exc:
+        raise TraceFormatError(f"bad window schedule: {exc}", path=path) from exc

@@ -200,24 +200,37 @@ _STEPS = 20
 _TABLES = ("num_items", "num_categories", "num_users", "num_contexts")
 
 
-def job_profiler(steps: int, *, window: int | None = None, **fields: Any) -> ProfilerConfig:
+def job_profiler(
+    steps: int, *, window: int | None = None, every: int | None = None, **fields: Any
+) -> ProfilerConfig:
     """The job's profiler: every step after one wait and one warm-up step, input shapes not
     recorded (they cost step time on CPU, BENCHMARKS.md "Profiler overhead"); ``fields`` set
     the other knobs (``enabled``, ``record_shapes``, ...).
 
-    ``window``: profile in windows of that many steps instead, each one wait, one warm-up and
-    ``window - 2`` recorded steps, ``steps // window`` of them (steps ``k·window + 2`` to
-    ``(k + 1)·window - 1``); each is written when it closes, so a killed job keeps the windows
-    it finished."""
+    ``window``: live windows of that many recorded steps instead, one every ``every`` steps
+    (default ``window + 2``: back to back), each after one wait and one warm-up step, each
+    published into its own folder as it closes (:mod:`fsobs.runformat.windows`), so a killed
+    job keeps the windows it finished and a watcher sees each one as it closes; the job also
+    records what ``fsobs capture`` asks for. ``every=0`` without a window: captures only."""
     fields = {"record_shapes": False} | fields
-    if window is None:
+    if window is None and every is None:
         return ProfilerConfig.every_step(steps, **fields)
-    if type(window) is not int or not 3 <= window <= steps:
+    if every == 0 and window is None:
+        return ProfilerConfig(active=1, every=0, **fields)
+    if window is None:
+        raise ValueError("profile_every: needs profile_window, the steps recorded in each window")
+    if type(window) is not int or not 1 <= window <= steps - 2:
         raise ValueError(
-            f"profile_window: must be an integer from 3 (a wait, a warm-up and a recorded step) "
-            f"to the job's {steps} steps, got {window!r}"
+            f"profile_window: must be an integer from 1 to the job's {steps} steps less a wait "
+            f"and a warm-up step, got {window!r}"
         )
-    return ProfilerConfig(active=window - 2, repeat=steps // window, **fields)
+    every = window + 2 if every is None else every
+    if type(every) is not int or every < window + 2:
+        raise ValueError(
+            f"profile_every: must be an integer >= profile_window + 2 ({window + 2}: a wait, a "
+            f"warm-up and the window), got {every!r}"
+        )
+    return ProfilerConfig(active=window, every=every, **fields)
 
 
 def _default_data() -> DataConfig:
@@ -302,6 +315,7 @@ class JobConfig:
             "profile": prof.enabled,
             "profile_active": None if every else prof.active,
             "profile_repeat": prof.repeat,
+            "profile_every": prof.every,
             "record_shapes": prof.record_shapes,
             "balance": fs.balance.enabled,
             "balance_method": fs.balance.method,
