@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fsobs.errors import FsobsError
-from fsobs.live.state import run_status
+from fsobs.live.state import RUNNING, run_status
 from fsobs.runformat import RUN_JSON, RunMeta, is_trace_name, read_run_meta
 from fsobs.runformat.names import PARTIAL_SUFFIX, WINDOWS_DIR
 from fsobs.storage import (
@@ -38,8 +38,8 @@ from fsobs.storage import (
 STORE_ENV = "FSOBS_STORE"
 DEFAULT_STORE = "traces"
 MAX_DEPTH = 3
-RUNNING = "running"
-"""The ``reason`` of an incomplete ``run.json`` whose job is still writing the run."""
+UNKNOWN = "unknown"
+"""The status of a live run that cannot be read (its ``run.json`` is broken, say)."""
 
 Signature = tuple[tuple[str, int, int], ...]
 """(file name, mtime ns, size) of every file of a run: changes whenever a file does."""
@@ -118,9 +118,13 @@ def list_runs(store: Location) -> list[RunEntry]:
 def run_state(entry: RunEntry) -> tuple[str | None, str | None]:
     """(``running``, ``stopped`` or ``complete``; why it stopped): what ``fsobs watch`` says
     (:func:`fsobs.live.state.run_status`) of a live run in a local store, else ``run.json``'s
-    status (``incomplete`` is stopped); (None, None) without ``run.json``."""
+    status (``incomplete`` is stopped); (None, None) without ``run.json``; (:data:`UNKNOWN`,
+    why) when the live run cannot be read."""
     if entry.live and isinstance(entry.path, Path):
-        return run_status(entry.path)
+        try:
+            return run_status(entry.path)
+        except (FsobsError, OSError) as exc:
+            return UNKNOWN, " ".join(str(exc).split())
     meta = entry.meta
     if meta is None:
         return None, None

@@ -14,10 +14,10 @@ import streamlit as st
 from plotly.graph_objects import Figure
 
 from dashboard import figures, live
-from dashboard.cache import runs
+from dashboard.cache import runs, state_of
 from dashboard.live_runs import CAPTURE_STEPS, REFRESH, live_run, request
 from dashboard.numbers import ms, ratio, tidy
-from dashboard.store import is_read_only, live_first, run_state
+from dashboard.store import is_read_only, live_first
 from dashboard.widgets import chart, current_store, pick_run, stop, stop_without_runs
 from fsobs.errors import FsobsError
 from fsobs.live.model import LiveState
@@ -33,7 +33,7 @@ def _pick_run() -> tuple[str, Path]:
         stop("This run store is a URL: live views read a local store only.")
     entries = runs(store)
     stop_without_runs(entries)
-    ordered = live_first(entries, [run_state(e)[0] for e in entries])
+    ordered = live_first(entries, [state_of(e)[0] for e in entries])
     entry = pick_run("Run (running ones first)", "run", ordered, lambda: ordered[0].run_id)
     assert isinstance(entry.path, Path)  # a local store
     return entry.run_id, entry.path
@@ -130,8 +130,8 @@ def _capture(run_id: str, path: Path, state: LiveState) -> None:
 def _view(run_id: str, path: Path) -> None:
     """The part that refreshes: one poll of the run, drawn. The capture control is offered
     where uploads are (a local store: the page does not open a URL store)."""
-    reader = live_run(path)
     try:
+        reader = live_run(path)
         state = reader.poll()
     except (FsobsError, OSError) as exc:  # deleted or rewritten under the page: say it, retry
         st.error(live.escape_markdown(f"Cannot read the run: {exc}"))

@@ -7,12 +7,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard.live import escape_markdown
 from dashboard.live_runs import request
 from dashboard.store import list_runs
+from fsobs import analyze_path
 from fsobs.runformat import (
     RunMeta,
     SidecarWriter,
@@ -20,7 +22,9 @@ from fsobs.runformat import (
     mark_incomplete,
     write_run_json,
 )
-from fsobs.runformat.names import CAPTURE_JSON, WINDOWS_DIR
+from fsobs.runformat.names import CAPTURE_JSON
+from fsobs.runformat.windows import WindowNote, window_dir, write_note
+from fsobs.simulate import write_gpu_run
 from tests.dashboard.stores import APP
 
 LIVE = "z/live"
@@ -68,10 +72,24 @@ class Job:
             writer.abandon()
 
 
+def _publish(run_dir: Path, first: int, last: int, ranks: tuple[int, ...]) -> None:
+    """Publish window ``first``-``last`` of ``ranks`` as the profiler does: traces, then notes
+    (synthetic 2-rank GPU traces, steps 10 and 11)."""
+    folder = window_dir(run_dir, first)
+    if ranks == (0, 1):
+        write_gpu_run(folder, num_ranks=2, num_steps=last - first + 1, kernels_per_step=20, seed=3)
+    for rank in ranks:
+        note = WindowNote(
+            rank=rank, first_step=first, last_step=last, trigger="schedule", closed_ns=1
+        )
+        write_note(run_dir, note)
+
+
 @pytest.fixture
 def live_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Job]]:
     """A store of three runs: ``a/done`` (complete), ``b/broke`` (incomplete: a rank died, no
-    live layout) and the running :data:`LIVE`, whose windows/ holds a window folder."""
+    live layout) and the running :data:`LIVE` at step 15, with window 10-11 published by both
+    ranks and window 14-15 by rank 0 only (pending)."""
     store = tmp_path / "store"
     write_run_json(store / "a" / "done", RunMeta(name="done", world_size=2))
     write_run_json(
@@ -79,9 +97,9 @@ def live_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tupl
         RunMeta(name="broke", world_size=2, status="incomplete", reason="rank 1 died"),
     )
     job = Job(store / LIVE)
-    job.step(3)
-    window = store / LIVE / WINDOWS_DIR / "w00000000"
-    write_run_json(window, RunMeta(name="window", world_size=2))
+    job.step(16)
+    _publish(store / LIVE, 10, 11, (0, 1))
+    _publish(store / LIVE, 14, 15, (0,))
     monkeypatch.setenv("FSOBS_STORE", str(store))
     yield store, job
     job.abandon()
@@ -98,6 +116,11 @@ def _open(page: str, **query: str) -> AppTest:
     return at
 
 
+def _windows(at: AppTest) -> pd.DataFrame:
+    """The Live page's table of windows (its dataframes have no key in AppTest)."""
+    return next(d.value for d in at.dataframe if "window" in d.value.columns)
+
+
 def _titles(at: AppTest) -> list[str]:
     specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
     return [s["layout"]["template"]["layout"]["title"]["text"] for s in specs]
@@ -106,7 +129,7 @@ def _titles(at: AppTest) -> list[str]:
 def test_the_store_lists_a_live_run_once_without_its_windows(live_store: tuple[Path, Job]) -> None:
     store, _ = live_store
     entries = {e.run_id: e for e in list_runs(store)}
-    assert list(entries) == ["a/done", "b/broke", LIVE]  # not z/live/windows/w00000000
+    assert list(entries) == ["a/done", "b/broke", LIVE]  # not z/live/windows/w00000010
     assert entries[LIVE].live and entries[LIVE].unfinished
     assert not entries["b/broke"].live and not entries["a/done"].live
 
@@ -138,17 +161,25 @@ def test_live_page_follows_the_run_from_running_to_stopped(live_store: tuple[Pat
     store, job = live_store
     at = _open("live")
     assert at.selectbox(key="run").value == LIVE  # running runs first: the default
-    assert at.success[0].value.startswith("Running: step 2, 2 ranks, a sidecar grew ")
+    assert at.success[0].value.startswith("Running: step 15, 2 ranks, a sidecar grew ")
     titles = _titles(at)
-    assert "<b>Step time per step (3 steps)</b>" in titles
+    assert "<b>Step time per step (16 steps)</b>" in titles
+    assert "<b>Bubble ratio per window (1 of 2 closed)</b>" in titles
+    assert any(t.startswith("<b>Bubble classes per closed window (1 windows") for t in titles)
     assert any(t.startswith("<b>Imbalance per step") for t in titles)
+    windows = _windows(at)
+    assert list(windows["state"]) == ["closed", "pending"]
+    assert windows["note"].iloc[1] == "waiting for rank(s) 1"
+    window = analyze_path(window_dir(store / LIVE, 10))  # the indexer completed it into a run
+    assert windows["bubble ratio"].iloc[0] == pytest.approx(window.summary["bubble_ratio"], 1e-3)
     reader = at.session_state["live_runs"][str(store / LIVE)]
 
     at.selectbox(key="live_every").set_value("30 s")
     job.step(2)
     at.run()
-    assert at.success[0].value.startswith("Running: step 4,")
-    assert "<b>Step time per step (5 steps)</b>" in _titles(at)
+    assert at.success[0].value.startswith("Running: step 17,")
+    assert "<b>Step time per step (18 steps)</b>" in _titles(at)
+    assert list(_windows(at)["state"]) == ["closed", "missing"]
     assert at.session_state["live_runs"][str(store / LIVE)] is reader  # one reader per run
     assert at.selectbox(key="live_every").value == "30 s"
 
@@ -183,6 +214,19 @@ def test_a_capture_of_a_stopped_run_is_refused_in_one_line(live_store: tuple[Pat
     assert not done
     assert message.startswith("Capture refused: ") and "\n" not in message
     assert not (store / LIVE / CAPTURE_JSON).exists()
+
+
+def test_a_live_run_with_a_broken_run_json_is_unknown_and_said_so(
+    live_store: tuple[Path, Job],
+) -> None:
+    store, _ = live_store
+    (store / LIVE / "run.json").write_text("{")
+    table = _open("runs").dataframe[0].value.set_index("run")
+    assert table.loc[LIVE, "status"] == "unknown"
+    assert "not valid JSON" in table.loc[LIVE, "why stopped"]
+    at = _open("live", run=LIVE)
+    assert len(at.error) == 1 and at.error[0].value.startswith("Cannot read the run\\:")
+    assert not at.get("plotly_chart")
 
 
 def test_escape_markdown_leaves_no_markup() -> None:
