@@ -185,7 +185,10 @@ def test_run_builds_the_overlap_toggle():
         (["--steps", "6", "--profile-window", "5"], "to the job's 6 steps less a wait"),
         (["--profile-window", "4", "--no-profile"], "--profile-window needs the profiler"),
         (["--profile-every", "3"], "profile_every: needs profile_window"),
-        (["--profile-window", "4", "--profile-every", "5"], "profile_every: must be an integer >= "),
+        (
+            ["--profile-window", "4", "--profile-every", "5"],
+            "profile_every: must be an integer >= ",
+        ),
         (["--profile-every", "0", "--no-profile"], "--profile-every needs the profiler"),
     ],
 )

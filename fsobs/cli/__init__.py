@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from fsobs.cli import analysis, dashboard, run, whatif
+from fsobs.cli import analysis, dashboard, live, run, whatif
 from fsobs.errors import FsobsError
 
 __all__ = ["EXIT_BAD_INPUT", "build_parser", "main", "package_version"]
@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_run(commands)
     whatif.add_whatif(commands)
     whatif.add_simulate(commands)
+    live.add_watch(commands)
+    live.add_capture(commands)
     return parser
 
 

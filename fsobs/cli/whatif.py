@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsobs.analysis.whatif.predict import TOGGLES, whatif
 from fsobs.analysis.whatif.splits import KK, SPLITS, BalanceSplit
@@ -20,9 +20,14 @@ from fsobs.cli.common import (
 )
 from fsobs.errors import FsobsError
 from fsobs.report import render_whatif, whatif_json
+from fsobs.runformat.names import WINDOWS_DIR
+from fsobs.runformat.windows import WindowSchedule, window_dir, window_id
 from fsobs.trace import LoadConfig
 from optim.balance import METHODS, CostModel
 from optim.plan import COUNTS
+
+if TYPE_CHECKING:
+    from fsobs.simulate.simulator import SimConfig, SimWindows
 
 
 def _toggle_list(text: str) -> tuple[str, ...]:
@@ -139,7 +144,67 @@ def add_simulate(commands: Commands) -> None:
     )
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--workers", type=int, default=None, help="writer processes (default: CPUs)")
+    _add_degradation(cmd)
     cmd.set_defaults(handler=_simulate)
+
+
+_DEGRADATION = {
+    "slow_rank": (int, "R", "a rank whose compute slows (a slower node)"),
+    "slow_from": (int, "S", "the step it slows from (default: 0)"),
+    "slow_factor": (float, "F", "its compute times this factor"),
+    "shift_from": (int, "S", "a data shift from this step: longer samples"),
+    "shift_factor": (float, "F", "the samples' lengths times this factor"),
+    "shift_rank": (int, "R", "the rank whose samples grow (default: every rank)"),
+    "gc_rank": (int, "R", "a rank with a GC pause in every step"),
+    "gc_from": (int, "S", "the step the pauses start from (default: 0)"),
+    "gc_ms": (float, "MS", "the pause per step"),
+}
+"""``SimConfig``'s degradation fields, each a flag (``--slow-rank`` ...): type, metavar, help."""
+
+
+def _add_degradation(cmd: argparse.ArgumentParser) -> None:
+    group = cmd.add_argument_group("degradation from a known step (recorded in truth.json)")
+    for name, (kind, metavar, text) in _DEGRADATION.items():
+        group.add_argument("--" + name.replace("_", "-"), type=kind, metavar=metavar, help=text)
+    live = cmd.add_argument_group("the live layout: windows/w<step>/, as a scheduled job's")
+    live.add_argument(
+        "--window-every", type=int, metavar="N", help="a window every N steps, after a warm-up step"
+    )
+    live.add_argument("--window-steps", type=int, metavar="K", help="of K steps (K < N)")
+    live.add_argument(
+        "--unpublished",
+        type=_step_rank,
+        action="append",
+        default=[],
+        metavar="STEP:RANK",
+        help="the window from STEP that RANK leaves unpublished (repeatable)",
+    )
+
+
+def _step_rank(text: str) -> tuple[int, int]:
+    step, sep, rank = text.partition(":")
+    if not sep or not step.isdigit() or not rank.isdigit():
+        raise argparse.ArgumentTypeError(f"expected STEP:RANK, got {text!r}")
+    return int(step), int(rank)
+
+
+def _windows(args: argparse.Namespace) -> SimWindows | None:
+    """The live layout from ``--window-every``/``--window-steps``/``--unpublished``."""
+    from fsobs.simulate.simulator import SimWindows
+
+    if args.window_every is None and args.window_steps is None:
+        if args.unpublished:
+            raise FsobsError("--unpublished needs --window-every and --window-steps")
+        return None
+    if args.window_every is None or args.window_steps is None:
+        raise FsobsError("--window-every and --window-steps go together")
+    try:
+        schedule = WindowSchedule(
+            every=args.window_every, wait=0, warmup=1, active=args.window_steps
+        )
+        return SimWindows(schedule=schedule, unpublished=tuple(args.unpublished))
+    except ValueError as exc:  # WindowSchedule and SimWindows name the field
+        raise FsobsError(f"bad simulate option: {exc}") from None
 
 
 def _balance(args: argparse.Namespace) -> dict[str, Any]:
@@ -165,6 +230,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.world_size < 2 or args.steps < 1:
         raise FsobsError("--world-size must be >= 2 and --steps >= 1")
     balance = _balance(args)
+    degradation = {k: getattr(args, k) for k in _DEGRADATION if getattr(args, k) is not None}
+    windows = _windows(args)
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise FsobsError("the output directory is not empty", path=out)
@@ -173,12 +240,22 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         base = SimConfig()
     try:
-        cfg = replace(base, world_size=args.world_size, steps=args.steps, seed=args.seed, **balance)
-    except ValueError as exc:  # SimConfig names the field
+        cfg = replace(
+            base,
+            world_size=args.world_size,
+            steps=args.steps,
+            seed=args.seed,
+            **balance,
+            **degradation,
+        )
+        if windows is not None:
+            windows.check(cfg)
+    except ValueError as exc:  # SimConfig and SimWindows name the field
         raise FsobsError(f"bad simulate option: {exc}") from None
     sched = simulate(cfg, args.toggles)
-    write_run(sched, out, workers=args.workers)
+    write_run(sched, out, workers=args.workers, windows=windows)
     k = kpis(sched)
+    target = out if windows is None else window_dir(out, windows.spans(cfg.steps)[0][0])
     toggles = [
         f"balance ({cfg.balance(enabled=True).method}, {cfg.balance(enabled=True).counts} counts, "
         f"window {cfg.balance_window})"
@@ -189,9 +266,36 @@ def _simulate(args: argparse.Namespace) -> int:
     print(
         f"wrote {out}: simulated, {args.world_size} ranks x {args.steps} steps, toggles: "
         f"{', '.join(toggles) or 'none'} ({cfg.source})\n"
+        f"{_degradation_line(cfg, windows)}"
         f"truth: bubble {k['bubble_ratio']:.1%} of step time, {k['bubble_ms_per_step']:.2f} ms "
         f"per rank and step (straggler wait {k['straggler_wait_ms_per_step']:.2f}, exposed comm "
         f"{k['exposed_comm_ms_per_step']:.2f}, host idle {k['host_idle_ms_per_step']:.2f}); "
-        f"analyze it with: fsobs analyze {out}"
+        f"analyze it with: fsobs analyze {target}"
     )
     return 0
+
+
+def _degradation_line(cfg: SimConfig, windows: SimWindows | None) -> str:
+    """What degrades and the layout, one line ending in a newline; empty when neither."""
+    parts = []
+    slow, shift, gc = (cfg.degradation()[k] for k in ("slow", "shift", "gc"))
+    if slow:
+        parts.append(
+            f"rank {slow['rank']} {slow['factor']:g}x slower from step {slow['from_step']}"
+        )
+    if shift:
+        who = "every rank" if shift["rank"] is None else f"rank {shift['rank']}"
+        parts.append(f"{who}'s samples {shift['factor']:g}x longer from step {shift['from_step']}")
+    if gc:
+        parts.append(
+            f"rank {gc['rank']} pauses {gc['gc_ms']:g} ms for GC from step {gc['from_step']}"
+        )
+    if windows is not None:
+        parts.append(
+            f"windows of {windows.schedule.active} steps every {windows.schedule.every} in "
+            f"{WINDOWS_DIR}/"
+            + "".join(
+                f", rank {r} leaves {window_id(s)} unpublished" for s, r in windows.unpublished
+            )
+        )
+    return "; ".join(parts) + "\n" if parts else ""

@@ -313,10 +313,14 @@ class LiveRun:
         if entry is not None:
             state, wid = entry.state, entry.wid
         else:
-            wid = None
-            state = "requested"
+            wid, state = None, "requested"
+            schedule = _schedule(self.run_dir)
+            end = request.last_step
+            if schedule is not None:
+                taken = [(w.first_step, w.last_step) for w in windows if w.trigger == "capture"]
+                end = schedule.place(request.start_step, request.steps, taken)[1]
             steps = [p.last_step for p in progress if p.last_step is not None]
-            if steps and min(steps) > request.last_step + PAST + 100:
+            if steps and min(steps) >= end + PAST:
                 state = "missing"
         return {**request.to_json(), "window": wid, "state": state}
 

@@ -189,9 +189,7 @@ def list_windows(run_dir: str | Path) -> list[WindowFolder]:
 
 def published_ranks(run_dir: str | Path) -> set[int]:
     """The ranks that published at least one live window of the run."""
-    return {
-        r for w in list_windows(run_dir) for r, note in w.notes.items() if note.missed is None
-    }
+    return {r for w in list_windows(run_dir) for r, note in w.notes.items() if note.missed is None}
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -17,7 +17,15 @@ from __future__ import annotations
 from optim.lazy import lazy_attributes
 
 _SYNTHETIC = ("SyntheticRunConfig", "kernels_for_size", "write_gpu_run")
-_SIMULATOR = ("SimConfig", "calibrate", "simulate", "write_run", "truth_frame", "truth_error")
+_SIMULATOR = (
+    "SimConfig",
+    "SimWindows",
+    "calibrate",
+    "simulate",
+    "write_run",
+    "truth_frame",
+    "truth_error",
+)
 __all__ = [*_SYNTHETIC, *_SIMULATOR]
 
 __getattr__, __dir__ = lazy_attributes(

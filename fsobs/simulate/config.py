@@ -17,6 +17,7 @@ from fsobs.analysis.whatif.predict import TOGGLES
 from fsobs.analysis.whatif.priority import pec_overlap
 from fsobs.analysis.whatif.replay import SegmentGraph, build_graph
 from fsobs.errors import RunError
+from fsobs.runformat.windows import WindowSchedule
 from fsobs.workload.lengths import PRESETS
 from optim.balance import CostModel
 from optim.markers import EMBEDDING_ROLES
@@ -89,6 +90,22 @@ class SimConfig:
     """Share of a batch's ID occurrences that the previous batch had (PEC's overlapped share;
     the reference job's Zipf-1.1 IDs: 0.72-0.77); :func:`calibrate` takes a run's own."""
     source: str = "default: GPU-like job (no calibration)"
+    slow_rank: int | None = None
+    """A rank whose compute runs ``slow_factor`` times longer from step ``slow_from`` on: the
+    same data, a slower node (None: none)."""
+    slow_from: int = 0
+    slow_factor: float = 1.0
+    shift_from: int | None = None
+    """A data shift from this step on (None: none): the samples given to ``shift_rank`` (every
+    rank when None) are ``shift_factor`` times longer after the split, so their estimated cost
+    (the sidecar's ``est_cost``) grows with them."""
+    shift_rank: int | None = None
+    shift_factor: float = 1.0
+    gc_rank: int | None = None
+    """A rank with a GC pause of ``gc_ms`` in every step from ``gc_from`` on (None: none): host
+    time before its embedding lookup (the GPU idles), and the sidecar's ``gc_count``/``gc_ms``."""
+    gc_from: int = 0
+    gc_ms: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("world_size", "steps", "batch_per_rank", "ranks_per_host", "update_chunks"):
@@ -103,6 +120,51 @@ class SimConfig:
         if self.gamma < 1:
             raise ValueError(f"gamma: must be >= 1, got {self.gamma}")
         self.balance(enabled=True)  # a ValueError naming method or window
+        self._check_degradation()
+
+    def _check_degradation(self) -> None:
+        """Each degradation's rank within the world, its step within the run, factors > 0."""
+        for name in ("slow_rank", "shift_rank", "gc_rank"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < self.world_size:
+                raise ValueError(f"{name}: must be a rank in [0, {self.world_size}), got {value}")
+        for name in ("slow_from", "shift_from", "gc_from"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < self.steps:
+                raise ValueError(f"{name}: must be a step in [0, {self.steps}), got {value}")
+        for name, given in (("slow_factor", "slow_rank"), ("shift_factor", "shift_from")):
+            value = getattr(self, name)
+            if not value > 0 or (getattr(self, given) is not None and value == 1):
+                raise ValueError(f"{name}: must be > 0 and not 1 with {given}, got {value}")
+        if not self.gc_ms >= 0 or (self.gc_rank is not None and self.gc_ms == 0):
+            raise ValueError(f"gc_ms: must be > 0 with gc_rank (>= 0 without), got {self.gc_ms}")
+        unused = (
+            ("slow_from", "slow_rank", self.slow_rank is None and self.slow_from != 0),
+            ("slow_factor", "slow_rank", self.slow_rank is None and self.slow_factor != 1.0),
+            ("shift_rank", "shift_from", self.shift_from is None and self.shift_rank is not None),
+            ("shift_factor", "shift_from", self.shift_from is None and self.shift_factor != 1.0),
+            ("gc_from", "gc_rank", self.gc_rank is None and self.gc_from != 0),
+            ("gc_ms", "gc_rank", self.gc_rank is None and self.gc_ms != 0.0),
+        )
+        for name, needs, ignored in unused:
+            if ignored:
+                raise ValueError(f"{name}: needs {needs}")
+
+    def degradation(self) -> dict[str, Any]:
+        """What degrades and from which step (``truth.json``'s ``degradation``): ``slow``,
+        ``shift`` and ``gc``, each null when the run has none."""
+        slow = shift = gc = None
+        if self.slow_rank is not None:
+            slow = {"rank": self.slow_rank, "from_step": self.slow_from, "factor": self.slow_factor}
+        if self.shift_from is not None:
+            shift = {
+                "rank": self.shift_rank,
+                "from_step": self.shift_from,
+                "factor": self.shift_factor,
+            }
+        if self.gc_rank is not None:
+            gc = {"rank": self.gc_rank, "from_step": self.gc_from, "gc_ms": self.gc_ms}
+        return {"slow": slow, "shift": shift, "gc": gc}
 
     def balance(self, *, enabled: bool) -> BalanceConfig:
         """The ``balance`` toggle's config, on or off."""
@@ -135,6 +197,49 @@ class SimConfig:
         out["cost"] = asdict(self.cost)
         out["partition"] = asdict(self.partition) if self.partition else None
         return out
+
+
+@dataclass(kw_only=True, frozen=True)
+class SimWindows:
+    """A simulated run written in the live layout (:mod:`fsobs.runformat.windows`) as a job
+    profiled on ``schedule`` publishes it: ``windows/schedule.json``, and each scheduled window
+    that ends within the run (a live window is whole or not at all) in ``windows/w<first>/``,
+    each rank's trace of its steps and its note (trigger ``schedule``). The top-level sidecars
+    hold every step, and no top-level trace is written."""
+
+    schedule: WindowSchedule
+    """When the windows are (``every`` >= 1: a simulated job has no captures)."""
+    unpublished: tuple[tuple[int, int], ...] = ()
+    """``(first step, rank)``: windows that rank leaves unpublished (no trace, no note)."""
+
+    def __post_init__(self) -> None:
+        if self.schedule.every < 1:
+            raise ValueError(f"schedule: needs every >= 1, got {self.schedule.every}")
+        for first, rank in self.unpublished:
+            scheduled = self.schedule.scheduled(first, first)
+            if rank < 0 or not any(start == first for start, _ in scheduled):
+                raise ValueError(
+                    f"unpublished: ({first}, {rank}) names no window's first step and rank"
+                )
+
+    def spans(self, num_steps: int) -> list[tuple[int, int]]:
+        """Each window's first and last step (inclusive) in a run of ``num_steps`` steps."""
+        return [w for w in self.schedule.scheduled(0, num_steps - 1) if w[1] < num_steps]
+
+    def check(self, cfg: SimConfig) -> None:
+        """``unpublished`` within ``cfg``'s windows and ranks (ValueError naming it)."""
+        firsts = {first for first, _ in self.spans(cfg.steps)}
+        if not firsts:
+            raise ValueError(f"schedule: no window ends within the run's {cfg.steps} steps")
+        for first, rank in self.unpublished:
+            if first not in firsts or rank >= cfg.world_size:
+                raise ValueError(
+                    f"unpublished: ({first}, {rank}) is past the run's windows or its "
+                    f"{cfg.world_size} ranks"
+                )
+
+    def describe(self) -> dict[str, Any]:
+        return {"schedule": self.schedule.to_json(), "unpublished": self.unpublished}
 
 
 def calibrate(analysis: Analysis, **overrides: Any) -> SimConfig:

@@ -17,6 +17,10 @@ Each step of each rank runs on one GPU (compute stream: ``|==|``; communication:
   ``E = max_r a_r + X``. C3 waits in the queue behind C2.
 - ``balance`` splits each global batch with optim's planner instead of the random split (with
   a window, :attr:`SimConfig.balance_window`, it deals ``K`` steps' batches at once).
+- Degradation from a known step (:meth:`SimConfig.degradation`): a slow rank's ``K1`` and
+  ``K2`` take ``slow_factor`` times longer; a data shift makes a rank's samples longer after
+  the split, and its ``K1``/``K2`` follow their cost; a GC pause is host time ``gc`` between
+  ``cp`` and ``K1`` (the GPU idles: host_idle, and the rank arrives late at ``C1``).
 
 ``priority_overlap`` is torchrec's Prioritized Embedding Communication (PEC) with FreeScale's
 dense ordering, step by step as ``TrainPipelinePEC`` runs it (``../shared/notes/pec.md``). With
@@ -76,6 +80,8 @@ class Schedule:
     toggles: frozenset[str]
     lengths: list[list[np.ndarray]]
     """[step][rank] per-sample lengths."""
+    gc: np.ndarray
+    """[step, rank] GC pause ns before the embedding lookup (:attr:`SimConfig.gc_rank`)."""
     est_cost: np.ndarray
     imbalance_before: np.ndarray
     imbalance_after: np.ndarray
@@ -104,12 +110,44 @@ def plan(cfg: SimConfig, toggles: frozenset[str] = frozenset()) -> Schedule:
     n, s = cfg.world_size, cfg.steps
     speed = np.exp(rng.normal(0.0, cfg.speed_sigma, n))
     lengths, est, before, after = _split(cfg, rng, "balance" in toggles)
+    _shift(cfg, lengths, est, before, after, "balance" in toggles)
     cost = np.array([[float(cfg.cost(parts).sum()) for parts in step] for step in lengths])
     common = np.exp(rng.normal(0.0, cfg.step_sigma, (s, 1)))
     compute = speed[None, :] * cost * common * np.exp(rng.normal(0.0, cfg.noise_sigma, (s, n)))
+    if cfg.slow_rank is not None:
+        compute[cfg.slow_from :, cfg.slow_rank] *= cfg.slow_factor
     host = cfg.host_idle_ns * np.exp(rng.normal(0.0, cfg.host_sigma, (s, n)))
     tokens = np.array([[int(p.sum()) for p in step] for step in lengths], np.float64)
-    return _time(cfg, toggles, lengths, est, before, after, compute, host, tokens)
+    gc = np.zeros((s, n), np.int64)
+    if cfg.gc_rank is not None:
+        gc[cfg.gc_from :, cfg.gc_rank] = round(cfg.gc_ms * 1e6)
+    return _time(cfg, toggles, lengths, est, before, after, compute, host, tokens, gc)
+
+
+def _shift(
+    cfg: SimConfig,
+    lengths: list[list[np.ndarray]],
+    est: np.ndarray,
+    before: np.ndarray,
+    after: np.ndarray,
+    balanced: bool,
+) -> None:
+    """Apply the data shift in place: from ``shift_from`` on, the shifted ranks' samples are
+    ``shift_factor`` times longer (at least 1), their estimated cost and the step's imbalance
+    after the split follow (before it too without ``balance``, where the split is the random
+    one; with it, ``imbalance_before`` stays the drawn batch's)."""
+    if cfg.shift_from is None:
+        return
+    ranks = range(cfg.world_size) if cfg.shift_rank is None else (cfg.shift_rank,)
+    model = cfg.partition_model
+    for i in range(cfg.shift_from, cfg.steps):
+        for r in ranks:
+            grown = np.rint(lengths[i][r] * cfg.shift_factor)
+            lengths[i][r] = np.maximum(grown, 1).astype(np.int64)
+            est[i, r] = float(model(lengths[i][r]).sum())
+        after[i] = est[i].max() / est[i].mean()
+        if not balanced:
+            before[i] = after[i]
 
 
 def _split(
@@ -176,6 +214,7 @@ def _time(
     compute: np.ndarray,
     host: np.ndarray,
     tokens: np.ndarray,
+    gc: np.ndarray,
 ) -> Schedule:
     s, n = compute.shape
     pec = "priority_overlap" in toggles
@@ -198,7 +237,7 @@ def _time(
     t0 = np.full(n, START_NS, np.int64)
     for i in range(s):
         per_rank["t0"][i] = t0
-        a1 = t0 + cfg.memcpy_ns + d1[i]
+        a1 = t0 + cfg.memcpy_ns + gc[i] + d1[i]
         per_rank["k1_end"][i] = a1
         A1 = int(a1.max())
         if pec:
@@ -263,6 +302,7 @@ def _time(
         cfg,
         toggles,
         lengths,
+        gc,
         est,
         before,
         after,

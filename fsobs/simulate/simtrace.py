@@ -6,8 +6,11 @@ A rank's step is about 40 events: the ``ProfilerStep#N`` range, one launch per G
 :mod:`fsobs.simulate.schedule` (NCCL kernels with the collective's args: name, group, ``Seq``,
 sizes) and FreeScale's role range around each collective's launch (with ``priority_overlap``,
 torchrec's PEC ranges too), one compact line each (:mod:`fsobs.simulate.kineto_writer`). The
-sidecars record PEC's overlapped share of every step (``id_overlap``), toggle on or off. Ranks
-are rendered in parallel processes, each file gzipped and written atomically.
+sidecars record PEC's overlapped share of every step (``id_overlap``), toggle on or off, and
+the pause fields of :mod:`fsobs.collect.pauses` (the simulated GC pauses; a rank is on its CPU
+whenever it is not blocked in a collective, never preempted). Ranks are rendered in parallel
+processes, each file gzipped and written atomically. With :class:`SimWindows` the traces are
+written in the live layout instead, a window at a time.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from fsobs.runformat.atomic import write_atomic
 from fsobs.runformat.names import TRUTH, trace_file_name
 from fsobs.runformat.runmeta import RunMeta, ToggleStatus, write_run_json
 from fsobs.runformat.steps import StepRecord, write_sidecar
-from fsobs.simulate.config import SIM_TOGGLES
+from fsobs.runformat.windows import WindowNote, window_dir, write_note, write_schedule
+from fsobs.simulate.config import SIM_TOGGLES, SimWindows
 from fsobs.simulate.kineto_writer import (
     COMPACT,
     compact_event,
@@ -80,7 +84,8 @@ class _Rank:
         out = [self._range("user_annotation", f"ProfilerStep#{i}", lo, hi)]
         m = t0 + s.cfg.memcpy_ns
         out += self._gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", COMPUTE, t0, m)
-        out += self._gpu("kernel", "embedding_lookup_kernel", COMPUTE, m, k1)
+        lookup = m + int(s.gc[i, r])  # a GC pause holds the launch back
+        out += self._gpu("kernel", "embedding_lookup_kernel", COMPUTE, lookup, k1)
         tokens = int(s.lengths[i][r].sum())
         pec = "priority_overlap" in s.toggles
         if pec:
@@ -201,52 +206,102 @@ def _header(sched: Schedule, rank: int) -> str:
 
 def render_rank(sched: Schedule, rank: int) -> bytes:
     """The whole trace file of one rank (uncompressed)."""
+    return _trace(sched, rank, [e for step in _steps(sched, rank) for e in step])
+
+
+def _steps(sched: Schedule, rank: int) -> list[list[str]]:
+    """Each step's events of one rank, in step order."""
     writer = _Rank(sched, rank)
-    events = []
-    for i in range(sched.cfg.steps):
-        events += writer.step(i)
+    return [writer.step(i) for i in range(sched.cfg.steps)]
+
+
+def _trace(sched: Schedule, rank: int, events: list[str]) -> bytes:
     return (_header(sched, rank) + ",\n".join(events) + footer(COMPACT, BASE_NS)).encode()
 
 
 def _write_ranks(ranks: list[int], out: str) -> int:
     sched: Schedule = _SHARED["schedule"]
+    windows: SimWindows | None = _SHARED["windows"]
     size = 0
     for rank in ranks:
-        raw = render_rank(sched, rank)
-        size += len(raw)
-        write_atomic(Path(out) / trace_file_name(rank), gzip.compress(raw, 1, mtime=0))
+        if windows is None:
+            raw = render_rank(sched, rank)
+            size += len(raw)
+            write_atomic(Path(out) / trace_file_name(rank), gzip.compress(raw, 1, mtime=0))
+        else:
+            size += _write_windows(sched, rank, out, windows)
         write_sidecar(out, rank, _sidecar(sched, rank))
+    return size
+
+
+def _write_windows(sched: Schedule, rank: int, out: str, windows: SimWindows) -> int:
+    """Publish each window of one rank as a live job does: its trace, then its note."""
+    steps = _steps(sched, rank)
+    size = 0
+    for first, last in windows.spans(sched.cfg.steps):
+        if (first, rank) in windows.unpublished:
+            continue
+        raw = _trace(sched, rank, [e for step in steps[first : last + 1] for e in step])
+        size += len(raw)
+        folder = window_dir(out, first)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / trace_file_name(rank), gzip.compress(raw, 1, mtime=0))
+        closed = int(sched.t["k4_end"][last])
+        note = WindowNote(
+            rank=rank, first_step=first, last_step=last, trigger="schedule", closed_ns=closed
+        )
+        write_note(out, note)
     return size
 
 
 def _sidecar(sched: Schedule, rank: int) -> list[StepRecord]:
     records = []
+    truth = sched.truth
     for i, parts in enumerate(sched.lengths):
         ids = np.arange(sum(len(p) for p in parts)) + i * 10**7  # the step's global batch
+        start, end = int(sched.t["t0"][i, rank]), int(sched.t["k4_end"][i])
+        blocked = int(truth["straggler_wait"][i, rank] + truth["exposed_comm"][i, rank])
+        gc_ns = int(sched.gc[i, rank])
         record = StepRecord.of(
             i,
             parts[rank],
             float(sched.est_cost[i, rank]),
-            int(sched.t["t0"][i, rank]),
-            int(sched.t["k4_end"][i]),
+            start,
+            end,
             imbalance_before=float(sched.imbalance_before[i]),
             imbalance_after=float(sched.imbalance_after[i]),
             batch_digest=batch_digest(ids),
             id_overlap=dict.fromkeys(PEC_TABLES, float(sched.overlap[i])),
+            # never preempted: on the CPU whenever not blocked in a collective
+            gc_count=int(gc_ns > 0),
+            gc_max_gen=2 if gc_ns else -1,
+            gc_ms=gc_ns / 1e6,
+            cpu_ms=(end - start - blocked) / 1e6,
+            nivcsw=0,
         )
         records.append(record)
     return records
 
 
-def write_run(sched: Schedule, out: str | Path, workers: int | None = None) -> int:
-    """Write every rank's trace and sidecar, ``run.json`` and ``truth.json`` into ``out``;
-    the uncompressed trace bytes written."""
+def write_run(
+    sched: Schedule,
+    out: str | Path,
+    workers: int | None = None,
+    windows: SimWindows | None = None,
+) -> int:
+    """Write every rank's trace and sidecar, ``run.json`` and ``truth.json`` into ``out`` (with
+    ``windows``, the traces in the live layout: :class:`SimWindows`); the uncompressed trace
+    bytes written."""
+    if windows is not None:
+        windows.check(sched.cfg)
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
+    if windows is not None:
+        write_schedule(root, windows.schedule)  # as rank 0 does when profiling starts
     n = sched.cfg.world_size
     workers = max(1, min(n, workers or os.cpu_count() or 1))
     chunks = [list(range(r, n, workers)) for r in range(workers)]
-    _SHARED["schedule"] = sched
+    _SHARED.update(schedule=sched, windows=windows)
     try:
         if workers == 1:
             size = _write_ranks(chunks[0], str(root))
@@ -256,13 +311,15 @@ def write_run(sched: Schedule, out: str | Path, workers: int | None = None) -> i
                 size = sum(pool.map(_write_ranks, chunks, [str(root)] * len(chunks)))
     finally:
         _SHARED.clear()
-    write_atomic(root / TRUTH, json.dumps(truth_json(sched)).encode())
+    write_atomic(root / TRUTH, json.dumps(truth_json(sched, windows)).encode())
     write_run_json(root, run_meta(sched, root.name))
     return size
 
 
-def truth_json(sched: Schedule) -> dict[str, Any]:
-    """``{"steps": [{rank, step, window_ms, busy_ms, straggler_wait_ms, ...}], "config"}``."""
+def truth_json(sched: Schedule, windows: SimWindows | None = None) -> dict[str, Any]:
+    """``{"steps": [{rank, step, window_ms, busy_ms, straggler_wait_ms, ...}], "toggles",
+    "config", "degradation", "windows"}`` (:meth:`SimConfig.degradation`; ``windows``: the
+    live layout written, null without)."""
     truth = sched.truth
     steps, ranks = truth["window"].shape
     rows = []
@@ -272,7 +329,13 @@ def truth_json(sched: Schedule) -> dict[str, Any]:
             for key in ("window", *TRUTH_CLASSES, "contention"):
                 row[f"{key}_ms"] = int(truth[key][i, r]) / 1e6
             rows.append(row)
-    return {"steps": rows, "toggles": sorted(sched.toggles), "config": sched.cfg.describe()}
+    return {
+        "steps": rows,
+        "toggles": sorted(sched.toggles),
+        "config": sched.cfg.describe(),
+        "degradation": sched.cfg.degradation(),
+        "windows": None if windows is None else windows.describe(),
+    }
 
 
 def run_meta(sched: Schedule, name: str) -> RunMeta:

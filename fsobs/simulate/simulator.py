@@ -4,6 +4,8 @@ run format, with the truth of every bubble class (no torch).
     cfg = SimConfig(world_size=256, steps=20)          # or calibrate(analyze_path(RUN))
     sched = simulate(cfg, {"balance"})                  # the schedule and its truth, in memory
     write_run(sched, "out/sim256")                      # traces, sidecars, run.json, truth.json
+    live = SimWindows(schedule=WindowSchedule(every=10, wait=0, warmup=1, active=4))
+    write_run(sched, "out/live", windows=live)          # the live layout, a window every 10
 
 :mod:`fsobs.simulate.schedule` says what each step does and how the truth follows from it;
 :mod:`fsobs.simulate.simtrace` how it is written. ``fsobs analyze`` on the written run recovers
@@ -17,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from fsobs.simulate.config import SIM_TOGGLES, SimConfig, calibrate
+from fsobs.simulate.config import SIM_TOGGLES, SimConfig, SimWindows, calibrate
 from fsobs.simulate.schedule import TRUTH_CLASSES, Schedule, plan
 from fsobs.simulate.simtrace import truth_json, write_run
 
@@ -25,6 +27,7 @@ __all__ = [
     "SIM_TOGGLES",
     "Schedule",
     "SimConfig",
+    "SimWindows",
     "calibrate",
     "simulate",
     "truth_error",

@@ -28,6 +28,7 @@ import fsobs
 from fsobs.cli import main
 from fsobs.cli.run import what_can_be_analyzed
 from fsobs.collect.profiler import ProfilerConfig
+from fsobs.live.state import LiveRun
 from fsobs.workload.config import JobConfig, ModelSpec, data_config_for, job_profiler
 from fsobs.workload.launch import LaunchConfig, failure_report, launch
 from fsobs.workload.train import FAIL_ENV
@@ -167,12 +168,13 @@ def test_a_killed_rank_leaves_the_windows_every_rank_finished(tmp_path):
 
 
 def test_fsobs_run_in_windows_keeps_the_first_window_of_a_killed_job(tmp_path, capsys):
-    """``fsobs run --steps 8 --profile-window 4``: windows 2-3 and 6-7. Rank 1 is killed with
-    SIGKILL at the start of step 5, after its step 4, whose collectives need rank 0 past the end
-    of step 3, where rank 0 wrote its first window: every rank's first window is on disk, and
-    ``fsobs analyze`` reports it."""
+    """``fsobs run --steps 8 --profile-window 2``: live windows 2-3 and 6-7. Rank 1 is killed
+    with SIGKILL at the start of step 5, after its step 4, whose collectives need rank 0 past
+    the end of step 3, where rank 0 published its first window: every rank's first window is
+    on disk, the run is stopped for a live view (with the launcher's reason), its first window
+    closed and analyzable as a run of its own."""
     out = tmp_path / "run"
-    cmd = [*TINY, "--steps", "8", "--profile-window", "4", "--out", str(out)]
+    cmd = [*TINY, "--steps", "8", "--profile-window", "2", "--out", str(out)]
     env = os.environ | {FAIL_ENV: "1:5:KILL"}
     done = subprocess.run(
         [sys.executable, "-m", "fsobs.cli", "run", *cmd],
@@ -182,19 +184,29 @@ def test_fsobs_run_in_windows_keeps_the_first_window_of_a_killed_job(tmp_path, c
         timeout=WAIT_S,
     )
     assert done.returncode == 1, done.stderr
+    first = out / "windows" / "w00000002"
     assert (
-        f"the run is marked incomplete; fsobs analyze {out} reads steps 2-3 of rank(s) 0, 1\n"
+        f"the run is marked incomplete; fsobs watch {out} --once lists its 1 published window(s) "
+        f"(steps 2-3); fsobs analyze {first} reads the last\n"
     ) in done.stderr
-    assert sorted(p.name for p in out.glob("rank*.trace.json.gz")) == [
+    assert sorted(p.name for p in first.glob("rank*.trace.json.gz")) == [
         "rank0.trace.json.gz",
         "rank1.trace.json.gz",
     ]
+    assert not list(out.glob("rank*.trace.json.gz"))  # live windows only
     meta = json.loads((out / "run.json").read_text())
     assert (meta["status"], meta["ranks_present"]) == ("incomplete", [0, 1])
     assert meta["reason"].endswith("rank 1 failed first (exit code -9)"), meta["reason"]
-    assert (meta["workload"]["profile_active"], meta["workload"]["profile_repeat"]) == (2, 2)
+    assert meta["workload"]["profile_every"] == 4
     assert _leftovers(out) == []
-    assert main(["analyze", "--json", str(out)]) == 0
+    state = LiveRun(out).poll()
+    assert (state.status, state.reason) == ("stopped", meta["reason"])
+    assert state.step == 4  # both ranks ended step 4 (rank 0 was stopped in step 5)
+    assert [(w.wid, w.state, w.published) for w in state.windows] == [
+        ("w00000002", "closed", (0, 1))
+    ]  # 6-7 was never reached: no window, not a missing one
+    assert state.windows[0].summary is not None and state.windows[0].summary.num_steps == 2
+    assert main(["analyze", "--json", str(first)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["run"]["steps"] == [2, 3]
     assert sorted({(row["rank"], row["step"]) for row in report["steps"]}) == [
