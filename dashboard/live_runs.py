@@ -7,10 +7,11 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 import streamlit as st
-from fsobs.live.capture import request_capture
-from fsobs.live.state import LiveConfig, LiveRun
 
 from fsobs.errors import FsobsError
+from fsobs.live.capture import request_capture
+from fsobs.live.state import LiveConfig, LiveRun
+from fsobs.runformat.names import WINDOWS_DIR
 
 REFRESH: dict[str, float | None] = {
     "2 s": 2.0,
@@ -23,8 +24,6 @@ REFRESH: dict[str, float | None] = {
 RUNS_KEY = "live_runs"
 MAX_RUNS = 8
 """Runs a session keeps a reader of; the one used longest ago is dropped beyond this."""
-CAPTURE_STEPS = 1000
-"""The most steps one capture may ask for from the page."""
 
 
 def live_run(path: Path) -> LiveRun:
@@ -39,15 +38,22 @@ def live_run(path: Path) -> LiveRun:
     return reader
 
 
-def request(path: Path, steps: int) -> tuple[bool, str]:
-    """Ask the run's job to profile its next ``steps`` steps: (done, one line saying so or why
-    not)."""
+def request(store: Path, path: Path, steps: int) -> tuple[bool, str]:
+    """Ask the job of the run in ``path`` to profile ``steps`` steps soon: (done, one line
+    saying which steps or why not)."""
     try:
         capture = request_capture(path, steps)
     except FsobsError as exc:
-        return False, f"Capture refused: {exc}"
+        return False, f"Capture refused: {one_line(exc, store)}"
     except OSError as exc:
         return False, f"Capture refused: the run store refused it ({exc.strerror or exc})"
     return True, (
-        f"Capture requested: steps {capture.start_step}-{capture.last_step} (id {capture.id})"
+        f"Capture {capture.request.id} requested: steps {capture.first_step}-"
+        f"{capture.last_step} will be recorded, in {WINDOWS_DIR}/{capture.window.name}"
     )
+
+
+def one_line(exc: Exception, store: Path) -> str:
+    """An error's message on one line, paths relative to the store (as the other pages say
+    them)."""
+    return " ".join(str(exc).replace(f"{store}/", "").split())

@@ -15,22 +15,30 @@ from plotly.graph_objects import Figure
 
 from dashboard import figures, live
 from dashboard.cache import runs, state_of
-from dashboard.live_runs import CAPTURE_STEPS, REFRESH, live_run, request
+from dashboard.live_runs import REFRESH, live_run, one_line, request
 from dashboard.numbers import ms, ratio, tidy
 from dashboard.store import is_read_only, live_first
 from dashboard.widgets import chart, current_store, pick_run, stop, stop_without_runs
 from fsobs.errors import FsobsError
+from fsobs.live.capture import MAX_CAPTURE_STEPS
 from fsobs.live.model import LiveState
 from fsobs.live.state import LiveRun
 
 RESULT_KEY = "live_capture_result"
 
 
-def _pick_run() -> tuple[str, Path]:
-    """The ``run`` picker over the store's runs, running ones first (default: the first)."""
+def _store() -> Path:
+    """The run store; the page ends on a URL store (``LiveRun`` reads local files)."""
     store = current_store()
     if is_read_only(store):
         stop("This run store is a URL: live views read a local store only.")
+    assert isinstance(store, Path)
+    return store
+
+
+def _pick_run() -> tuple[str, Path]:
+    """The ``run`` picker over the store's runs, running ones first (default: the first)."""
+    store = _store()
     entries = runs(store)
     stop_without_runs(entries)
     ordered = live_first(entries, [state_of(e)[0] for e in entries])
@@ -117,14 +125,25 @@ def _capture(run_id: str, path: Path, state: LiveState) -> None:
         st.caption("A capture can be requested while the run is running.")
         return
     steps = st.number_input(
-        "Steps to capture", min_value=1, max_value=CAPTURE_STEPS, value=5, key="live_capture_steps"
+        "Steps to capture",
+        min_value=1,
+        max_value=MAX_CAPTURE_STEPS,
+        value=5,
+        key="live_capture_steps",
     )
-    if st.button(f"Capture next {steps} steps", key="live_capture"):
-        st.session_state[RESULT_KEY] = (run_id, request(path, int(steps)))
+    st.button(
+        f"Capture next {steps} steps", key="live_capture", on_click=_request, args=(run_id, path)
+    )
     result = st.session_state.get(RESULT_KEY)
     if result is not None and result[0] == run_id:
         ok, message = result[1]
         (st.success if ok else st.error)(live.escape_markdown(message))
+
+
+def _request(run_id: str, path: Path) -> None:
+    """Button callback: send the request before the view reruns, so its poll shows it."""
+    steps = int(st.session_state["live_capture_steps"])
+    st.session_state[RESULT_KEY] = (run_id, request(_store(), path, steps))
 
 
 def _view(run_id: str, path: Path) -> None:
@@ -134,7 +153,7 @@ def _view(run_id: str, path: Path) -> None:
         reader = live_run(path)
         state = reader.poll()
     except (FsobsError, OSError) as exc:  # deleted or rewritten under the page: say it, retry
-        st.error(live.escape_markdown(f"Cannot read the run: {exc}"))
+        st.error(live.escape_markdown(f"Cannot read the run: {one_line(exc, _store())}"))
         return
     _status(state)
     _alerts(state)

@@ -23,7 +23,13 @@ from fsobs.runformat import (
     write_run_json,
 )
 from fsobs.runformat.names import CAPTURE_JSON
-from fsobs.runformat.windows import WindowNote, window_dir, write_note
+from fsobs.runformat.windows import (
+    WindowNote,
+    WindowSchedule,
+    window_dir,
+    write_note,
+    write_schedule,
+)
 from fsobs.simulate import write_gpu_run
 from tests.dashboard.stores import APP
 
@@ -88,8 +94,9 @@ def _publish(run_dir: Path, first: int, last: int, ranks: tuple[int, ...]) -> No
 @pytest.fixture
 def live_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Job]]:
     """A store of three runs: ``a/done`` (complete), ``b/broke`` (incomplete: a rank died, no
-    live layout) and the running :data:`LIVE` at step 15, with window 10-11 published by both
-    ranks and window 14-15 by rank 0 only (pending)."""
+    live layout) and the running :data:`LIVE` at step 15, whose job takes captures (a schedule
+    of none), with window 10-11 published by both ranks and window 14-15 by rank 0 only
+    (pending)."""
     store = tmp_path / "store"
     write_run_json(store / "a" / "done", RunMeta(name="done", world_size=2))
     write_run_json(
@@ -97,6 +104,7 @@ def live_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tupl
         RunMeta(name="broke", world_size=2, status="incomplete", reason="rank 1 died"),
     )
     job = Job(store / LIVE)
+    write_schedule(store / LIVE, WindowSchedule(every=0, wait=0, warmup=1, active=1))
     job.step(16)
     _publish(store / LIVE, 10, 11, (0, 1))
     _publish(store / LIVE, 14, 15, (0,))
@@ -202,17 +210,30 @@ def test_capture_from_the_live_page_writes_the_request(live_store: tuple[Path, J
     request_file = json.loads((store / LIVE / CAPTURE_JSON).read_text())
     assert request_file["steps"] == 7
     first = request_file["start_step"]
+    assert first > 15  # past the job's progress
     assert [s.value for s in at.success][-1] == escape_markdown(
-        f"Capture requested: steps {first}-{first + 6} (id {request_file['id']})"
+        f"Capture {request_file['id']} requested: steps {first}-{first + 6} will be recorded, "
+        f"in windows/w{first:08d}"
     )
+    assert (
+        f"Latest request: steps {first}-{first + 6} ({request_file['id']}): "
+        in [t.value for t in at.text][-1]
+    )
+    at.button(key="live_capture").click().run()  # a second one while the first is pending
+    assert at.error[0].value.startswith(escape_markdown(f"Capture refused: {LIVE}: capture "))
+    assert "still pending" in at.error[0].value
+    assert json.loads((store / LIVE / CAPTURE_JSON).read_text()) == request_file
 
 
 def test_a_capture_of_a_stopped_run_is_refused_in_one_line(live_store: tuple[Path, Job]) -> None:
     store, _ = live_store
     mark_incomplete(store / LIVE, "rank 1 killed", [0])
-    done, message = request(store / LIVE, 5)
+    done, message = request(store, store / LIVE, 5)
     assert not done
-    assert message.startswith("Capture refused: ") and "\n" not in message
+    assert (
+        message
+        == f"Capture refused: {LIVE}: the run has stopped (rank 1 killed): nothing to capture"
+    )
     assert not (store / LIVE / CAPTURE_JSON).exists()
 
 
@@ -223,9 +244,11 @@ def test_a_live_run_with_a_broken_run_json_is_unknown_and_said_so(
     (store / LIVE / "run.json").write_text("{")
     table = _open("runs").dataframe[0].value.set_index("run")
     assert table.loc[LIVE, "status"] == "unknown"
-    assert "not valid JSON" in table.loc[LIVE, "why stopped"]
+    assert "not valid JSON" in str(table.loc[LIVE, "why stopped"])
     at = _open("live", run=LIVE)
-    assert len(at.error) == 1 and at.error[0].value.startswith("Cannot read the run\\:")
+    error = at.error[0].value
+    assert len(at.error) == 1 and error.startswith("Cannot read the run\\: ")
+    assert escape_markdown(f"{LIVE}/run.json") in error and str(store) not in error
     assert not at.get("plotly_chart")
 
 
