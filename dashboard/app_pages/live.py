@@ -70,8 +70,12 @@ def _status(state: LiveState) -> None:
 
 
 def _alerts(state: LiveState) -> None:
+    """Each firing alert in a box of its own, then every rule in a table (firing first)."""
     st.subheader(f"Alerts ({len(state.firing)} firing)")
-    st.dataframe(live.alerts_frame(state), hide_index=True, key="live_alerts")
+    for alert in state.firing:
+        st.error(live.escape_markdown(f"{alert.name}: {alert.message}"), icon=":material/warning:")
+    with st.expander(f"Every rule ({len(state.alerts)})"):
+        st.dataframe(live.alerts_frame(state), hide_index=True, key="live_alerts")
 
 
 def _trend(run_id: str, reader: LiveRun, state: LiveState) -> None:

@@ -93,10 +93,9 @@ def classes_by_window(classes: pd.DataFrame) -> go.Figure:
                 "<extra></extra>",
             )
         )
-    windows = classes["window"].nunique()
     return finish(
         go.Figure(traces),
-        f"Bubble classes per closed window ({windows} windows, ms per rank and step)",
+        f"Bubble classes per window ({classes['window'].nunique()} closed)",
         "step",
         "ms per rank and step",
         barmode="stack",

@@ -2,7 +2,7 @@
 keeps the user's place (issue 34, point 5).
 
 A 2-rank job (:class:`tests.dashboard.test_live_app.Job`) writes its sidecars while the page is
-open; the test types a number of steps to capture and opens the Ranks expander, lets the job
+open; the test types a number of steps to capture and opens an expander, lets the job
 end more steps, and waits for the page to show them with no navigation (a mark left on the
 document survives) and with the typed value, the button's label and the open expander kept.
 """

@@ -189,7 +189,7 @@ def test_classes_figure_stacks_one_bar_per_window_over_its_steps() -> None:
     assert list(bars["straggler wait"].y) == [8.0, 16.0]
     assert list(bars["straggler wait"].width) == [10, 10]  # steps 0-9 and 20-29
     assert list(bars["other"].x) == [20] and list(bars["other"].y) == [4.0]
-    assert "(2 windows," in fig.layout.title.text
+    assert fig.layout.title.text == "Bubble classes per window (2 closed)"
 
 
 def test_trend_figures_take_the_trend_frame() -> None:
