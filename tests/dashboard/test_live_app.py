@@ -4,6 +4,8 @@ follows a run from running to stopped, refreshing in place, and requests a captu
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -200,6 +202,24 @@ def test_live_page_follows_the_run_from_running_to_stopped(live_store: tuple[Pat
     assert warning.startswith("Stopped ") and " ago. Reason: " in warning
     assert warning.endswith(escape_markdown("rank 1 killed: [SIGKILL](http://x) *now*"))
     assert not at.button  # no capture for a run that is not running
+
+
+def test_a_job_whose_sidecars_stopped_growing_is_stopped_on_both_pages(
+    live_store: tuple[Path, Job],
+) -> None:
+    """A job killed without a launcher to say so: its sidecars stop growing."""
+    store, _ = live_store
+    then = time.time() - 10 * 60
+    for sidecar in (store / LIVE).glob("steps.rank*.jsonl.partial"):
+        os.utime(sidecar, (then, then))
+    table = _open("runs").dataframe[0].value.set_index("run")
+    assert table.loc[LIVE, "status"] == "stopped"
+    reason = "no step recorded for 10 min (the job may have died)"
+    assert table.loc[LIVE, "why stopped"] == reason
+    at = _open("live", run=LIVE)
+    assert [w.value for w in at.warning] == [
+        f"Stopped 10 min ago. Reason: {escape_markdown(reason)}"
+    ]
 
 
 def test_capture_from_the_live_page_writes_the_request(live_store: tuple[Path, Job]) -> None:
