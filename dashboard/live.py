@@ -14,9 +14,9 @@ import time
 
 import pandas as pd
 
-from dashboard import numbers
 from dashboard.figures._style import CLASS_COLORS
 from fsobs.live.model import LiveState, WindowEntry
+from fsobs.live.view import ago
 
 WINDOW_COLUMNS = (
     "window",
@@ -36,28 +36,18 @@ BUBBLE_CLASSES = tuple(name for name in CLASS_COLORS if name != "busy")
 """The bubble classes in the order the figures stack them."""
 
 
-def ago(seconds: float | None) -> str:
-    """A duration as people say it: ``45 s``, ``12 min``, ``3 h 05 min``; ``n/a`` when unknown."""
-    if seconds is None or math.isnan(seconds):
-        return numbers.NA
-    whole = max(int(seconds), 0)
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min"
-    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
-
-
 def status_line(state: LiveState) -> str:
     """One line of the run's status, in the dashboard's own words (the reason is not in it):
     ``Running: step 120, 4 ranks, a sidecar grew 3 s ago``, ``Stopped 12 min ago``,
-    ``Complete``."""
+    ``Complete``; how long ago as ``fsobs watch`` says it, left out when unknown."""
+    since = None if state.idle_s is None or not math.isfinite(state.idle_s) else state.idle_s
     if state.status == "running":
         step = "no step yet" if state.step is None else f"step {state.step}"
         ranks = "" if state.world_size is None else f", {state.world_size} ranks"
-        return f"Running: {step}{ranks}, a sidecar grew {ago(state.idle_s)} ago"
+        grew = "" if since is None else f", a sidecar grew {ago(since)} ago"
+        return f"Running: {step}{ranks}{grew}"
     if state.status == "stopped":
-        return f"Stopped {ago(state.idle_s)} ago"
+        return "Stopped" if since is None else f"Stopped {ago(since)} ago"
     return "Complete"
 
 

@@ -105,10 +105,13 @@ def _marker(state: str) -> str:
 def test_status_line_says_running_stopped_since_and_complete() -> None:
     assert live.status_line(_state()) == "Running: step 47, 2 ranks, a sidecar grew 3 s ago"
     assert live.status_line(_state("stopped", idle_s=12 * 60 + 59)) == "Stopped 12 min ago"
-    assert live.status_line(_state("stopped", idle_s=2 * 3600 + 5 * 60)) == "Stopped 2 h 05 min ago"
-    assert live.status_line(_state("stopped", idle_s=None)) == "Stopped n/a ago"
+    assert live.status_line(_state("stopped", idle_s=2 * 3600 + 5 * 60)) == "Stopped 2 h 5 min ago"
+    assert live.status_line(_state("stopped", idle_s=None)) == "Stopped"
+    assert live.status_line(_state("stopped", idle_s=math.inf)) == "Stopped"  # no sidecar yet
     assert live.status_line(_state("complete")) == "Complete"
-    assert live.status_line(_state(step=None, world_size=None)).startswith("Running: no step yet,")
+    assert live.status_line(_state(step=None, world_size=None, idle_s=None)) == (
+        "Running: no step yet"
+    )
 
 
 def test_windows_frame_keeps_every_window_and_names_what_the_open_ones_lack() -> None:
