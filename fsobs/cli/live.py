@@ -50,7 +50,8 @@ def add_watch(commands: Commands) -> None:
         "--stale-after",
         type=_positive,
         metavar="S",
-        help="call the run stopped once no sidecar grew for S seconds (default: fsobs.live's)",
+        help="call the run stopped once no sidecar grew for S seconds (default: the larger "
+        "of 120 s and 30 of its recent steps)",
     )
     cmd.add_argument(
         "--alert-threshold",

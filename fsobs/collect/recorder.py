@@ -52,7 +52,10 @@ N+1 (the last one to :meth:`RunRecorder.close`)::
 The range open when the profiler stops is therefore always a whole step. torch's own
 convention (``prof.step()`` after each step) leaves a range open after the last step, which
 stopping cuts and exports as a trailing step that no sidecar line has (``fsobs whatif`` then
-fails: "the sidecar of rank 0 has none for step N"). The schedule is the
+fails: "the sidecar of rank 0 has none for step N"). With live windows
+(``ProfilerConfig(every=N)``) ``close()`` advances the profiler once more, so a window that
+ends with the last step closes whole and is published, and a window the loop ends inside is
+dropped (:mod:`fsobs.collect.live_windows`). The schedule is the
 :class:`~fsobs.collect.profiler.ProfilerConfig`'s, counted in blocks; a loop that ends before
 the active window does exports the steps recorded so far, each whole; one that ends before
 any step was recorded leaves no trace. Whatever the loop does between two blocks (fetching
@@ -330,6 +333,8 @@ class RunRecorder:
         export_error: Exception | None = None
         if self._started:
             try:
+                if self._profiler.live is not None:  # the last step's window closes whole
+                    self._profiler.step()
                 self._profiler.__exit__(None, None, None)
             except Exception as error:  # the trace is missing: say so in run.json, then raise
                 export_error = error

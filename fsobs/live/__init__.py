@@ -7,3 +7,10 @@
 - :mod:`.capture`: asking a running job to profile its next steps (``fsobs capture``);
 - :mod:`.view` / :mod:`.metrics`: ``fsobs watch``'s terminal view and Prometheus ``/metrics``.
 """
+
+from fsobs.live.alerts import AlertConfig
+from fsobs.live.capture import request_capture
+from fsobs.live.model import LiveState
+from fsobs.live.state import LiveConfig, LiveRun, run_status
+
+__all__ = ["AlertConfig", "LiveConfig", "LiveRun", "LiveState", "request_capture", "run_status"]

@@ -11,7 +11,8 @@ from typing import Any
 
 STATUSES = ("running", "complete", "stopped")
 WINDOW_STATES = ("closed", "pending", "missing", "bad")
-"""``closed``: every rank published it and it is analyzed; ``pending``: some rank has not
+"""``closed``: every rank published it and it is analyzed (no summary when the reader does not
+index); ``pending``: some rank has not
 published it yet; ``missing``: every rank is well past it and some never published (or a
 capture some rank missed); ``bad``: published, but it could not be analyzed (``error``)."""
 
@@ -134,13 +135,15 @@ class Alert:
 
 @dataclass(kw_only=True, frozen=True)
 class LateRank:
-    """The rank late in most recent steps, from the recent closed windows."""
+    """The rank late in most recent steps, from the recent closed windows (the ``late_rank``
+    rule's evidence, :mod:`fsobs.live.alerts`)."""
 
     rank: int
     share: float
     """Of the recent windows' steps with a straggler, those where it was the one."""
     cause: str | None
-    """The largest cause of its wait (``data``, ``gc``, ``preemption``, ``unexplained``)."""
+    """``data``, ``node`` or ``unexplained`` once the rule fires (its share reached
+    ``late_share``), else None."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -154,7 +157,8 @@ class LiveState:
     reason: str | None
     """Why it stopped (``run.json``'s reason, or "no sidecar grew for ...")."""
     idle_s: float | None
-    """Seconds since any sidecar last grew (how long ago a stopped run stopped)."""
+    """Seconds since any sidecar last grew (before the first: since run.json was written; how
+    long ago a stopped run stopped); None when neither exists."""
     world_size: int | None
     step: int | None
     """The last step every rank has ended (the slowest rank's last step)."""

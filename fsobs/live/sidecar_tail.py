@@ -2,9 +2,10 @@
 
 The file is ``steps.rank<R>.jsonl.partial`` while the rank writes it and ``steps.rank<R>.jsonl``
 once published (the same bytes, less a torn last line): the reader follows the rename at the
-same offset. A first read starts near the end (:data:`FIRST_READ_BYTES`), so a day-long sidecar
-opens in the time of its last lines; the lines of a window's steps are found by bisection on
-the file (:meth:`SidecarTail.lines`), whose lines are in step order.
+same offset. A first read starts near the end (the last lines wanted, at most
+:data:`FIRST_READ_BYTES`), so a day-long sidecar opens in the time of its last lines; the
+lines of a window's steps are found by bisection on the file (:meth:`SidecarTail.lines`),
+whose lines are in step order.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from fsobs.runformat.names import PARTIAL_SUFFIX, sidecar_file_name
 
 FIRST_READ_BYTES = 4 * 2**20
-"""How much of a sidecar's end the first read takes."""
+"""The most of a sidecar's end the first read takes."""
 _STEP = re.compile(rb'^\{"step":\s*(\d+)')
 _FIELDS = (
     "est_cost",
@@ -46,8 +47,11 @@ class StepRow:
 class SidecarTail:
     """Incremental reader of one rank's sidecar."""
 
-    def __init__(self, run_dir: Path, rank: int) -> None:
+    def __init__(self, run_dir: Path, rank: int, first_lines: int = 50) -> None:
         self.rank = rank
+        self.first_lines = first_lines
+        """Lines the first read wants from the end (it reads back in growing chunks until it
+        has them, :data:`FIRST_READ_BYTES` at most)."""
         self.final = run_dir / sidecar_file_name(rank)
         self.partial = self.final.with_name(self.final.name + PARTIAL_SUFFIX)
         self._offset: int | None = None
@@ -79,7 +83,7 @@ class SidecarTail:
                 self.mtime_ns = stat.st_mtime_ns
                 start = self._offset
                 if start is None:
-                    start = max(0, stat.st_size - FIRST_READ_BYTES)
+                    start = self._first_start(handle, stat.st_size)
                 if stat.st_size < start:  # rewritten shorter (a torn line dropped): go on
                     start = stat.st_size
                 handle.seek(start)
@@ -99,6 +103,18 @@ class SidecarTail:
             else:
                 rows.append(row)
         return rows
+
+    def _first_start(self, handle: BinaryIO, size: int) -> int:
+        """Where the first read starts: far enough back for ``first_lines`` whole lines."""
+        chunk = 65536
+        while True:
+            start = max(0, size - min(chunk, FIRST_READ_BYTES))
+            handle.seek(start)
+            if start == 0 or handle.read().count(b"\n") > self.first_lines:
+                return start
+            if chunk >= FIRST_READ_BYTES:
+                return start
+            chunk *= 4
 
     def lines(self, first: int, last: int) -> list[bytes]:
         """The raw lines of steps ``first`` .. ``last`` (found by bisection)."""

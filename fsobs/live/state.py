@@ -9,7 +9,8 @@ another reason than ``running`` (a launcher saw a rank die, a recorder failed), 
 sidecar grew for ``stale_after_s`` (default: the larger of 120 s and 30 recent steps), which
 says how long ago; else ``running``.
 
-**Windows.** ``closed`` once every rank published it and it is analyzed; ``pending`` while some
+**Windows.** ``closed`` once every rank published it and it is analyzed (without a summary
+when the reader does not index, ``LiveConfig.index``); ``pending`` while some
 rank has not (shown as pending, never as a smaller run); ``missing`` when some rank recorded
 nothing (its note says why), or every rank that lacks it is 2 steps past it (a rank publishes
 a window before it ends the step after it), or the run stopped without it. A scheduled window
@@ -32,6 +33,7 @@ from fsobs.errors import FsobsError, RunError
 from fsobs.live.alerts import AlertConfig, evaluate
 from fsobs.live.index import analyze_window, read_summary
 from fsobs.live.model import (
+    Alert,
     LateRank,
     LiveState,
     RankProgress,
@@ -102,27 +104,29 @@ class LiveRun:
         for rank in ranks:
             self._read_rank(rank)
         progress = tuple(self._progress(rank, now) for rank in sorted(self._tails))
-        idle = min((p.idle_s for p in progress), default=None)
+        idle = min((p.idle_s for p in progress), default=math.inf)
+        if math.isinf(idle) and self._meta is not None:  # no sidecar yet: since run.json
+            idle = max(0.0, (now - self._meta[0]) / 1e9)
         status, reason = _status(meta, idle, self._stale_after(progress))
         step = min((p.last_step for p in progress if p.last_step is not None), default=None)
         if world_size and len([p for p in progress if p.last_step is not None]) < world_size:
             step = None
         windows = self._windows(meta, world_size or len(progress), status, now)
-        recent = self._recent_frame()
+        alerts = evaluate(windows, self._recent_frame(), self.config.alerts)
         return LiveState(
             run=str(self.run_dir),
             name=meta.name if meta else self.run_dir.name,
             status=status,
             reason=reason,
-            idle_s=idle,
+            idle_s=None if math.isinf(idle) else idle,
             world_size=world_size or (len(progress) or None),
             step=step,
             ranks=progress,
             imbalance_before=self._recent_mean(1),
             imbalance_after=self._recent_mean(2),
-            late_rank=_late_rank(windows, self.config.alerts.recent_windows),
+            late_rank=_late_rank(alerts),
             windows=windows,
-            alerts=evaluate(windows, recent, self.config.alerts),
+            alerts=alerts,
             capture=self._capture(windows, progress),
             polled_ns=now,
         )
@@ -149,7 +153,7 @@ class LiveRun:
     def _read_rank(self, rank: int) -> None:
         tail = self._tails.get(rank)
         if tail is None:
-            tail = self._tails[rank] = SidecarTail(self.run_dir, rank)
+            tail = self._tails[rank] = SidecarTail(self.run_dir, rank, self.config.recent_steps)
             self._recent[rank] = deque(maxlen=self.config.recent_steps)
         for row in tail.read_new():
             self._recent[rank].append(row)
@@ -262,8 +266,8 @@ class LiveRun:
             except (FsobsError, OSError) as exc:
                 self._errors[folder.wid] = str(exc)
                 return WindowEntry(state="bad", error=str(exc), **base)
-        if summary is None:
-            return WindowEntry(state="pending", **base)
+        if summary is None:  # not indexing: published by every rank, not analyzed
+            return WindowEntry(state="closed", **base)
         self._summaries[folder.wid] = summary
         return WindowEntry(state="closed", summary=summary, **base)
 
@@ -274,7 +278,7 @@ class LiveRun:
         schedule = _schedule(self.run_dir)
         if schedule is None or not last or len(last) < world_size:
             return []
-        reached = min(last.values()) - PAST
+        reached = min(last.values()) - (PAST if status == RUNNING else 0)
         if reached < 0:
             return []
         have = {f.first_step for f in folders}
@@ -348,16 +352,15 @@ def run_status(run_dir: str | Path, stale_after_s: float | None = None) -> tuple
     return live.status, live.reason
 
 
-def _status(
-    meta: RunMeta | None, idle_s: float | None, stale_after: float
-) -> tuple[str, str | None]:
+def _status(meta: RunMeta | None, idle_s: float, stale_after: float) -> tuple[str, str | None]:
     if meta is not None and meta.status == "complete":
         return "complete", None
     if meta is not None and meta.reason not in (None, RUNNING):
         return "stopped", meta.reason
-    if idle_s is None or idle_s > stale_after:
-        since = "no sidecar yet" if idle_s is None or math.isinf(idle_s) else _ago(idle_s)
-        return "stopped", f"no step recorded for {since} (the job may have died)"
+    if math.isinf(idle_s):
+        return "stopped", "no step was ever recorded"
+    if idle_s > stale_after:
+        return "stopped", f"no step recorded for {_ago(idle_s)} (the job may have died)"
     return "running", None
 
 
@@ -381,24 +384,13 @@ def _mean(rows: deque[StepRow], key: str) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _late_rank(windows: tuple[WindowEntry, ...], recent: int) -> LateRank | None:
-    """The rank late in most steps of the recent closed windows, with its main cause."""
-    closed = [w.summary for w in windows if w.summary is not None][-recent:]
-    counts: dict[int, int] = {}
-    for summary in closed:
-        for rank, n in summary.late_steps.items():
-            counts[rank] = counts.get(rank, 0) + n
-    total = sum(counts.values())
-    if not total:
+def _late_rank(alerts: tuple[Alert, ...]) -> LateRank | None:
+    """The rank late in most recent steps, as the ``late_rank`` rule found it (firing or
+    not); None before the rule has its windows or without a straggler."""
+    rule = next((a for a in alerts if a.name == "late_rank"), None)
+    if rule is None or "rank" not in rule.evidence:
         return None
-    rank = max(counts, key=lambda r: (counts[r], -r))
-    causes: dict[str, float] = {}
-    for summary in closed:
-        if summary.late_steps.get(rank):
-            for name, share in summary.causes.items():
-                causes[name] = causes.get(name, 0.0) + share
-    main = max(causes, key=lambda c: causes[c]) if causes else None
-    return LateRank(rank=rank, share=counts[rank] / total, cause=main)
+    return LateRank(rank=rule.evidence["rank"], share=rule.evidence["share"], cause=rule.cause)
 
 
 __all__ = ["LiveConfig", "LiveRun", "check_run", "run_status"]

@@ -36,7 +36,9 @@ SUMMARY_JSON = "summary.json"
 """The indexer's summary of a window, in the window's folder."""
 WINDOW_RE = re.compile(r"^w(\d{8,})$")
 NOTE_RE = re.compile(r"^window\.rank(\d+)\.json$")
-NOT_TRACES = frozenset({RUN_JSON, JOB_JSON, COST_MODEL, TRUTH, CAPTURE_JSON, SUMMARY_JSON})
+NOT_TRACES = frozenset(
+    {RUN_JSON, JOB_JSON, COST_MODEL, TRUTH, CAPTURE_JSON, SUMMARY_JSON, SCHEDULE_JSON}
+)
 """JSON files of a run directory that are not traces."""
 PARTIAL_SUFFIX = ".partial"
 """A step sidecar still being written (or left by a rank that died) carries this suffix."""

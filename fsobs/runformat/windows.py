@@ -317,7 +317,9 @@ class WindowSchedule:
             span = (start - lead, start + steps - 1)
             clash = [w for w in taken if w[0] - lead <= span[1] and w[1] >= span[0]]
             clash += [
-                w for w in self.scheduled(span[0], span[0] + lead) if w[0] - lead <= span[0] <= w[1]
+                w
+                for w in self.scheduled(span[0], span[0] + lead)
+                if w[0] - lead <= span[0] <= w[1] and not self.gives_way(w, taken)
             ]
             if not clash:
                 return start, start + steps - 1

@@ -25,7 +25,7 @@ from fsobs.errors import (
     TraceReadError,
     WorldSizeMismatchError,
 )
-from fsobs.runformat.names import RUN_JSON, is_trace_name
+from fsobs.runformat.names import RUN_JSON, WINDOW_RE, WINDOWS_DIR, is_trace_name
 from fsobs.runformat.runmeta import RunMeta, read_run_meta
 from fsobs.runformat.steps import read_sidecars
 from fsobs.storage import (
@@ -191,7 +191,11 @@ def _discover(source: Source) -> _Found:
                 p for p in sorted(path.iterdir()) if p.is_file() and is_trace_name(p.name)
             ]
             if not json_files:
-                raise _no_traces(path, _run_folders(path))
+                raise (
+                    _live_run(path)
+                    if (path / WINDOWS_DIR).is_dir()
+                    else _no_traces(path, _run_folders(path))
+                )
             traces, skipped = _traces(json_files, path)
             local = [p for p in traces if isinstance(p, Path)]
             meta = read_run_meta(path / RUN_JSON) if (path / RUN_JSON).exists() else None
@@ -259,6 +263,18 @@ def _run_folders(root: Path) -> list[str]:
                     below.append(sub)
         level = below
     return found
+
+
+def _live_run(folder: Path) -> EmptyRunError:
+    """The error for a live run's folder: its traces are in its windows' folders."""
+    windows = sorted(p for p in (folder / WINDOWS_DIR).iterdir() if WINDOW_RE.match(p.name))
+    if not windows:
+        return EmptyRunError("a live run that has published no window yet", path=folder)
+    return EmptyRunError(
+        f"a live run: its traces are in its {len(windows)} window(s), each a run of its own; "
+        f"analyze one (e.g. {windows[-1]}) or see them all: fsobs watch {folder} --once",
+        path=folder,
+    )
 
 
 def _no_traces(folder: Location, runs: list[str], *, checked: bool = True) -> EmptyRunError:
