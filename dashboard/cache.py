@@ -25,7 +25,6 @@ from dashboard.store import (
     folder_signature,
     is_read_only,
     list_runs,
-    run_state,
 )
 from dashboard.tables import has_data, run_facts
 from dashboard.tracediff import OpDiff, op_diff
@@ -33,7 +32,6 @@ from fsobs import Analysis, FsobsError, analyze_path
 from fsobs.analysis.ab import Comparison, compare
 from fsobs.analysis.costfit import CostFit, fit_cost
 from fsobs.report import findings
-from fsobs.runformat import RUN_JSON
 from fsobs.runformat.steps import read_step_lengths
 from fsobs.storage import Location, as_location
 
@@ -97,28 +95,6 @@ def facts(
         loaded = load(store, entry)
         return run_facts(entry, loaded.analysis, loaded.error, state)
     return run_facts(entry, None, "not analyzed yet (large): open it on the Bubbles page", state)
-
-
-STATE_TTL_S = 10.0
-"""How long a live run's status is kept for one version of its ``run.json``."""
-
-
-def state_of(entry: RunEntry) -> tuple[str | None, str | None]:
-    """:func:`dashboard.store.run_state`, kept :data:`STATE_TTL_S` s for a live run while its
-    ``run.json`` is unchanged: ``run_status`` reads the tail of every rank's sidecar (seconds
-    for 8 ranks of 4 MB), and only a new ``run.json`` changes the status sooner than a stale
-    sidecar does (after 120 s at least)."""
-    if not entry.live:
-        return run_state(entry)
-    run_json = next((row for row in entry.signature if row[0] == RUN_JSON), None)
-    return _live_state(str(entry.path), run_json, entry)
-
-
-@st.cache_data(ttl=STATE_TTL_S, max_entries=256, show_spinner=False)
-def _live_state(
-    path: str, run_json: tuple[str, int, int] | None, _entry: RunEntry
-) -> tuple[str | None, str | None]:
-    return run_state(_entry)
 
 
 def is_cheap(store: Location, entry: RunEntry) -> bool:

@@ -14,10 +14,10 @@ import streamlit as st
 from plotly.graph_objects import Figure
 
 from dashboard import figures, live
-from dashboard.cache import runs, state_of
+from dashboard.cache import runs
 from dashboard.live_runs import REFRESH, live_run, one_line, request
 from dashboard.numbers import ms, ratio, tidy
-from dashboard.store import is_read_only, live_first
+from dashboard.store import is_read_only, live_first, run_state
 from dashboard.widgets import chart, current_store, pick_run, stop, stop_without_runs
 from fsobs.errors import FsobsError
 from fsobs.live.capture import MAX_CAPTURE_STEPS
@@ -41,7 +41,7 @@ def _pick_run() -> tuple[str, Path]:
     store = _store()
     entries = runs(store)
     stop_without_runs(entries)
-    ordered = live_first(entries, [state_of(e)[0] for e in entries])
+    ordered = live_first(entries, [run_state(e)[0] for e in entries])
     entry = pick_run("Run (running ones first)", "run", ordered, lambda: ordered[0].run_id)
     assert isinstance(entry.path, Path)  # a local store
     return entry.run_id, entry.path

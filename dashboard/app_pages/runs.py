@@ -15,9 +15,8 @@ from dashboard.cache import (
     is_analyzed,
     remember_upload,
     runs,
-    state_of,
 )
-from dashboard.store import READ_ONLY_NOTE, RunEntry, is_read_only, live_first
+from dashboard.store import READ_ONLY_NOTE, RunEntry, is_read_only, live_first, run_state
 from dashboard.upload import MAX_UPLOAD_BYTES, UPLOADER_MB, UploadError, store_upload
 from dashboard.widgets import current_store, pick_run
 from fsobs import Analysis, analyze_path
@@ -81,7 +80,7 @@ def _runs_table(store: Path) -> list[RunEntry]:
     if not found:
         st.info(f"No run in the store yet ({store}). Upload one below.")
         return []
-    states = {e.run_id: state_of(e) for e in found}
+    states = {e.run_id: run_state(e) for e in found}
     entries = live_first(found, [states[e.run_id][0] for e in found])
     auto = [e.trace_bytes <= AUTO_ANALYZE_BYTES and not e.unfinished for e in entries]
     pending = sum(a and not is_analyzed(store, e) for a, e in zip(auto, entries, strict=True))
