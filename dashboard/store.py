@@ -79,7 +79,8 @@ def store_from_argv(argv: Sequence[str]) -> str | None:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--store", default=None)
     known, _ = parser.parse_known_args(list(argv))
-    return known.store
+    store: str | None = known.store
+    return store
 
 
 def resolve_store(

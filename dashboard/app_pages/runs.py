@@ -20,6 +20,7 @@ from dashboard.store import READ_ONLY_NOTE, RunEntry, is_read_only, live_first, 
 from dashboard.upload import MAX_UPLOAD_BYTES, UPLOADER_MB, UploadError, store_upload
 from dashboard.widgets import current_store, pick_run
 from fsobs import Analysis, analyze_path
+from fsobs.storage import Location
 
 RESULT_KEY = "upload_result"
 # Streamlit words the per-file limit with one digit in the largest unit (512 MiB shows as
@@ -74,7 +75,7 @@ def _store_upload(store: Path) -> None:
     st.session_state["run"] = stored.run_id  # "Open a run" selects it (dashboard.urlstate)
 
 
-def _runs_table(store: Path) -> list[RunEntry]:
+def _runs_table(store: Location) -> list[RunEntry]:
     """The table of runs, running ones first (:func:`dashboard.store.live_first`)."""
     found = runs(store)
     if not found:
@@ -120,7 +121,7 @@ def _running_links(run_ids: list[str]) -> None:
         )
 
 
-def _open_links(store: Path, entries: list[RunEntry]) -> None:
+def _open_links(store: Location, entries: list[RunEntry]) -> None:
     """The session's run (after an upload: the uploaded one) and links to its pages."""
     entry = pick_run("Open a run", "run", entries, lambda: first_with_data(store, entries))
     _links(entry.run_id)
@@ -136,11 +137,12 @@ def _links(run_id: str) -> None:
     )
 
 
-def _upload_form(store: Path) -> None:
+def _upload_form(store: Location) -> None:
     st.subheader("Upload a run")
     if is_read_only(store):
         st.info(READ_ONLY_NOTE)
         return
+    assert isinstance(store, Path)  # a store that is not read-only is a local folder
     st.caption(
         "Several trace files (one `*.json` / `*.json.gz` per rank, plus optional `run.json` and "
         "`steps.rank<R>.jsonl`) or one `.zip` / `.tar.gz` archive of them: "
