@@ -182,6 +182,8 @@ def test_live_page_follows_the_run_from_running_to_stopped(live_store: tuple[Pat
     assert windows["note"].iloc[1] == "waiting for rank(s) 1"
     window = analyze_path(window_dir(store / LIVE, 10))  # the indexer completed it into a run
     assert windows["bubble ratio"].iloc[0] == pytest.approx(window.summary["bubble_ratio"], 1e-3)
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    assert {s["layout"]["uirevision"] for s in specs} == {LIVE}  # zoom kept across refreshes
     reader = at.session_state["live_runs"][str(store / LIVE)]
 
     at.selectbox(key="live_every").set_value("30 s")
@@ -273,6 +275,18 @@ def test_a_live_run_with_a_broken_run_json_is_unknown_and_said_so(
     assert len(at.error) == 1 and error.startswith("Cannot read the run\\: ")
     assert escape_markdown(f"{LIVE}/run.json") in error and str(store) not in error
     assert not at.get("plotly_chart")
+
+
+def test_live_page_on_a_read_only_store_says_so_and_offers_nothing(
+    live_store: tuple[Path, Job], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule of uploads: a URL store is read-only (no LiveRun, no capture there)."""
+    monkeypatch.setattr("dashboard.store.is_read_only", lambda store: True)
+    at = _open("live", run=LIVE)
+    assert [i.value for i in at.info] == [
+        "This run store is a URL: live views read a local store only."
+    ]
+    assert not at.button and not at.get("plotly_chart") and not at.selectbox
 
 
 def test_escape_markdown_leaves_no_markup() -> None:
