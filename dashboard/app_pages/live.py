@@ -82,9 +82,10 @@ def _trend(run_id: str, reader: LiveRun, state: LiveState) -> None:
     """Step time and imbalance per step, then the windows: bubble ratio, classes, table."""
     st.subheader("Over the run's life")
     trend = reader.trend()
+    windows = live.windows_frame(state)
     left, right = st.columns(2)
     with left:
-        _chart(figures.step_time_trend(trend), run_id, "live_step_time")
+        _chart(figures.step_time_trend(trend, windows), run_id, "live_step_time")
     with right:
         if trend[["imbalance_before", "imbalance_after"]].notna().any(axis=None):
             _chart(figures.imbalance_over_steps(trend), run_id, "live_imbalance")
@@ -93,7 +94,6 @@ def _trend(run_id: str, reader: LiveRun, state: LiveState) -> None:
     if not state.windows:
         st.caption("No profiling window yet.")
         return
-    windows = live.windows_frame(state)
     classes = live.classes_frame(state)
     left, right = st.columns(2)
     with left:

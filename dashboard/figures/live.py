@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.figures._style import CLASS_COLORS, CONTROL_COLOR, finish, label
+from dashboard.figures._style import CLASS_COLORS, CONTROL_COLOR, TEST_COLOR, finish, label
 from dashboard.figures.optimizer import WEBGL_ABOVE
 
 STATE_MARKERS = {
@@ -20,21 +20,40 @@ STATE_MARKERS = {
 """Window state -> (color, marker symbol, legend name) for windows without a summary."""
 
 
-def step_time_trend(trend: pd.DataFrame) -> go.Figure:
-    """Step time of every step read so far (``LiveRun.trend()``: ``step``, ``step_ms``);
-    WebGL above :data:`~dashboard.figures.optimizer.WEBGL_ABOVE` steps."""
+def step_time_trend(trend: pd.DataFrame, windows: pd.DataFrame) -> go.Figure:
+    """Step time of every step read (``LiveRun.trend()``: ``step``, ``step_ms``; a reader
+    starts near the sidecars' ends), and each closed window's mean step time at its first step
+    (``dashboard.live.windows_frame``), which covers the run's whole life; WebGL above
+    :data:`~dashboard.figures.optimizer.WEBGL_ABOVE` steps."""
     scatter = go.Scattergl if len(trend) > WEBGL_ABOVE else go.Scatter
+    closed = windows[windows["state"] == "closed"]
     fig = go.Figure(
-        scatter(
-            name="step time",
-            x=trend["step"].to_numpy(),
-            y=trend["step_ms"].to_numpy(dtype=float),
-            mode="lines+markers",
-            marker={"color": CONTROL_COLOR, "size": 4},
-            hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>",
-        )
+        [
+            scatter(
+                name="each step read",
+                x=trend["step"].to_numpy(),
+                y=trend["step_ms"].to_numpy(dtype=float),
+                mode="lines+markers",
+                marker={"color": CONTROL_COLOR, "size": 4},
+                hovertemplate="step %{x}: %{y:.2f} ms<extra></extra>",
+            ),
+            go.Scatter(
+                name="window mean",
+                x=closed["first step"].to_numpy(),
+                y=closed["step ms"].to_numpy(dtype=float),
+                customdata=closed[["window"]].to_numpy(),
+                mode="markers",
+                marker={"color": TEST_COLOR, "size": 9, "symbol": "diamond"},
+                hovertemplate="%{customdata[0]}: %{y:.2f} ms per step<extra></extra>",
+            ),
+        ]
     )
-    return finish(fig, f"Step time per step ({len(trend)} steps)", "step", "ms")
+    read = (
+        "no step read yet"
+        if trend.empty
+        else f"steps {trend['step'].min():,}-{trend['step'].max():,} read"
+    )
+    return finish(fig, f"Step time ({read})", "step", "ms")
 
 
 def bubble_ratio_by_window(windows: pd.DataFrame) -> go.Figure:

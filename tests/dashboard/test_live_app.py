@@ -173,7 +173,7 @@ def test_live_page_follows_the_run_from_running_to_stopped(live_store: tuple[Pat
     assert at.selectbox(key="run").value == LIVE  # running runs first: the default
     assert at.success[0].value.startswith("Running: step 15, 2 ranks, a sidecar grew ")
     titles = _titles(at)
-    assert "<b>Step time per step (16 steps)</b>" in titles
+    assert "<b>Step time (steps 0-15 read)</b>" in titles
     assert "<b>Bubble ratio per window (1 of 2 closed)</b>" in titles
     assert "<b>Bubble classes per window (1 closed)</b>" in titles
     assert any(t.startswith("<b>Imbalance per step") for t in titles)
@@ -190,7 +190,7 @@ def test_live_page_follows_the_run_from_running_to_stopped(live_store: tuple[Pat
     job.step(2)
     at.run()
     assert at.success[0].value.startswith("Running: step 17,")
-    assert "<b>Step time per step (18 steps)</b>" in _titles(at)
+    assert "<b>Step time (steps 0-17 read)</b>" in _titles(at)
     assert list(_windows(at)["state"]) == ["closed", "missing"]
     missing = "window_missing: window missing: w00000014 (steps 14-15): rank 1 did not publish it"
     assert [e.value for e in at.error] == [escape_markdown(missing)]  # the firing alert, first

@@ -65,7 +65,7 @@ def test_live_page_refreshes_in_place_and_keeps_the_widgets(
         job.step(3)  # the page refreshes every 5 s by default
         browser.wait_for(
             f"({STATUS_JS}).startsWith('Running: step 5, 2 ranks') && {PAGE_STATE_JS}"
-            ".charts.some((c) => c.title === 'Step time per step (6 steps)')",
+            ".charts.some((c) => c.title === 'Step time (steps 0-5 read)')",
             timeout_s=20,
             poll_s=0.2,
         )

@@ -19,10 +19,12 @@ from dashboard.figures.live import STATE_MARKERS
 from fsobs.live.model import Alert, LiveState, RankProgress, WindowEntry, WindowSummary
 
 
-def _summary(ratio: float, classes: dict[str, float], straggler: int | None) -> WindowSummary:
+def _summary(
+    ratio: float, classes: dict[str, float], straggler: int | None, step_ms: float = 40.0
+) -> WindowSummary:
     return WindowSummary(
         num_steps=10,
-        step_ms=40.0,
+        step_ms=step_ms,
         bubble_ratio=ratio,
         bubble_ms_per_step=sum(classes.values()),
         classes_ms_per_step=classes,
@@ -67,7 +69,9 @@ def _state(status: str = "running", idle_s: float | None = 3.0, **fields: object
     windows = (
         _window(0, "closed", summary=_summary(0.25, {"host_idle": 2.0, "straggler_wait": 8.0}, 1)),
         _window(10, "missing", missed={1: "saw the request at step 12"}),
-        _window(20, "closed", summary=_summary(0.5, {"straggler_wait": 16.0, "other": 4.0}, None)),
+        _window(
+            20, "closed", summary=_summary(0.5, {"straggler_wait": 16.0, "other": 4.0}, None, 55.0)
+        ),
         _window(30, "bad", error="rank1.trace.json.gz: not gzip"),
         _window(40, "pending"),
     )
@@ -204,8 +208,8 @@ def test_trend_figures_take_the_trend_frame() -> None:
             "imbalance_after": [1.05, 1.02, 1.01],
         }
     )
-    fig = step_time_trend(trend)
-    assert fig.layout.title.text == "Step time per step (3 steps)"
+    fig = step_time_trend(trend, live.windows_frame(_state()))
+    assert fig.layout.title.text == "Step time (steps 0-2 read)"
     assert list(fig.data[0].x) == [0, 1, 2]
     np.testing.assert_array_equal(fig.data[0].y, [40.0, 42.5, np.nan])
     imbalance = imbalance_over_steps(trend)
@@ -215,4 +219,17 @@ def test_trend_figures_take_the_trend_frame() -> None:
 def test_step_time_trend_switches_to_webgl_for_long_runs() -> None:
     steps = np.arange(5000)
     trend = pd.DataFrame({"step": steps, "step_ms": np.full(5000, 40.0)})
-    assert step_time_trend(trend).data[0].type == "scattergl"
+    windows = live.windows_frame(_state(windows=()))
+    fig = step_time_trend(trend, windows)
+    assert fig.data[0].type == "scattergl"
+    assert fig.layout.title.text == "Step time (steps 0-4,999 read)"
+    empty = step_time_trend(trend.iloc[:0], windows)
+    assert empty.layout.title.text == "Step time (no step read yet)"
+
+
+def test_step_time_trend_marks_each_closed_windows_mean_over_the_runs_life() -> None:
+    trend = pd.DataFrame({"step": [45, 46], "step_ms": [41.0, 42.0]})
+    windows = live.windows_frame(_state())
+    means = step_time_trend(trend, windows).data[1]
+    assert means.name == "window mean"
+    assert list(means.x) == [0, 20] and list(means.y) == [40.0, 55.0]  # the closed ones
