@@ -19,7 +19,13 @@ import numpy as np
 import streamlit as st
 
 from dashboard import disk_cache
-from dashboard.store import RunEntry, Signature, folder_signature, is_read_only, list_runs
+from dashboard.store import (
+    RunEntry,
+    Signature,
+    folder_signature,
+    is_read_only,
+    list_runs,
+)
 from dashboard.tables import has_data, run_facts
 from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
@@ -51,8 +57,15 @@ def runs(store: Location) -> list[RunEntry]:
     return list_runs(store)
 
 
+UNFINISHED = "a live run, not finished: its windows are on the Live page"
+"""Why an unfinished live run is not analyzed as a run (:attr:`RunEntry.unfinished`)."""
+
+
 def load(store: Location, entry: RunEntry) -> Loaded:
-    """The analysis of one run (parsed at most once per signature)."""
+    """The analysis of one run (parsed at most once per signature; an unfinished live run is
+    not parsed: :data:`UNFINISHED`)."""
+    if entry.unfinished:
+        return Loaded(entry, None, UNFINISHED)
     analysis, error = _analyze(str(store), entry.run_id, entry.signature)
     return Loaded(entry, analysis, error)
 
@@ -71,16 +84,24 @@ def remember_upload(store: Path, run_id: str, analysis: Analysis) -> None:
     disk_cache.write(store, run_id, folder_signature(folder), disk_cache.relocate(analysis, folder))
 
 
-def facts(store: Location, entry: RunEntry, *, analyze: bool) -> dict[str, Any]:
-    """The runs-table row; the analysis is run only if ``analyze`` or it was already done."""
+def facts(
+    store: Location, entry: RunEntry, state: tuple[str | None, str | None], *, analyze: bool
+) -> dict[str, Any]:
+    """The runs-table row (``state``: :func:`dashboard.store.run_state`); the analysis is run
+    only if ``analyze`` or it was already done, never for an unfinished live run."""
+    if entry.unfinished:
+        return run_facts(entry, None, f"{state[0] or 'live'}: open it on the Live page", state)
     if analyze or is_analyzed(store, entry):
         loaded = load(store, entry)
-        return run_facts(entry, loaded.analysis, loaded.error)
-    return run_facts(entry, None, "not analyzed yet (large): open it on the Bubbles page")
+        return run_facts(entry, loaded.analysis, loaded.error, state)
+    return run_facts(entry, None, "not analyzed yet (large): open it on the Bubbles page", state)
 
 
 def is_cheap(store: Location, entry: RunEntry) -> bool:
-    """Small enough to analyze unasked (:data:`AUTO_ANALYZE_BYTES`), or analyzed already."""
+    """Small enough to analyze unasked (:data:`AUTO_ANALYZE_BYTES`), or analyzed already; an
+    unfinished live run never is (it is not parsed as a finished run)."""
+    if entry.unfinished:
+        return False
     return entry.trace_bytes <= AUTO_ANALYZE_BYTES or is_analyzed(store, entry)
 
 

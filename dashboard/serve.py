@@ -24,12 +24,14 @@ if sys.path and os.path.abspath(sys.path[0]) == _HERE:
 
 PRELOAD = (
     "dashboard.figures",
+    "dashboard.live",
     "dashboard.numbers",
     "dashboard.ops",
     "dashboard.store",
     "dashboard.tables",
     "fsobs.analysis.pipeline",
     "fsobs.analysis.whatif",
+    "fsobs.live.capture",
     "fsobs.report",
 )
 """What the pages import that takes time to load and touches none of Streamlit's caches."""

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from fsobs.errors import FsobsError
+from fsobs.live.state import RUNNING, run_status
 from fsobs.runformat import RUN_JSON, RunMeta, is_trace_name, read_run_meta
+from fsobs.runformat.names import PARTIAL_SUFFIX, WINDOWS_DIR
 from fsobs.storage import (
     Entry,
     Location,
@@ -36,6 +38,8 @@ from fsobs.storage import (
 STORE_ENV = "FSOBS_STORE"
 DEFAULT_STORE = "traces"
 MAX_DEPTH = 3
+UNKNOWN = "unknown"
+"""The status of a live run that cannot be read (its ``run.json`` is broken, say)."""
 
 Signature = tuple[tuple[str, int, int], ...]
 """(file name, mtime ns, size) of every file of a run: changes whenever a file does."""
@@ -53,6 +57,15 @@ class RunEntry:
     meta: RunMeta | None = field(default=None, compare=False, hash=False)
     meta_error: str | None = None
     """Why ``run.json`` could not be read (the loader will say it again, in its words)."""
+    live: bool = False
+    """Written while its job runs (:func:`is_live`): read by the Live page, not parsed
+    as a finished run."""
+
+    @property
+    def unfinished(self) -> bool:
+        """Live and ``run.json`` not complete (running or stopped): never parsed as a finished
+        run (its traces are in its windows, its sidecars may grow)."""
+        return self.live and (self.meta is None or self.meta.status != "complete")
 
     @property
     def trace_bytes(self) -> int:
@@ -66,7 +79,8 @@ def store_from_argv(argv: Sequence[str]) -> str | None:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--store", default=None)
     known, _ = parser.parse_known_args(list(argv))
-    return known.store
+    store: str | None = known.store
+    return store
 
 
 def resolve_store(
@@ -102,6 +116,30 @@ def list_runs(store: Location) -> list[RunEntry]:
     return sorted(found, key=lambda e: e.run_id)
 
 
+def run_state(entry: RunEntry) -> tuple[str | None, str | None]:
+    """(``running``, ``stopped`` or ``complete``; why it stopped): what ``fsobs watch`` says
+    (:func:`fsobs.live.state.run_status`) of a live run in a local store, else ``run.json``'s
+    status (``incomplete`` is stopped); (None, None) without ``run.json``; (:data:`UNKNOWN`,
+    why) when the live run cannot be read."""
+    if entry.live and isinstance(entry.path, Path):
+        try:
+            return run_status(entry.path)
+        except (FsobsError, OSError) as exc:
+            return UNKNOWN, " ".join(str(exc).split())
+    meta = entry.meta
+    if meta is None:
+        return None, None
+    return ("complete", None) if meta.status == "complete" else ("stopped", meta.reason)
+
+
+def live_first(entries: Sequence[RunEntry], states: Sequence[str | None]) -> list[RunEntry]:
+    """``entries`` with the running ones first, then the stopped ones (each group in its
+    order); ``states``: their :func:`run_state`."""
+    rank = {"running": 0, "stopped": 1}
+    order = sorted(range(len(entries)), key=lambda i: rank.get(states[i] or "", 2))
+    return [entries[i] for i in order]
+
+
 def find_run(runs: Sequence[RunEntry], run_id: str | None) -> RunEntry | None:
     """The run with this id among ``runs`` (ids from a URL are only ever looked up here)."""
     return next((r for r in runs if r.run_id == run_id), None)
@@ -115,13 +153,28 @@ def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
     files = _run_files(children)
     names = [f.name for f in files]
     traces = tuple(n for n in names if is_trace_name(n))
-    if depth > 0 and (traces or RUN_JSON in names):
-        found.append(_entry(store, folder, files, traces))
+    is_run = depth > 0 and bool(traces or RUN_JSON in names)
+    if is_run:
+        folders = [c.name for c in children if c.is_dir() and not c.is_symlink()]
+        found.append(_entry(store, folder, files, traces, folders))
     if depth >= MAX_DEPTH:
         return
     for child in children:
-        if child.is_dir() and not child.is_symlink() and not child.name.startswith("."):
+        if child.is_dir() and not child.is_symlink() and not _skipped(child.name, is_run):
             _scan(store, child, depth + 1, found)
+
+
+def _skipped(name: str, in_run: bool) -> bool:
+    """Hidden folders, and a run's ``windows/`` (its profiling windows are part of it)."""
+    return name.startswith(".") or (in_run and name == WINDOWS_DIR)
+
+
+def is_live(files: Sequence[str], folders: Sequence[str], meta: RunMeta | None) -> bool:
+    """Whether a run (its file and folder names, its ``run.json``) is written by a running job,
+    or was left by one: ``run.json`` says so (incomplete, reason ``running``), or its profiling
+    windows are published one by one (``windows/``), or a step sidecar is still ``.partial``."""
+    running = meta is not None and meta.status == "incomplete" and meta.reason == RUNNING
+    return running or WINDOWS_DIR in folders or any(f.endswith(PARTIAL_SUFFIX) for f in files)
 
 
 def _run_files(children: Sequence[Path]) -> list[Path]:
@@ -144,8 +197,10 @@ def _scan_remote(store: RemotePath, folder: RemotePath, depth: int, found: list[
     files = [c for c in children if not c.is_dir]
     names = [f.location.name for f in files]
     traces = tuple(n for n in names if is_trace_name(n))
-    if depth > 0 and (traces or RUN_JSON in names):
+    is_run = depth > 0 and bool(traces or RUN_JSON in names)
+    if is_run:
         meta, error = _read_meta(folder / RUN_JSON) if RUN_JSON in names else (None, None)
+        folders = [c.location.name for c in children if c.is_dir]
         found.append(
             RunEntry(
                 run_id=folder.url[len(store.url) :].strip("/"),
@@ -154,12 +209,13 @@ def _scan_remote(store: RemotePath, folder: RemotePath, depth: int, found: list[
                 signature=_remote_signature(files),
                 meta=meta,
                 meta_error=error,
+                live=is_live(names, folders, meta),
             )
         )
     if depth >= MAX_DEPTH:
         return
     for child in children:
-        if child.is_dir and not child.location.name.startswith("."):
+        if child.is_dir and not _skipped(child.location.name, is_run):
             _scan_remote(store, child.location, depth + 1, found)  # type: ignore[arg-type]
 
 
@@ -169,7 +225,9 @@ def _remote_signature(files: Sequence[Entry]) -> Signature:
     return tuple(sorted(rows))
 
 
-def _entry(store: Path, folder: Path, files: list[Path], traces: tuple[str, ...]) -> RunEntry:
+def _entry(
+    store: Path, folder: Path, files: list[Path], traces: tuple[str, ...], folders: list[str]
+) -> RunEntry:
     meta, error = _read_meta(folder / RUN_JSON)
     return RunEntry(
         run_id=folder.relative_to(store).as_posix(),
@@ -178,6 +236,7 @@ def _entry(store: Path, folder: Path, files: list[Path], traces: tuple[str, ...]
         signature=signature_of(files),
         meta=meta,
         meta_error=error,
+        live=is_live([f.name for f in files], folders, meta),
     )
 
 

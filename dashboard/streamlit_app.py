@@ -2,8 +2,9 @@
 
 Resolves the run store (``--store`` after ``--``, else ``FSOBS_STORE``, else ``traces``) and routes
 to the pages: ``/`` (or ``/runs``), ``/bubbles?run=<id>``, ``/compare?control=<id>&test=<id>``,
-``/arms?control=<id>&runs=<id>,<id>``, ``/optimizer?run=<id>``, ``/whatif?run=<id>``; each page
-reads its run ids from the URL, and the sidebar's links carry them (:mod:`dashboard.urlstate`).
+``/arms?control=<id>&runs=<id>,<id>``, ``/optimizer?run=<id>``, ``/whatif?run=<id>``,
+``/live?run=<id>``; each page reads its run ids from the URL, and the sidebar's links carry them
+(:mod:`dashboard.urlstate`).
 """
 
 import sys
@@ -28,6 +29,10 @@ RUNS = st.Page(
 # (page, the query parameters it reads): the sidebar's links carry them.
 LINKS = (
     (RUNS, ("run",)),
+    (
+        st.Page("app_pages/live.py", title="Live", url_path="live", icon=":material/monitoring:"),
+        ("run",),
+    ),
     (
         st.Page(
             "app_pages/bubbles.py",

@@ -226,8 +226,14 @@ def degenerate_terms(model: CostModel) -> str | None:
     return nonzero[0] if len(nonzero) == 1 else None
 
 
-def run_facts(entry: RunEntry, analysis: Analysis | None, error: str | None) -> dict[str, Any]:
-    """One row of the runs table."""
+def run_facts(
+    entry: RunEntry,
+    analysis: Analysis | None,
+    error: str | None,
+    state: tuple[str | None, str | None],
+) -> dict[str, Any]:
+    """One row of the runs table; ``state``: the run's status and why it stopped
+    (:func:`dashboard.store.run_state`)."""
     meta = entry.meta
     row: dict[str, Any] = {
         "run": entry.run_id,
@@ -237,7 +243,8 @@ def run_facts(entry: RunEntry, analysis: Analysis | None, error: str | None) -> 
         "ranks loaded": None,
         "steps": None,
         "toggles": toggles_summary(entry.meta),
-        "status": meta.status if meta else "no run.json",
+        "status": state[0] or "no run.json",
+        "why stopped": state[1] or "",
         "simulated": meta is not None and meta.simulated,
         "trace MB": round(entry.trace_bytes / 1e6, 2),
         "problem": error or "",

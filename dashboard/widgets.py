@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import numbers, urlstate
-from dashboard.cache import first_with_data, load, runs
+from dashboard.cache import UNFINISHED, first_with_data, load, runs
 from dashboard.store import (
     RunEntry,
     every_toggle_off,
@@ -121,6 +121,10 @@ def open_run(
     stop_without_runs(entries)
     kwargs = {} if want is None else {"want": want}
     entry = pick_run(label, "run", entries, lambda: first_with_data(store, entries, **kwargs))
+    if entry.unfinished:
+        st.info(f"`{entry.run_id}` is a live run, not finished: {UNFINISHED}.")
+        st.page_link("app_pages/live.py", label="Open it live", query_params={"run": entry.run_id})
+        st.stop()
     loaded = load(store, entry)
     if loaded.analysis is None:
         stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")

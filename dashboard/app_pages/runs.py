@@ -16,10 +16,11 @@ from dashboard.cache import (
     remember_upload,
     runs,
 )
-from dashboard.store import READ_ONLY_NOTE, RunEntry, is_read_only
+from dashboard.store import READ_ONLY_NOTE, RunEntry, is_read_only, live_first, run_state
 from dashboard.upload import MAX_UPLOAD_BYTES, UPLOADER_MB, UploadError, store_upload
 from dashboard.widgets import current_store, pick_run
 from fsobs import Analysis, analyze_path
+from fsobs.storage import Location
 
 RESULT_KEY = "upload_result"
 # Streamlit words the per-file limit with one digit in the largest unit (512 MiB shows as
@@ -28,6 +29,7 @@ HIDE_WIDGET_LIMIT = (
     "<style>[data-testid='stFileUploaderDropzoneInstructions'] {display: none}</style>"
 )
 LAST_KEY = "upload_last"
+MAX_RUNNING_LINKS = 4  # running runs linked above the table (which lists them all, first)
 
 logger = logging.getLogger(__name__)
 
@@ -73,21 +75,25 @@ def _store_upload(store: Path) -> None:
     st.session_state["run"] = stored.run_id  # "Open a run" selects it (dashboard.urlstate)
 
 
-def _runs_table(store: Path) -> list[RunEntry]:
-    entries = runs(store)
-    if not entries:
+def _runs_table(store: Location) -> list[RunEntry]:
+    """The table of runs, running ones first (:func:`dashboard.store.live_first`)."""
+    found = runs(store)
+    if not found:
         st.info(f"No run in the store yet ({store}). Upload one below.")
         return []
-    auto = [e.trace_bytes <= AUTO_ANALYZE_BYTES for e in entries]
+    states = {e.run_id: run_state(e) for e in found}
+    entries = live_first(found, [states[e.run_id][0] for e in found])
+    auto = [e.trace_bytes <= AUTO_ANALYZE_BYTES and not e.unfinished for e in entries]
     pending = sum(a and not is_analyzed(store, e) for a, e in zip(auto, entries, strict=True))
     bar = st.progress(0.0, text=f"Analyzing {pending} run(s)...") if pending else None
     rows = []
     for number, (entry, analyze) in enumerate(zip(entries, auto, strict=True), start=1):
-        rows.append(facts(store, entry, analyze=analyze))
+        rows.append(facts(store, entry, states[entry.run_id], analyze=analyze))
         if bar is not None:
             bar.progress(number / len(entries), text=f"Analyzed {entry.run_id}")
     if bar is not None:
         bar.empty()
+    _running_links([e.run_id for e in entries if states[e.run_id][0] == "running"])
     st.dataframe(
         pd.DataFrame(rows),
         hide_index=True,
@@ -99,14 +105,31 @@ def _runs_table(store: Path) -> list[RunEntry]:
     return entries
 
 
-def _open_links(store: Path, entries: list[RunEntry]) -> None:
+def _running_links(run_ids: list[str]) -> None:
+    """A link to the Live page of each running run (the first :data:`MAX_RUNNING_LINKS`)."""
+    if not run_ids:
+        return
+    shown = run_ids[:MAX_RUNNING_LINKS]
+    more = len(run_ids) - len(shown)
+    st.caption(f"{len(run_ids)} run(s) running" + (f"; {more} more in the table" if more else ""))
+    for column, run_id in zip(st.columns(len(shown)), shown, strict=True):
+        column.page_link(
+            "app_pages/live.py",
+            label=run_id,
+            query_params={"run": run_id},
+            icon=":material/play_circle:",
+        )
+
+
+def _open_links(store: Location, entries: list[RunEntry]) -> None:
     """The session's run (after an upload: the uploaded one) and links to its pages."""
     entry = pick_run("Open a run", "run", entries, lambda: first_with_data(store, entries))
     _links(entry.run_id)
 
 
 def _links(run_id: str) -> None:
-    left, middle, right = st.columns(3)
+    now, left, middle, right = st.columns(4)
+    now.page_link("app_pages/live.py", label="Live", query_params={"run": run_id})
     left.page_link("app_pages/bubbles.py", label="Bubbles", query_params={"run": run_id})
     middle.page_link("app_pages/optimizer.py", label="Optimizer", query_params={"run": run_id})
     right.page_link(
@@ -114,11 +137,12 @@ def _links(run_id: str) -> None:
     )
 
 
-def _upload_form(store: Path) -> None:
+def _upload_form(store: Location) -> None:
     st.subheader("Upload a run")
     if is_read_only(store):
         st.info(READ_ONLY_NOTE)
         return
+    assert isinstance(store, Path)  # a store that is not read-only is a local folder
     st.caption(
         "Several trace files (one `*.json` / `*.json.gz` per rank, plus optional `run.json` and "
         "`steps.rank<R>.jsonl`) or one `.zip` / `.tar.gz` archive of them: "

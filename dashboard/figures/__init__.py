@@ -21,6 +21,7 @@ from dashboard.figures.compare import (
     per_rank_delta,
     step_time_distribution,
 )
+from dashboard.figures.live import bubble_ratio_by_window, classes_by_window, step_time_trend
 from dashboard.figures.optimizer import balance_bars, cost_fit, imbalance_over_steps
 from dashboard.figures.whatif import scale_curve, toggles_at_scale, whatif_reductions
 
@@ -28,8 +29,10 @@ __all__ = [
     "all_to_all_matrix",
     "balance_bars",
     "bubble_classes_by_rank",
+    "bubble_ratio_by_window",
     "bubble_reduction",
     "class_means",
+    "classes_by_window",
     "classes_over_steps",
     "cost_fit",
     "data_attribution",
@@ -39,6 +42,7 @@ __all__ = [
     "per_rank_delta",
     "scale_curve",
     "step_time_distribution",
+    "step_time_trend",
     "step_timeline",
     "straggler_steps",
     "straggler_wait_heatmap",
