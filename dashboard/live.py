@@ -15,8 +15,7 @@ import time
 import pandas as pd
 
 from dashboard.figures._style import CLASS_COLORS
-from fsobs.live.model import LiveState, WindowEntry
-from fsobs.live.view import ago
+from fsobs.live.model import LiveState, WindowEntry, ago
 
 WINDOW_COLUMNS = (
     "window",

@@ -205,6 +205,19 @@ class LiveState:
         )
 
 
+def ago(seconds: float) -> str:
+    """``seconds`` for people: ``45 s``, ``3 min``, ``2 h 5 min`` (``-`` when unknown: a
+    sidecar never seen is idle for ever)."""
+    if not math.isfinite(seconds):
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
 def _finite(value: dict[str, Any]) -> dict[str, Any]:
     """``value`` with every non-finite float as None (strict JSON)."""
     out: dict[str, Any] = _finite_value(value)

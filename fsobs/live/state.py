@@ -39,6 +39,7 @@ from fsobs.live.model import (
     RankProgress,
     WindowEntry,
     WindowSummary,
+    ago,
 )
 from fsobs.live.sidecar_tail import SidecarTail, StepRow
 from fsobs.runformat.names import PARTIAL_RE, RUN_JSON, SIDECAR_RE
@@ -360,16 +361,8 @@ def _status(meta: RunMeta | None, idle_s: float, stale_after: float) -> tuple[st
     if math.isinf(idle_s):
         return "stopped", "no step was ever recorded"
     if idle_s > stale_after:
-        return "stopped", f"no step recorded for {_ago(idle_s)} (the job may have died)"
+        return "stopped", f"no step recorded for {ago(idle_s)} (the job may have died)"
     return "running", None
-
-
-def _ago(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _schedule(run_dir: Path) -> WindowSchedule | None:

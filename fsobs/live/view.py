@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from fsobs.live.model import LiveState, RankProgress, WindowEntry
+from fsobs.live.model import LiveState, RankProgress, WindowEntry, ago
 
 RECENT_WINDOWS = 8
 """Windows shown (the latest, in step order)."""
@@ -60,19 +60,6 @@ def watch(
             if until_done and state.status != "running":
                 return state
             time.sleep(interval_s)
-
-
-def ago(seconds: float) -> str:
-    """``seconds`` for people: ``45 s``, ``3 min``, ``2 h 5 min`` (``-`` when unknown: a
-    sidecar never seen is idle for ever)."""
-    if not math.isfinite(seconds):
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60} min"
 
 
 def _header(state: LiveState) -> Text:

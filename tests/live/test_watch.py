@@ -26,9 +26,10 @@ from fsobs.live.model import (
     RankProgress,
     WindowEntry,
     WindowSummary,
+    ago,
 )
 from fsobs.live.state import LiveConfig, LiveRun
-from fsobs.live.view import ago, render, watch
+from fsobs.live.view import render, watch
 from fsobs.runformat import RunMeta, SidecarWriter, StepRecord, write_run_json
 from fsobs.runformat.windows import WindowSchedule, read_capture, write_schedule
 
