@@ -5,16 +5,19 @@ Two arms of ``fsobs run`` on the same global batches (same seed), interleaved ov
 (control first on even pairs, last on odd ones, :mod:`fsobs.workload.pairs`):
 
 - ``off``: ``--no-profile``: the step sidecar only (the least a run writes);
-- ``live``: ``--profile-window K --profile-every N``: the sidecar with the pause fields (the
-  step monitor), the profiler armed, a ``capture.json`` look per step, a live window of K
-  steps every N, each published as it closes.
+- ``armed``: ``--profile-every 0``: the profiler entered but never recording (captures only),
+  the pause fields, a ``capture.json`` look per step;
+- ``live``: ``--profile-window K --profile-every N``: the same with a live window of K steps
+  every N, each published as it closes.
 
 Per step, the step time is the slowest rank's wall time from the sidecars. A step of the live
 arm is *idle* when no window touches it: not a warm-up step, not a recorded one, not the step
 after a window (the one that exports it); the first 2 steps of both arms are left out (start-up).
-Reported: the median over pairs of ``median idle step live / median same steps off - 1`` (the
-idle overhead), a 95% bootstrap CI over the pooled paired steps, and the same for the window
-steps (warm-up, recorded and export steps together), with the load of the machine.
+Reported for each comparison of :data:`COMPARISONS`: the median over pairs of the median of
+the per-step ratios ``test / control - 1`` (same step, same batch), a 95% bootstrap CI over
+the pooled paired steps, and each pair's, with the load of the machine. ``live`` against
+``off`` on idle steps is the always-on overhead; ``armed`` against ``off`` is what the idle
+profiler alone changes; ``live`` against ``armed`` what the live windows add to it.
 
     .venv/bin/python benchmarks/bench_live.py [--pairs 3] [--steps 100] [--window 2 --every 20]
 """
@@ -39,6 +42,14 @@ from _runs import fsobs_run  # noqa: E402
 
 SKIP = 2
 """Start-up steps left out of both arms."""
+COMPARISONS = (
+    ("live", "off", "idle"),
+    ("live", "armed", "idle"),
+    ("armed", "off", "idle"),
+    ("live", "off", "window"),
+    ("live", "armed", "window"),
+)
+"""(test arm, control arm, which steps) reported."""
 
 
 def step_times(run_dir: Path) -> dict[int, float]:
@@ -88,11 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     common += [f"--model-size={args.model_size}"]
     arms = {
         "off": ["--no-profile"],
+        "armed": ["--profile-every=0"],
         "live": [f"--profile-window={args.window}", f"--profile-every={args.every}"],
     }
     load = os.getloadavg()
-    idle_pairs, window_pairs = [], []
-    pooled_idle, pooled_window = [], []
+    pooled: dict[tuple[str, str, str], list[np.ndarray]] = {}
+    per_pair: dict[tuple[str, str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
             times = {}
@@ -100,36 +112,29 @@ def main(argv: list[str] | None = None) -> int:
                 out = Path(tmp) / f"{arm}{pair}"
                 fsobs_run(out, common + arms[arm])
                 times[arm] = step_times(out)
-            on_idle = ratios(times["live"], times["off"], idle)
-            on_window = ratios(times["live"], times["off"], window)
-            idle_pairs.append(float(np.median(on_idle)) - 1)
-            window_pairs.append(float(np.median(on_window)) - 1)
-            pooled_idle.append(on_idle)
-            pooled_window.append(on_window)
-            print(
-                f"  pair {pair}: off {statistics.median(times['off'].values()):.1f} ms/step, "
-                f"idle {idle_pairs[-1]:+.2%}, window {window_pairs[-1]:+.2%}",
-                file=sys.stderr,
+            for key in COMPARISONS:
+                test, control, which = key
+                values = ratios(times[test], times[control], idle if which == "idle" else window)
+                pooled.setdefault(key, []).append(values)
+                per_pair.setdefault(key, []).append(float(np.median(values)) - 1)
+            medians = ", ".join(
+                f"{a} {statistics.median(t.values()):.1f}" for a, t in times.items()
             )
-    low, high = bootstrap(np.concatenate(pooled_idle))
-    wlow, whigh = bootstrap(np.concatenate(pooled_window))
+            print(f"  pair {pair}: median ms/step {medians}", file=sys.stderr)
     print(
         f"world size {args.world_size}, model {args.model_size}, {args.steps} steps, "
         f"windows of {args.window} every {args.every}, {args.pairs} pairs, "
-        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} before"
+        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} before; idle steps {len(idle)}, "
+        f"window steps {len(window)} (warm-up, recorded, export) per run"
     )
-    print(
-        f"idle steps ({len(idle)} per run): {statistics.median(idle_pairs):+.2%} step time "
-        f"(median over pairs; 95% CI {low:+.2%} .. {high:+.2%}; pairs "
-        + ", ".join(f"{v:+.2%}" for v in idle_pairs)
-        + ") (goal <= 2%)"
-    )
-    print(
-        f"window steps ({len(window)} per run: warm-up, recorded, export): "
-        f"{statistics.median(window_pairs):+.2%} (95% CI {wlow:+.2%} .. {whigh:+.2%}; pairs "
-        + ", ".join(f"{v:+.2%}" for v in window_pairs)
-        + ")"
-    )
+    for key in COMPARISONS:
+        test, control, which = key
+        low, high = bootstrap(np.concatenate(pooled[key]))
+        pairs = ", ".join(f"{v:+.2%}" for v in per_pair[key])
+        print(
+            f"{test} vs {control}, {which} steps: {statistics.median(per_pair[key]):+.2%} step "
+            f"time (median over pairs; 95% CI {low:+.2%} .. {high:+.2%}; pairs {pairs})"
+        )
     return 0
 
 
