@@ -15,8 +15,6 @@ from pathlib import Path
 from fsobs.cli.common import Commands, cost_model_path, example
 from fsobs.errors import FsobsError
 from fsobs.runformat.names import WINDOWS_DIR, is_trace_name
-from fsobs.runformat.runmeta import read_run_json
-from fsobs.runformat.windows import list_windows
 from fsobs.workload.config import MODEL_PRESETS, JobConfig, ModelSpec, data_config_for, job_profiler
 from optim.balance import METHODS
 from optim.config import DENSE_ORDERS, FreeScaleConfig, PriorityConfig, SMFreeConfig
@@ -282,21 +280,16 @@ def what_can_be_analyzed(out: Path) -> str:
 
 def _live_windows(out: Path) -> str:
     """What a live run's windows hold: those every rank published, each a run of its own."""
-    folders = list_windows(out)
-    meta = read_run_json(out)
-    seen = {r for w in folders for r in w.notes}
-    world_size = meta.world_size if meta is not None and meta.world_size else len(seen)
-    whole = [
-        w
-        for w in folders
-        if len(w.notes) == world_size and all(n.missed is None for n in w.notes.values())
-    ]
+    from fsobs.live.state import LiveConfig, LiveRun
+
+    state = LiveRun(out, LiveConfig(index=False)).poll()
+    whole = state.closed_windows
     if not whole:
         return "nothing can be analyzed (no window was published by every rank)"
-    steps = [s for w in whole for s in w.notes[0].steps]
+    steps = [s for w in whole for s in range(w.first_step, w.last_step + 1)]
     return (
         f"fsobs watch {out} --once lists its {len(whole)} published window(s) (steps "
-        f"{_spans(steps)}); fsobs analyze {whole[-1].path} reads the last"
+        f"{_spans(steps)}); fsobs analyze {out / WINDOWS_DIR / whole[-1].wid} reads the last"
     )
 
 

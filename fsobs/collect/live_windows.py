@@ -126,13 +126,12 @@ class LiveWindows:
         taken = [(c.first, c.last) for c in self._captures]
         first, last = self.schedule.place(request.start_step, request.steps, taken)
         window = _Window(first, last, request.id)
-        self._captures.append(window)
         if first < max(next_step, self._next_step):
-            self._captures.remove(window)
             why = f"rank {self.rank} saw the request at step {next_step}, after step {first}"
             self._note(window, first, missed=why)
             logger.warning("capture %s missed: %s", request.id, why)
         else:
+            self._captures.append(window)
             logger.info("rank %d: capture %s: steps %d-%d", self.rank, request.id, first, last)
 
     def export(self, prof: torch.profiler.profile, *, stopping: bool) -> None:

@@ -132,12 +132,9 @@ class ProfilerConfig:
         """The live windows' schedule (``ValueError`` without ``every``)."""
         if self.every is None:
             raise ValueError("every: not set, the profiler writes no live windows")
-        try:
-            return WindowSchedule(
-                every=self.every, wait=self.wait, warmup=self.warmup, active=self.active
-            )
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
+        return WindowSchedule(
+            every=self.every, wait=self.wait, warmup=self.warmup, active=self.active
+        )
 
 
 class StepProfiler:

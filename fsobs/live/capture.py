@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fsobs.errors import FsobsError
-from fsobs.live.state import LiveConfig, LiveRun
+from fsobs.live.state import LiveConfig, LiveRun, capture_spans
 from fsobs.runformat.windows import (
     CaptureRequest,
-    list_windows,
     read_schedule,
     window_dir,
     write_capture,
@@ -76,11 +75,6 @@ def request_capture(run_dir: str | Path, steps: int, *, lead_s: float = 3.0) -> 
     if times and lead_s > 0:
         lead = max(lead, math.ceil(lead_s * 1000 / max(min(times), 1e-3)))
     request = CaptureRequest.new(start_step=max(1, last + 1 + lead), steps=steps)
-    taken = [
-        (w.first_step, max(n.last_step for n in w.notes.values()))
-        for w in list_windows(root)
-        if w.notes and any(n.request is not None for n in w.notes.values())
-    ]
-    first, end = schedule.place(request.start_step, steps, taken)
+    first, end = schedule.place(request.start_step, steps, capture_spans(state.windows))
     write_capture(root, request)
     return Capture(request=request, first_step=first, last_step=end, window=window_dir(root, first))

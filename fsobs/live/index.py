@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from fsobs.analysis import analyze_summary, summarize_path
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
@@ -30,7 +31,7 @@ from fsobs.live.model import WindowSummary
 from fsobs.runformat.atomic import write_atomic
 from fsobs.runformat.bounded import read_limited
 from fsobs.runformat.names import RUN_JSON, SUMMARY_JSON, sidecar_file_name
-from fsobs.runformat.runmeta import RunMeta, read_run_meta, write_run_json
+from fsobs.runformat.runmeta import RunMeta, write_run_json
 from fsobs.runformat.steps import read_sidecars
 from fsobs.runformat.windows import MAX_SMALL_JSON, WindowFolder
 
@@ -57,14 +58,11 @@ def analyze_window(
     folder = window.path
     ranks = tuple(sorted(window.notes))
     window_meta = _window_meta(meta, window, ranks)
-    with tempfile.TemporaryDirectory(prefix="fsobs-window-") as scratch:
-        for rank, rank_lines in lines.items():
-            _write(Path(scratch) / sidecar_file_name(rank), _text(rank_lines))
-        sidecar = read_sidecars(Path(scratch))
+    sidecar = _sidecar(folder, lines)
     run = summarize_path(folder)
     run = replace(run, sidecar=sidecar, meta=window_meta)
     summary = summarize(analyze_summary(run))
-    _keep(folder, window_meta, lines, summary)
+    _keep(folder, window_meta, summary)
     return summary
 
 
@@ -110,26 +108,30 @@ def _window_meta(meta: RunMeta | None, window: WindowFolder, ranks: tuple[int, .
     )
 
 
-def _keep(
-    folder: Path, meta: RunMeta, lines: Mapping[int, list[bytes]], summary: WindowSummary
-) -> None:
-    """Complete the folder (sidecars, run.json) and write summary.json last; a store that
-    cannot be written keeps nothing (logged)."""
+def _sidecar(folder: Path, lines: Mapping[int, list[bytes]]) -> pd.DataFrame | None:
+    """The window's sidecar lines as the analysis reads them: written into the folder (which
+    they complete), or, where the store cannot be written, into a scratch folder."""
     try:
-        for rank, rank_lines in lines.items():
-            _write(folder / sidecar_file_name(rank), _text(rank_lines))
+        _write_lines(folder, lines)
+        return read_sidecars(folder)
+    except OSError as exc:
+        logger.info("%s: its sidecar lines kept in memory only: %s", folder, exc)
+    with tempfile.TemporaryDirectory(prefix="fsobs-window-") as scratch:
+        _write_lines(Path(scratch), lines)
+        return read_sidecars(Path(scratch))
+
+
+def _write_lines(folder: Path, lines: Mapping[int, list[bytes]]) -> None:
+    for rank, rank_lines in lines.items():
+        write_atomic(folder / sidecar_file_name(rank), b"".join(x + b"\n" for x in rank_lines))
+
+
+def _keep(folder: Path, meta: RunMeta, summary: WindowSummary) -> None:
+    """Complete the folder (run.json) and write summary.json last; a store that cannot be
+    written keeps nothing (logged)."""
+    try:
         if not (folder / RUN_JSON).exists():
             write_run_json(folder, meta)
-        else:
-            read_run_meta(folder / RUN_JSON)
         write_atomic(folder / SUMMARY_JSON, json.dumps(summary.to_json(), sort_keys=True).encode())
     except OSError as exc:
         logger.info("%s: summary kept in memory only: %s", folder, exc)
-
-
-def _text(lines: list[bytes]) -> bytes:
-    return b"".join(line + b"\n" for line in lines)
-
-
-def _write(path: Path, data: bytes) -> None:
-    write_atomic(path, data)

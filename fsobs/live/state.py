@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,6 @@ from fsobs.live.model import (
     LiveState,
     RankProgress,
     WindowEntry,
-    WindowSummary,
     ago,
 )
 from fsobs.live.sidecar_tail import SidecarTail, StepRow
@@ -92,7 +92,8 @@ class LiveRun:
         self._num_rows: dict[int, int] = {}
         self._by_step: dict[int, list[float]] = {}
         """step -> [max wall ms over the ranks read, imbalance_before, imbalance_after]."""
-        self._summaries: dict[str, WindowSummary] = {}
+        self._closed: dict[str, WindowEntry] = {}
+        """Closed windows by folder name: never read again."""
         self._errors: dict[str, str] = {}
         self._meta: tuple[int, RunMeta | None] | None = None
 
@@ -221,10 +222,11 @@ class LiveRun:
     def _windows(
         self, meta: RunMeta | None, world_size: int, status: str, now: int
     ) -> tuple[WindowEntry, ...]:
-        folders = list_windows(self.run_dir)
+        folders = list_windows(self.run_dir, skip=self._closed)  # closed ones stay closed
         last = {rank: (r[-1].step if r else -1) for rank, r in self._recent.items()}
-        entries = [self._entry(f, meta, world_size, status, last) for f in folders]
-        entries += self._never_published(folders, last, world_size, status)
+        entries = [*self._closed.values()]
+        entries += [self._entry(f, meta, world_size, status, last) for f in folders]
+        entries += self._never_published(entries, last, world_size, status)
         return tuple(sorted(entries, key=lambda e: e.first_step))
 
     def _entry(
@@ -257,7 +259,7 @@ class LiveRun:
             return WindowEntry(state="missing" if gone else "pending", **base)
         if folder.wid in self._errors:
             return WindowEntry(state="bad", error=self._errors[folder.wid], **base)
-        summary = self._summaries.get(folder.wid) or read_summary(folder.path)
+        summary = read_summary(folder.path)
         if summary is None and self.config.index:
             if any(last.get(r, -1) < end for r in range(world_size)):  # its lines are not in yet
                 return WindowEntry(state="pending", **base)
@@ -267,13 +269,12 @@ class LiveRun:
             except (FsobsError, OSError) as exc:
                 self._errors[folder.wid] = str(exc)
                 return WindowEntry(state="bad", error=str(exc), **base)
-        if summary is None:  # not indexing: published by every rank, not analyzed
-            return WindowEntry(state="closed", **base)
-        self._summaries[folder.wid] = summary
-        return WindowEntry(state="closed", summary=summary, **base)
+        # summary None: not indexing, published by every rank, not analyzed
+        entry = self._closed[folder.wid] = WindowEntry(state="closed", summary=summary, **base)
+        return entry
 
     def _never_published(
-        self, folders: list[WindowFolder], last: dict[int, int], world_size: int, status: str
+        self, listed: list[WindowEntry], last: dict[int, int], world_size: int, status: str
     ) -> list[WindowEntry]:
         """Scheduled windows every rank is past with no folder at all (no rank published)."""
         schedule = _schedule(self.run_dir)
@@ -282,12 +283,8 @@ class LiveRun:
         reached = min(last.values()) - (PAST if status == RUNNING else 0)
         if reached < 0:
             return []
-        have = {f.first_step for f in folders}
-        captures = [
-            (f.first_step, max(n.last_step for n in f.notes.values()))
-            for f in folders
-            if f.notes and any(n.trigger == "capture" for n in f.notes.values())
-        ]
+        have = {w.first_step for w in listed}
+        captures = capture_spans(listed)
         out = []
         for first, end in schedule.scheduled(0, reached):
             if end > reached or first in have or schedule.gives_way((first, end), captures):
@@ -322,12 +319,17 @@ class LiveRun:
             schedule = _schedule(self.run_dir)
             end = request.last_step
             if schedule is not None:
-                taken = [(w.first_step, w.last_step) for w in windows if w.trigger == "capture"]
-                end = schedule.place(request.start_step, request.steps, taken)[1]
+                end = schedule.place(request.start_step, request.steps, capture_spans(windows))[1]
             steps = [p.last_step for p in progress if p.last_step is not None]
             if steps and min(steps) >= end + PAST:
                 state = "missing"
         return {**request.to_json(), "window": wid, "state": state}
+
+
+def capture_spans(windows: Sequence[WindowEntry]) -> list[tuple[int, int]]:
+    """The (first, last) steps of the captured windows of a run's index: what a new capture
+    is placed past (:meth:`~fsobs.runformat.windows.WindowSchedule.place`)."""
+    return [(w.first_step, w.last_step) for w in windows if w.trigger == "capture"]
 
 
 def check_run(run_dir: Path) -> None:
@@ -386,4 +388,4 @@ def _late_rank(alerts: tuple[Alert, ...]) -> LateRank | None:
     return LateRank(rank=rule.evidence["rank"], share=rule.evidence["share"], cause=rule.cause)
 
 
-__all__ = ["LiveConfig", "LiveRun", "check_run", "run_status"]
+__all__ = ["LiveConfig", "LiveRun", "capture_spans", "check_run", "run_status"]

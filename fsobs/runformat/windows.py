@@ -31,7 +31,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,16 +161,17 @@ class WindowFolder:
         return self.path.name
 
 
-def list_windows(run_dir: str | Path) -> list[WindowFolder]:
+def list_windows(run_dir: str | Path, skip: Container[str] = ()) -> list[WindowFolder]:
     """The run's window folders by first step, with the notes published so far (a note that
-    cannot be read is listed in ``bad``, never raised: a live run is read as it is written)."""
+    cannot be read is listed in ``bad``, never raised: a live run is read as it is written);
+    the folders named in ``skip`` are left out, their notes unread."""
     root = Path(run_dir) / WINDOWS_DIR
     if not root.is_dir():
         return []
     folders = []
     for sub in sorted(root.iterdir()):
         match = WINDOW_RE.match(sub.name)
-        if match is None or not sub.is_dir() or sub.is_symlink():
+        if match is None or sub.name in skip or not sub.is_dir() or sub.is_symlink():
             continue
         notes: dict[int, WindowNote] = {}
         bad: dict[str, str] = {}
