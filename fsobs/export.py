@@ -152,7 +152,7 @@ def _slice(name: str, tid: str, start_ns: int, dur_ns: int, step: int) -> str:
 
 def _write_trace(out: BinaryIO, trace: RankSummary, extra: list[str], max_bytes: int) -> None:
     """Copy the top-level object value by value, appending ``extra`` to ``traceEvents``."""
-    data = read_trace_bytes(trace.path, max_bytes)
+    data = read_trace_bytes(trace.path, max_bytes, held=False)
     try:
         top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.DecodeError as exc:

@@ -14,7 +14,10 @@ credentials, and fsspec's ``FSSPEC_<PROTOCOL>_<OPTION>`` variables for any proto
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -122,9 +125,13 @@ class Readable(Protocol):
 
 @contextmanager
 def open_binary(location: Location) -> Iterator[Readable]:
-    """The file, opened for reading as a stream (HTTP: one GET, no range requests)."""
+    """The file, opened for reading as a stream (HTTP: one GET, no range requests).
+
+    A local file must be a regular file: a FIFO, a device (``/dev/zero``) or a folder is an
+    :class:`OSError` saying so, raised at once (a FIFO is opened without waiting for a writer).
+    """
     if isinstance(location, Path):
-        with location.open("rb") as f:
+        with open_local(location) as f:
             yield f
         return
     fs, path = _fs(location)
@@ -138,18 +145,39 @@ def open_binary(location: Location) -> Iterator[Readable]:
             handle.close()
 
 
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
+
+
+def open_local(path: Path) -> IO[bytes]:
+    """``path`` opened for reading, if it is a regular file (checked on the open file, so that
+    nothing can swap it in between); else OSError naming what it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
+            raise OSError(errno.EINVAL, f"not a regular file ({kind})", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_bytes(location: Location) -> bytes:
-    """The whole file (OSError when it cannot be read)."""
-    if isinstance(location, Path):
-        return location.read_bytes()
+    """The whole file (OSError when it cannot be read, or is not a regular file)."""
     with open_binary(location) as f:
         return f.read()
 
 
 def read_text(location: Location) -> str:
     """The whole file as UTF-8 text (OSError, UnicodeDecodeError)."""
-    if isinstance(location, Path):
-        return location.read_text(encoding="utf-8")
     return read_bytes(location).decode("utf-8")
 
 

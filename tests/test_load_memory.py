@@ -4,7 +4,7 @@ Measured with :mod:`tracemalloc` (every buffer the readers make is a Python obje
 of ``SPACES`` bytes of whitespace and a small trace: the whole-file read holds the text once
 (a growing buffer: at most 1/8 over, plus a piece or two of
 :data:`fsobs.trace._decode.PIECE` bytes), the streaming read a few pieces whatever the file's
-size, and the default limit of 16 GiB reserves nothing. ``benchmarks/bench_load_memory.py``
+size, and the default limit of 4 GiB reserves nothing. ``benchmarks/bench_load_memory.py``
 measures the same as peak RSS.
 """
 
@@ -53,7 +53,7 @@ def test_the_limit_reserves_nothing(tmp_path: Path) -> None:
     path = tmp_path / "t.json.gz"
     path.write_bytes(gzip.compress(TRACE))
     default_limit = LoadConfig().max_trace_bytes
-    assert default_limit == 16 * 2**30
+    assert default_limit == 4 * 2**30
     assert peak_bytes(lambda: read_trace_bytes(path, default_limit)) < MiB
 
 
@@ -65,7 +65,7 @@ def test_the_whole_file_read_holds_the_text_once(padded: Path) -> None:
 
 
 def test_the_streaming_read_holds_a_few_pieces(padded: Path) -> None:
-    stream = EventStream(padded, 16 * 2**30)
+    stream = EventStream(padded, 16 * 2**30, 16 * 2**30)
     chunks: list[bytes] = []
     assert peak_bytes(lambda: chunks.extend(stream)) < 4 * PIECE
     names = [event["name"] for chunk in chunks for event in json.loads(chunk)]

@@ -15,8 +15,12 @@ BIG = 2**34
 
 def _same(path, *, streams=True):
     """The public reader equals the whole-file reader; ``streams``: without falling back."""
-    a = _build._build_streaming(path, BIG) if streams else _build.build_rank_trace(path, BIG)
-    b = _build._build_whole(path, BIG)
+    a = (
+        _build._build_streaming(path, BIG, BIG)
+        if streams
+        else _build.build_rank_trace(path, BIG, BIG)
+    )
+    b = _build._build_whole(path, BIG, False)
     assert a.events.equals(b.events)
     assert a.collectives.equals(b.collectives)
     assert (a.rank, a.world_size, a.host_name, a.process_groups) == (
@@ -85,7 +89,7 @@ def test_misleading_text_inside_strings_falls_back(tmp_path, monkeypatch):
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(Exception):  # noqa: B017 (any failure: the reader falls back)
-        _build._build_streaming(path, BIG)
+        _build._build_streaming(path, BIG, BIG)
     got = _same(path, streams=False)
     assert set(got.events["name"].astype(str)) >= {"weird}, {name", 'q\\"}, {\\"'}
     assert len(got.events) == len(events)

@@ -45,12 +45,14 @@ _DEVICE_DTYPE = pd.CategoricalDtype(["cpu", "gpu"])
 def build_rank_trace(
     path: Location,
     max_bytes: int,
+    max_held: int,
     step_marker: str | None = None,
     comm_kernels: tuple[str, ...] = (),
 ) -> RankTrace:
     """Read, decode and tabulate one trace file. Raises :class:`FsobsError` on bad input.
-    ``comm_kernels``: the user's patterns of communication kernels
-    (:func:`fsobs.trace.classify.comm_kernel_re`).
+    ``max_bytes``: the most text read; ``max_held``: the most held whole in memory
+    (:class:`fsobs.trace.LoadConfig`). ``comm_kernels``: the user's patterns of communication
+    kernels (:func:`fsobs.trace.classify.comm_kernel_re`).
 
     The file is first read as a stream (:mod:`fsobs.trace._stream`): a few MB of JSON text at a
     time. Should that fail for any reason (an unusual layout, or bad input), it is read again
@@ -58,20 +60,21 @@ def build_rank_trace(
     """
     comm = comm_kernel_re(comm_kernels)
     try:
-        return _build_streaming(path, max_bytes, step_marker, comm)
+        return _build_streaming(path, max_bytes, max_held, step_marker, comm)
     except TraceReadError:
         raise  # the file itself cannot be read: the whole-file path could not either
     except (SplitError, msgspec.MsgspecError, FsobsError, UnicodeDecodeError, RecursionError):
-        return _build_whole(path, max_bytes, step_marker, comm)
+        return _build_whole(path, min(max_bytes, max_held), max_held < max_bytes, step_marker, comm)
 
 
 def _build_streaming(
     path: Location,
     max_bytes: int,
+    max_held: int,
     step_marker: str | None = None,
     comm: re.Pattern[str] = COMM_KERNEL_RE,
 ) -> RankTrace:
-    stream = EventStream(path, max_bytes)
+    stream = EventStream(path, max_bytes, max_held)
     builder = ColumnBuilder(path, -1)
     offset = 0
     for chunk in stream:
@@ -84,11 +87,13 @@ def _build_streaming(
 def _build_whole(
     path: Location,
     max_bytes: int,
+    held: bool,
     step_marker: str | None = None,
     comm: re.Pattern[str] = COMM_KERNEL_RE,
 ) -> RankTrace:
-    """The whole JSON text in memory while its events are decoded, batch by batch."""
-    data = read_trace_bytes(path, max_bytes)
+    """The whole JSON text in memory while its events are decoded, batch by batch;
+    ``max_bytes`` is the limit of text held whole (``held``) or per trace."""
+    data = read_trace_bytes(path, max_bytes, held=held)
     trace = decode_trace(data, path)
     builder = ColumnBuilder(path, _rank_info(trace, path)[0])
     raws = trace.traceEvents

@@ -7,19 +7,27 @@ so a trace costs a fraction of ``json.load`` in time and memory.
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 
 from fsobs.errors import TraceFormatError, TraceReadError
-from fsobs.storage import Location, Readable, open_binary
+from fsobs.storage import Location, Readable, open_binary, open_local
 
 RAW_NONE = msgspec.Raw()
 GZIP_MAGIC = b"\x1f\x8b"
-DEFAULT_MAX_TRACE_BYTES = 16 * 2**30  # decompressed size limit per file
+DEFAULT_MAX_TRACE_BYTES = 4 * 2**30
+"""Largest text of one trace file, decompressed, read as a stream (a few MiB of it held at a
+time): 8 times the largest real traces (torchrec GPU traces take 50-500 MB per rank)."""
+DEFAULT_MAX_HELD_BYTES = 512 * 2**20
+"""Largest text held whole in memory: all of a file that the streaming reader cannot cut into
+events (:mod:`fsobs.trace._stream`), or one event or header too long to cut. The largest real
+traces fit whole; a real event takes a few KiB. What it bounds is what a hostile file (one huge
+string, a gzip bomb, megabytes of junk) costs a parser before it is refused."""
 PIECE = 4 * 2**20
 """Decompressed bytes per piece of :func:`text_pieces`."""
 
@@ -92,29 +100,33 @@ _DECODER = msgspec.json.Decoder(TraceFile)
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 
 
-def read_trace_bytes(path: Location, max_bytes: int = DEFAULT_MAX_TRACE_BYTES) -> bytearray:
-    """The JSON text of ``path`` (plain or gzip, local or remote); refuses anything over
-    ``max_bytes``.
+def read_trace_bytes(
+    path: Location, max_bytes: int = DEFAULT_MAX_HELD_BYTES, *, held: bool = True
+) -> bytearray:
+    """The JSON text of ``path`` (plain or gzip, local or remote), held whole; refuses anything
+    over ``max_bytes``, which is the limit of text held whole (``held``) or per trace.
 
     The text is gathered piece by piece (:func:`text_pieces`) into one growing buffer, so
     memory follows the text's size: nothing is reserved for the limit, nothing held twice.
     """
     buf = bytearray()
-    for piece in text_pieces(path, max_bytes):
+    for piece in text_pieces(path, max_bytes, held=held):
         buf += piece
     return buf
 
 
-def text_pieces(path: Location, max_bytes: int) -> Iterator[bytes]:
+def text_pieces(path: Location, max_bytes: int, *, held: bool = False) -> Iterator[bytes]:
     """The file's text in pieces of at most :data:`PIECE` bytes, gzip decompressed (several
     members too), front to back (no seek, so a remote file is one stream).
 
     Raises :class:`TraceReadError` when the file cannot be read, is not whole gzip, or its text
     passes ``max_bytes``; a local file too big by its size or its gzip trailer is refused
-    before anything is decompressed.
+    before anything is decompressed. ``held``: the caller holds the whole text (the error says
+    so).
     """
+    over = held_over if held else _over
     if isinstance(path, Path):
-        _check_local_size(path, max_bytes)
+        _check_local_size(path, max_bytes, over)
     total = 0
     try:
         with open_binary(path) as f:
@@ -134,7 +146,7 @@ def text_pieces(path: Location, max_bytes: int) -> Iterator[bytes]:
                     total += len(text)
                     if total > max_bytes:
                         what = "decompressed data" if gz else "file"
-                        raise TraceReadError(f"{what} is {_over(max_bytes)}", path=path)
+                        raise TraceReadError(f"{what} is {over(max_bytes)}", path=path)
                     if text:
                         yield text
                 raw = f.read(PIECE // 8 if gz else PIECE)
@@ -161,13 +173,13 @@ def _first_bytes(f: Readable) -> bytes:
     return raw
 
 
-def _check_local_size(path: Path, max_bytes: int) -> None:
+def _check_local_size(path: Path, max_bytes: int, over: Callable[[int], str]) -> None:
     """Refuse a local file by its size (plain) or its gzip trailer (ISIZE: the last member's
-    uncompressed size mod 2**32), before reading it."""
+    uncompressed size mod 2**32), before reading it; and anything but a regular file."""
     claimed = 0
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
+        with open_local(path) as f:
+            size = os.fstat(f.fileno()).st_size
             gz = f.read(2) == GZIP_MAGIC
             if gz and size >= 18:
                 f.seek(-4, 2)
@@ -176,13 +188,13 @@ def _check_local_size(path: Path, max_bytes: int) -> None:
         raise TraceReadError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
     if not gz:
         if size > max_bytes:
-            raise TraceReadError(f"file is {_size(size)}, {_over(max_bytes)}", path=path)
+            raise TraceReadError(f"file is {_size(size)}, {over(max_bytes)}", path=path)
         return
     if size < 18:
         raise TraceReadError("truncated gzip file (shorter than a gzip header)", path=path)
     if claimed > max_bytes:
         raise TraceReadError(
-            f"gzip trailer claims {_size(claimed)} uncompressed, {_over(max_bytes)}", path=path
+            f"gzip trailer claims {_size(claimed)} uncompressed, {over(max_bytes)}", path=path
         )
 
 
@@ -190,6 +202,14 @@ def _over(max_bytes: int) -> str:
     return (
         f"over the {_size(max_bytes)} limit per trace "
         "(raise it with --max-trace-gb or LoadConfig.max_trace_bytes)"
+    )
+
+
+def held_over(max_bytes: int) -> str:
+    """The end of the error for text over the limit of what is held whole."""
+    return (
+        f"over the {_size(max_bytes)} limit of text held whole: the streaming reader cannot "
+        "cut it into events (raise it with LoadConfig.max_held_bytes)"
     )
 
 

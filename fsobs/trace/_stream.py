@@ -16,8 +16,9 @@ from collections.abc import Iterator
 
 import msgspec
 
+from fsobs.errors import TraceReadError
 from fsobs.storage import Location
-from fsobs.trace._decode import text_pieces
+from fsobs.trace._decode import held_over, text_pieces
 
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _ARRAY_END = re.compile(rb"\}\s*\]")
@@ -39,12 +40,15 @@ class EventStream:
 
     The text is kept in one buffer that the pieces are appended to and the events cut from,
     each byte of it searched for a cut once: time and memory follow the size of the text, even
-    for gigabytes of whitespace (dropped where it leads the document or the events).
+    for gigabytes of whitespace (dropped where it leads the document or the events). The buffer
+    never passes ``max_held`` bytes: text that long without a cut (one huge event) is refused
+    in a :class:`~fsobs.errors.TraceReadError`, as reading the file whole would refuse it.
     """
 
-    def __init__(self, path: Location, max_bytes: int) -> None:
+    def __init__(self, path: Location, max_bytes: int, max_held: int) -> None:
         self._path = path
         self._max_bytes = max_bytes
+        self._max_held = max_held
         self.skeleton = b""
 
     def __iter__(self) -> Iterator[bytes]:
@@ -69,6 +73,8 @@ class EventStream:
                 yield _as_array(buf, cut[0])
                 del buf[: cut[1]]
                 searched -= cut[1]
+            elif len(buf) > self._max_held:
+                raise TraceReadError(f"one event is {held_over(self._max_held)}", path=self._path)
         if not header:
             raise SplitError("no traceEvents array")
         events, trailer = _split_tail(bytes(buf))

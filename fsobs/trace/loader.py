@@ -36,7 +36,7 @@ from fsobs.storage import (
     list_dir,
 )
 from fsobs.trace._build import build_rank_trace
-from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
+from fsobs.trace._decode import DEFAULT_MAX_HELD_BYTES, DEFAULT_MAX_TRACE_BYTES
 from fsobs.trace._sniff import NOT_TRACE_NOTE, is_trace_file
 from fsobs.trace.classify import comm_kernel_re
 from fsobs.trace.cluster import DaskCluster, Progress, raise_first, scheduler_address
@@ -65,7 +65,12 @@ class LoadConfig:
     """How traces are read."""
 
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES
-    """Largest decompressed size accepted per trace file (guards against gzip bombs)."""
+    """Largest decompressed size accepted per trace file (guards against gzip bombs); the text
+    is read as a stream, a few MiB at a time (default 4 GiB)."""
+    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES
+    """Largest text held whole in memory per trace file: a file the streaming reader cannot
+    cut into events, or one event too long to cut (default 512 MiB; what a hostile file can
+    cost each parser)."""
     workers: int | None = None
     """Parser processes; None: one per file up to the number of CPUs; 1: parse in-process."""
     step_marker: str | None = None
@@ -84,6 +89,8 @@ class LoadConfig:
     def __post_init__(self) -> None:
         if self.max_trace_bytes <= 0:
             raise ValueError("max_trace_bytes must be positive")
+        if self.max_held_bytes <= 0:
+            raise ValueError("max_held_bytes must be positive")
         if self.workers is not None and self.workers < 1:
             raise ValueError("workers must be >= 1")
         comm_kernel_re(self.comm_kernels)  # ValueError naming the field for a bad pattern
@@ -97,7 +104,11 @@ def load_rank(path: str | Path | RemotePath, config: LoadConfig | None = None) -
     config = config or LoadConfig()
     location = as_location(path)
     return build_rank_trace(
-        location, config.max_trace_bytes, config.step_marker, config.comm_kernels
+        location,
+        config.max_trace_bytes,
+        config.max_held_bytes,
+        config.step_marker,
+        config.comm_kernels,
     )
 
 
