@@ -3,13 +3,12 @@
 
 Every string that comes from the run (reasons, alert messages, a rank's excuse for a missed
 window) is passed through as data: the page draws it in a table, with ``st.text``, or escaped
-(:func:`escape_markdown`), never as Markdown.
+(:func:`dashboard.text.esc`), never as Markdown.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import time
 
 import pandas as pd
@@ -160,13 +159,3 @@ def capture_line(capture: dict[str, object] | None) -> str | None:
 def clock(ns: int) -> str:
     """A wall-clock time in ns since the epoch as ``HH:MM:SS UTC``."""
     return time.strftime("%H:%M:%S UTC", time.gmtime(ns / 1e9))
-
-
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=^\"'])")
-
-
-def escape_markdown(text: str) -> str:
-    """``text`` from the run as one line of Markdown that renders as exactly that text: every
-    character Markdown (or Streamlit's ``:color[...]``, ``$math$``, HTML) could read as markup
-    is backslash-escaped, and whitespace runs become one space."""
-    return MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(text.split()))

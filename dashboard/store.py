@@ -5,8 +5,9 @@ The store is one directory (default ``traces`` in the current directory), chosen
 environment variable. A **run** is a directory inside it, at most :data:`MAX_DEPTH` levels down,
 that holds a ``run.json`` or Kineto trace files (``*.json``, ``*.json.gz`` other than ``run.json``
 and ``cost_model.json``). Its **id** is its path relative to the store with ``/`` separators.
-Hidden directories (``.name``, e.g. an upload being validated) and symbolic links are skipped, so
-the app only ever opens what lies inside the store.
+Hidden directories (``.name``, e.g. an upload being validated) and symbolic links (folders and
+files) are skipped, so the app only ever opens what lies inside the store; a run's linked files
+are named (:attr:`RunEntry.links`) for the page to say so.
 
 The store can also be an fsspec URL (``s3://bucket/runs``, ``gs://...``, ``http(s)://...``; see
 :mod:`fsobs.storage`): its runs are listed and analyzed where they are, never copied. Such
@@ -60,6 +61,8 @@ class RunEntry:
     live: bool = False
     """Written while its job runs (:func:`is_live`): read by the Live page, not parsed
     as a finished run."""
+    links: tuple[str, ...] = ()
+    """Its files that are symbolic links (local store): skipped, never opened."""
 
     @property
     def unfinished(self) -> bool:
@@ -156,7 +159,8 @@ def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
     is_run = depth > 0 and bool(traces or RUN_JSON in names)
     if is_run:
         folders = [c.name for c in children if c.is_dir() and not c.is_symlink()]
-        found.append(_entry(store, folder, files, traces, folders))
+        links = tuple(c.name for c in children if c.is_symlink() and not c.is_dir())
+        found.append(_entry(store, folder, files, traces, folders, links))
     if depth >= MAX_DEPTH:
         return
     for child in children:
@@ -226,10 +230,16 @@ def _remote_signature(files: Sequence[Entry]) -> Signature:
 
 
 def _entry(
-    store: Path, folder: Path, files: list[Path], traces: tuple[str, ...], folders: list[str]
+    store: Path,
+    folder: Path,
+    files: list[Path],
+    traces: tuple[str, ...],
+    folders: list[str],
+    links: tuple[str, ...],
 ) -> RunEntry:
     meta, error = _read_meta(folder / RUN_JSON)
     return RunEntry(
+        links=links,
         run_id=folder.relative_to(store).as_posix(),
         path=folder,
         trace_files=traces,
@@ -253,7 +263,7 @@ def signature_of(files: Sequence[Path]) -> Signature:
 
 
 def _read_meta(path: Location) -> tuple[RunMeta | None, str | None]:
-    if isinstance(path, Path) and not path.is_file():
+    if isinstance(path, Path) and (path.is_symlink() or not path.is_file()):
         return None, None
     try:
         return read_run_meta(path), None

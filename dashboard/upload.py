@@ -9,15 +9,18 @@ sidecars ``steps.rank<R>.jsonl``) or one ``.zip`` / ``.tar.gz`` / ``.tgz`` archi
    member has an absolute path or ``..``, is a symbolic or hard link, a device or FIFO, or is
    encrypted; two files with the same name are refused;
 3. count bytes against :data:`MAX_UPLOAD_BYTES` (uncompressed, all files together): the sizes the
-   archive declares before extracting, and the bytes actually written while streaming, so a
-   decompression bomb stops at the limit. What the archive readers would hold in memory is
-   refused by its declared size before it is read: a zip's central directory beyond
-   :data:`MAX_ZIP_DIRECTORY_BYTES`, tar extension headers (GNU long names, pax) beyond
-   :data:`MAX_TAR_METADATA_BYTES` in all (global pax headers, applied to every member, beyond
-   :data:`MAX_TAR_GLOBAL_BYTES`) or more than :data:`MAX_TAR_HEADERS_IN_A_ROW` before one
-   member, and GNU sparse members (their maps are read whole);
-4. validate: load and analyze the staged run with fsobs; any
-   :class:`~fsobs.errors.FsobsError` becomes an :class:`UploadError` with its one-line message;
+   archive declares before extracting, and the text of the files actually written while
+   streaming, a gzip trace's (``.json.gz``, uploaded or in an archive) inflated to count it
+   (:class:`_Text`), so a decompression bomb of either layer stops at the limit. What the
+   archive readers would hold in memory is refused by its declared size before it is read: a
+   zip's central directory beyond :data:`MAX_ZIP_DIRECTORY_BYTES`, tar extension headers (GNU
+   long names, pax) beyond :data:`MAX_TAR_METADATA_BYTES` in all (global pax headers, applied
+   to every member, beyond :data:`MAX_TAR_GLOBAL_BYTES`) or more than
+   :data:`MAX_TAR_HEADERS_IN_A_ROW` before one member, and GNU sparse members (their maps are
+   read whole);
+4. validate: load and analyze the staged run with fsobs, no trace read past the limit
+   (:func:`analyze_upload`); any :class:`~fsobs.errors.FsobsError` becomes an
+   :class:`UploadError` with its one-line message;
 5. ``os.rename`` the staging directory to ``uploads/<name>``, ``<name>-2``, ``<name>-3``, ... (the
    first that does not exist: a stored run is never overwritten).
 
@@ -47,11 +50,13 @@ import zipfile
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO
 
-from fsobs import FsobsError, analyze_path
+from fsobs import Analysis, FsobsError, LoadConfig, analyze_path
 from fsobs.runformat.names import RUN_JSON, SIDECAR_RE, is_trace_name
+from fsobs.trace._decode import GZIP_MAGIC
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 """Largest upload, uncompressed, all files together."""
@@ -160,9 +165,10 @@ def store_upload(
     name: str | None = None,
     *,
     limit: int = MAX_UPLOAD_BYTES,
-    validate: Validator = analyze_path,
+    validate: Validator | None = None,
 ) -> StoredUpload:
-    """Validate the uploaded files (name, binary stream) and store them as a new run.
+    """Validate the uploaded files (name, binary stream) and store them as a new run;
+    ``validate`` (default :func:`analyze_upload` under ``limit``) is given the staged folder.
 
     Raises :class:`UploadError` (and leaves the store unchanged) when anything is wrong,
     the store itself included (a full disk, no permission).
@@ -185,7 +191,7 @@ def store_upload(
         else:
             for file_name, stream in files:
                 _copy_file(file_name, stream, staged)
-        _validate(staged, validate)
+        _validate(staged, validate or partial(analyze_upload, limit=limit))
         final = _commit(staged.folder, uploads, base)
     except OSError as exc:  # the store's own failures: renaming, validating what was written
         _discard(staged.folder, uploads if created else None)
@@ -199,6 +205,12 @@ def store_upload(
         files=tuple(sorted(staged.files)),
         skipped=tuple(staged.skipped),
     )
+
+
+def analyze_upload(folder: Path, limit: int = MAX_UPLOAD_BYTES) -> Analysis:
+    """The analysis of a staged upload, no trace read past ``limit`` bytes of text (the
+    upload's own limit: the loader's default is for the user's own runs)."""
+    return analyze_path(folder, LoadConfig(max_trace_bytes=limit))
 
 
 def _make_staging(uploads: Path) -> tuple[Path, bool]:
@@ -263,13 +275,50 @@ def _write(name: str, stream: IO[bytes], staged: _Staged) -> None:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except OSError as exc:
         raise _store_error(name, exc) from None
+    text = _Text(name, staged.budget)
     try:
         while chunk := stream.read(_CHUNK):
-            staged.budget.take(len(chunk), name)
+            text.count(chunk)
             _write_all(fd, chunk, name)
     finally:
         os.close(fd)
     staged.files.append(name)
+
+
+class _Text:
+    """Counts the text a file holds against the budget as its bytes arrive: a gzip file (by its
+    first bytes, as the loader tells one) is inflated a piece at a time just to count its text,
+    every member of it; any other file counts as it is. A file whose gzip is damaged stops
+    being counted: the loader refuses it, reading no more than the limit either."""
+
+    def __init__(self, name: str, budget: _Budget) -> None:
+        self._name = name
+        self._budget = budget
+        self._inflater: zlib._Decompress | None = None
+        self._kind: str | None = None  # "gzip", "plain" or "damaged", from the first bytes
+
+    def count(self, data: bytes) -> None:
+        if self._kind is None:
+            self._kind = "gzip" if data.startswith(GZIP_MAGIC) else "plain"
+        if self._kind == "plain":
+            self._budget.take(len(data), self._name)
+        elif self._kind == "gzip":
+            self._inflate(data)
+
+    def _inflate(self, data: bytes) -> None:
+        while data:
+            if self._inflater is None or self._inflater.eof:
+                data = data.lstrip(b"\x00")  # padding between members
+                if not data:
+                    return
+                self._inflater = zlib.decompressobj(wbits=31)
+            try:
+                text = self._inflater.decompress(data, _CHUNK)
+            except zlib.error:
+                self._kind = "damaged"
+                return
+            self._budget.take(len(text), self._name)
+            data = self._inflater.unconsumed_tail or self._inflater.unused_data
 
 
 def _write_all(fd: int, data: bytes, name: str) -> None:

@@ -22,6 +22,7 @@ from dashboard.store import (
     toggles_table,
 )
 from dashboard.tables import has_data
+from dashboard.text import code, esc
 from fsobs import Analysis
 from fsobs.runformat import RunMeta
 from fsobs.storage import Location, as_location
@@ -63,7 +64,7 @@ def format_kpi(value: float, unit: str) -> str:
 def stop_without_runs(entries: Sequence[RunEntry]) -> None:
     """Say that the store is empty and end the page."""
     if not entries:
-        st.info(f"No run in the store ({current_store()}). Upload one on the Runs page.")
+        st.info(f"No run in the store ({code(current_store())}). Upload one on the Runs page.")
         st.page_link("app_pages/runs.py", label="Go to Runs")
         st.stop()
 
@@ -94,7 +95,7 @@ def pick_run(
 
 def stop_unknown(key: str, run_ids: Sequence[str]) -> NoReturn:
     """Say that the URL names runs the store does not have, and end the page."""
-    names = ", ".join(f"`{r}`" for r in run_ids)
+    names = ", ".join(code(r) for r in run_ids)
     st.error(f"No run {names} in the store ({key}= in the URL).")
     st.page_link("app_pages/runs.py", label="See the stored runs")
     st.stop()
@@ -122,19 +123,20 @@ def open_run(
     kwargs = {} if want is None else {"want": want}
     entry = pick_run(label, "run", entries, lambda: first_with_data(store, entries, **kwargs))
     if entry.unfinished:
-        st.info(f"`{entry.run_id}` is a live run, not finished: {UNFINISHED}.")
+        st.info(f"{code(entry.run_id)} is a live run, not finished: {UNFINISHED}.")
         st.page_link("app_pages/live.py", label="Open it live", query_params={"run": entry.run_id})
         st.stop()
     loaded = load(store, entry)
     if loaded.analysis is None:
-        stop_on_error(loaded.error or "unknown error", f"Cannot analyze {entry.run_id}")
+        stop_on_error(loaded.error or "unknown error", f"Cannot analyze {code(entry.run_id)}")
     run_header(entry, loaded.analysis)
     return entry, loaded.analysis
 
 
 def stop_on_error(error: str, what: str) -> NoReturn:
-    """Show the one-line reason a run could not be analyzed and end the page."""
-    st.error(f"{what}: {error}")
+    """Show the one-line reason a run could not be analyzed and end the page (``what`` is
+    Markdown, ``error`` text)."""
+    st.error(f"{what}: {esc(error)}")
     st.stop()
 
 
@@ -147,15 +149,15 @@ def run_header(entry: RunEntry, analysis: Analysis) -> None:
         st.caption("This run was produced by the simulator (fsobs.simulate), not measured.")
     hosts = sorted({r.host_name for r in run.ranks.values() if r.host_name})
     st.caption(
-        f"`{entry.run_id}` · {run.device.upper()} · world size {run.world_size} · "
+        f"{code(entry.run_id)} · {run.device.upper()} · world size {run.world_size} · "
         f"{len(run.ranks)} rank(s) loaded · {len(run.steps)} step(s) · "
-        f"hosts: {', '.join(hosts) or 'unknown'}"
+        f"hosts: {esc(', '.join(hosts) or 'unknown')}"
     )
     if meta is not None and meta.status == "incomplete":
-        st.warning(f"Incomplete run: {meta.reason or 'some ranks are missing'}")
+        st.warning(f"Incomplete run: {esc(meta.reason or 'some ranks are missing')}")
     _toggles(meta)
     for warning in run.warnings[:5]:
-        st.warning(warning)
+        st.warning(esc(warning))
     if len(run.warnings) > 5:
         st.caption(f"... and {len(run.warnings) - 5} more warning(s)")
 
@@ -167,7 +169,7 @@ def _toggles(meta: RunMeta | None) -> None:
     for row in rows:
         if row["requested"] and not row["applied"]:
             reason = row["reason"] or "no reason recorded"
-            st.info(f"`{row['toggle']}` was requested but not applied: {reason}")
+            st.info(f"{code(row['toggle'])} was requested but not applied: {esc(reason)}")
     with st.expander("Optimizer toggles (requested / applied)"):
         st.dataframe(rows, hide_index=True)
 
@@ -203,6 +205,6 @@ def title_in_template(fig: go.Figure) -> go.Figure:
 
 
 def stop(message: str) -> NoReturn:
-    """Show an info line and end the page."""
+    """Show an info line (the page's Markdown) and end the page."""
     st.info(message)
     st.stop()

@@ -12,6 +12,7 @@ from dashboard.cache import comparison, is_cheap, load, runs
 from dashboard.figures.arms import arm_reductions
 from dashboard.store import RunEntry, parent_of
 from dashboard.tables import has_data
+from dashboard.text import code, esc
 from dashboard.widgets import (
     chart,
     current_store,
@@ -86,7 +87,7 @@ def render() -> None:
     loaded = {arm.run_id: load(store, arm) for arm in arms}
     for run_id, item in loaded.items():
         if item.error is not None:
-            st.error(f"Cannot analyze {run_id}: {item.error}")
+            st.error(f"Cannot analyze {code(run_id)}: {esc(item.error)}")
     base = loaded[control.run_id].analysis
     if base is None:
         st.stop()
@@ -115,7 +116,7 @@ def render() -> None:
     )
     for arm, comp in tests:
         for warning in comp.warnings:
-            st.warning(f"{arm.run_id}: {warning}")
+            st.warning(f"{code(arm.run_id)}: {esc(warning)}")
 
 
 render()

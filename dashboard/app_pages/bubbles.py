@@ -28,6 +28,7 @@ from dashboard.tables import (
     lateness_frame,
     timeline_frame,
 )
+from dashboard.text import code, esc
 from dashboard.widgets import (
     chart,
     current_store,
@@ -49,18 +50,18 @@ RANKS_KEY, LIST_KEY = "ranks", "rank_list"
 # The timeline names its ops by default when the drawn ranks' traces are at most this big
 # (naming reads them again).
 NAME_OPS_BYTES = 32 * 2**20
+OPEN_TRACE = "https://raw.githubusercontent.com/google/perfetto/main/tools/open_trace_in_ui"
 PERFETTO = (
     "Open it at [ui.perfetto.dev](https://ui.perfetto.dev) (*Open trace file*) or in "
     "`chrome://tracing`: the rank's own events, with one process *fsobs bubbles* on top holding "
     "a track per bubble class. Locally, Perfetto's script opens it in the browser: "
-    "`curl -LO https://raw.githubusercontent.com/google/perfetto/main/tools/open_trace_in_ui && "
-    "python3 open_trace_in_ui -i {file}`. Every rank at once: `fsobs export {run} {out}`."
+    "{open_command}. Every rank at once: {export_command}."
 )
 
 
 def _overview(entry: RunEntry, analysis: Analysis) -> None:
     for line in findings_of(str(current_store()), entry.run_id, entry.signature, analysis):
-        st.markdown(f"- {line}")
+        st.markdown(f"- {esc(line)}")
     kpi_metrics(analysis.summary)
     chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
 
@@ -106,8 +107,8 @@ def _rank_filter(analysis: Analysis, run_id: str) -> RankChoice:
         text=text,
     )
     for problem in choice.problems:
-        st.warning(f"Rank filter: {problem}")
-    st.caption(f"Heatmap and timeline: {choice.label}.")
+        st.warning(f"Rank filter: {esc(problem)}")
+    st.caption(f"Heatmap and timeline: {esc(choice.label)}.")
     return choice
 
 
@@ -230,7 +231,12 @@ def _download(analysis: Analysis, entry: RunEntry, drawn: list[int]) -> None:
         on_click="ignore",
         key=f"export:{entry.run_id}",
     )
-    st.caption(PERFETTO.format(file=file, run=entry.path, out=f"{file.split('-rank')[0]}-export"))
+    st.caption(
+        PERFETTO.format(
+            open_command=code(f"curl -LO {OPEN_TRACE} && python3 open_trace_in_ui -i {file}"),
+            export_command=code(f"fsobs export {entry.path} {file.split('-rank')[0]}-export"),
+        )
+    )
 
 
 def _stragglers(analysis: Analysis) -> None:

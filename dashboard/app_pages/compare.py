@@ -19,6 +19,7 @@ from dashboard.cache import (
 )
 from dashboard.store import RunEntry, applied_toggles, every_toggle_off, find_run, parent_of
 from dashboard.tables import has_data
+from dashboard.text import code, esc
 from dashboard.tracediff import change_counts
 from dashboard.widgets import (
     chart,
@@ -62,11 +63,11 @@ def _headline(comp: Comparison) -> None:
 
 def _warnings(comp: Comparison) -> None:
     for warning in comp.warnings:
-        st.warning(warning)
+        st.warning(esc(warning))
     if comp.same_batches:
         st.success("Both runs trained on the same global batches.")
     for role, toggles in (("Control", comp.control_toggles), ("Test", comp.test_toggles)):
-        st.caption(f"{role} toggles: {toggles_line(toggles)}")
+        st.caption(f"{role} toggles: {esc(toggles_line(toggles))}")
 
 
 def _deltas(comp: Comparison, control: Loaded, test: Loaded) -> None:
@@ -125,7 +126,7 @@ def _op_diff(control: Loaded, test: Loaded) -> None:
     if not st.checkbox("Compute the op diff (HTA parsing takes a while)", key="op_diff"):
         return
     diff = trace_diff(_first_rank_file(control), _first_rank_file(test), use_hta=gpu)
-    st.caption(f"Source: {diff.source}; {diff.note}.")
+    st.caption(f"Source: {esc(diff.source)}; {esc(diff.note)}.")
     columns = st.columns(5)
     for column, (kind, count) in zip(columns, change_counts(diff.table).items(), strict=True):
         column.metric(f"ops {kind}", count)
@@ -200,7 +201,7 @@ def render() -> None:
     loaded = (load(store, control), load(store, test))
     for role, item in zip(("control", "test"), loaded, strict=True):
         if item.error is not None:
-            st.error(f"Cannot analyze the {role} run {item.entry.run_id}: {item.error}")
+            st.error(f"Cannot analyze the {role} run {code(item.entry.run_id)}: {esc(item.error)}")
     if loaded[0].analysis is None or loaded[1].analysis is None:
         st.stop()
     if control.run_id == test.run_id:

@@ -18,6 +18,7 @@ from dashboard.cache import runs
 from dashboard.live_runs import REFRESH, live_run, one_line, request
 from dashboard.numbers import ms, ratio, tidy
 from dashboard.store import is_read_only, live_first, run_state
+from dashboard.text import esc
 from dashboard.widgets import chart, current_store, pick_run, stop, stop_without_runs
 from fsobs.errors import FsobsError
 from fsobs.live.capture import MAX_CAPTURE_STEPS
@@ -50,7 +51,7 @@ def _pick_run() -> tuple[str, Path]:
 def _status(state: LiveState) -> None:
     line = live.status_line(state)
     if state.reason:
-        line += f". Reason: {live.escape_markdown(state.reason)}"
+        line += f". Reason: {esc(state.reason)}"
     {"running": st.success, "stopped": st.warning}.get(state.status, st.info)(line)
     columns = st.columns(5)
     columns[0].metric("Step", "n/a" if state.step is None else f"{state.step:,}")
@@ -73,7 +74,7 @@ def _alerts(state: LiveState) -> None:
     """Each firing alert in a box of its own, then every rule in a table (firing first)."""
     st.subheader(f"Alerts ({len(state.firing)} firing)")
     for alert in state.firing:
-        st.error(live.escape_markdown(f"{alert.name}: {alert.message}"), icon=":material/warning:")
+        st.error(esc(f"{alert.name}: {alert.message}"), icon=":material/warning:")
     with st.expander(f"Every rule ({len(state.alerts)})"):
         st.dataframe(live.alerts_frame(state), hide_index=True, key="live_alerts")
 
@@ -141,7 +142,7 @@ def _capture(run_id: str, path: Path, state: LiveState) -> None:
     result = st.session_state.get(RESULT_KEY)
     if result is not None and result[0] == run_id:
         ok, message = result[1]
-        (st.success if ok else st.error)(live.escape_markdown(message))
+        (st.success if ok else st.error)(esc(message))
 
 
 def _request(run_id: str, path: Path) -> None:
@@ -157,7 +158,7 @@ def _view(run_id: str, path: Path) -> None:
         reader = live_run(path)
         state = reader.poll()
     except (FsobsError, OSError) as exc:  # deleted or rewritten under the page: say it, retry
-        st.error(live.escape_markdown(f"Cannot read the run: {one_line(exc, _store())}"))
+        st.error(esc(f"Cannot read the run: {one_line(exc, _store())}"))
         return
     _status(state)
     _alerts(state)

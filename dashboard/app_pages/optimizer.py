@@ -16,6 +16,7 @@ from dashboard.cache import cost_fit, step_lengths
 from dashboard.numbers import ms, plain, ratio, tidy
 from dashboard.store import RunEntry
 from dashboard.tables import degenerate_terms, has_sidecar, imbalance_steps
+from dashboard.text import esc
 from dashboard.widgets import (
     chart,
     current_store,
@@ -30,7 +31,7 @@ def _fit_section(entry: RunEntry, analysis: Analysis) -> CostChoice | None:
     st.subheader("Cost model fit")
     fit, error = cost_fit(str(current_store()), entry.run_id, entry.signature, analysis)
     if fit is None:
-        st.info(f"No cost model fitted: {error}")
+        st.info(f"No cost model fitted: {esc(error)}")
         return None
     model = fit.model
     columns = st.columns(4)
@@ -61,7 +62,7 @@ def _fit_section(entry: RunEntry, analysis: Analysis) -> CostChoice | None:
 def _cost_choices(entry: RunEntry, fitted: CostChoice | None) -> list[CostChoice]:
     stored, problem = stored_cost_model(entry.path)
     if problem is not None:
-        st.warning(f"cost_model.json is unusable: {problem}")
+        st.warning(f"cost_model.json is unusable: {esc(problem)}")
     found = [c for c in (fitted, stored) if c is not None]
     return [*found, default_model()]
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from dashboard.cache import (
     AUTO_ANALYZE_BYTES,
@@ -16,70 +17,74 @@ from dashboard.cache import (
     remember_upload,
     runs,
 )
+from dashboard.held_uploads import clear_uploader, start_sweeper, uploader_key, within_caps
 from dashboard.store import READ_ONLY_NOTE, RunEntry, is_read_only, live_first, run_state
-from dashboard.upload import MAX_UPLOAD_BYTES, UPLOADER_MB, UploadError, store_upload
+from dashboard.text import code, esc
+from dashboard.upload import (
+    MAX_UPLOAD_BYTES,
+    UPLOADER_MB,
+    UploadError,
+    analyze_upload,
+    store_upload,
+)
 from dashboard.widgets import current_store, pick_run
-from fsobs import Analysis, analyze_path
+from fsobs import Analysis
 from fsobs.storage import Location
 
 RESULT_KEY = "upload_result"
+Result = tuple[str, str, str | None]
 # Streamlit words the per-file limit with one digit in the largest unit (512 MiB shows as
 # "1GB per file"): the caption above the uploader states the limit instead.
 HIDE_WIDGET_LIMIT = (
     "<style>[data-testid='stFileUploaderDropzoneInstructions'] {display: none}</style>"
 )
-LAST_KEY = "upload_last"
 MAX_RUNNING_LINKS = 4  # running runs linked above the table (which lists them all, first)
 
 logger = logging.getLogger(__name__)
 
 
 def _store_upload(store: Path) -> None:
-    """Button callback: store the uploaded files (runs before the page, so the table shows it)."""
-    files = st.session_state.get("upload_files") or []
+    """Button callback: store the uploaded files (runs before the page, so the table shows it),
+    then let go of them (:mod:`dashboard.held_uploads`)."""
+    files, _ = within_caps(st.session_state.get(uploader_key()) or [])
     name = (st.session_state.get("upload_name") or "").strip() or None
-    fingerprint = (name, tuple(f.file_id for f in files))
-    last = st.session_state.get(LAST_KEY)
-    if files and last is not None and last[0] == fingerprint:  # a second click, same files
-        already = f"These files are already stored as `{last[1]}`."
-        st.session_state[RESULT_KEY] = ("info", already, last[1])
-        return
-    for file in files:
-        file.seek(0)
+    try:
+        st.session_state[RESULT_KEY] = _stored(store, files, name)
+    finally:
+        clear_uploader()
+
+
+def _stored(store: Path, files: list[UploadedFile], name: str | None) -> Result:
+    """The result line of storing ``files``: kind, Markdown, the run stored."""
+    if not files:
+        return ("info", "Choose the files of a run first.", None)
     analyses: list[Analysis] = []
     try:
         stored = store_upload(
             store,
             [(f.name, f) for f in files],
             name,
-            validate=lambda folder: analyses.append(analyze_path(folder)),
+            validate=lambda folder: analyses.append(analyze_upload(folder)),
         )
     except UploadError as exc:
-        st.session_state[RESULT_KEY] = ("error", f"Upload refused: {exc}", None)
-        return
+        return ("error", f"Upload refused: {esc(exc)}", None)
     except Exception as exc:  # a bug must not take the page down (the store is unchanged)
         logger.exception("upload failed")
-        reason = " ".join(str(exc).split())
-        st.session_state[RESULT_KEY] = (
-            "error",
-            f"Upload failed: unexpected error ({type(exc).__name__}): {reason}; nothing was stored",
-            None,
-        )
-        return
+        reason = esc(f"({type(exc).__name__}): {exc}")
+        return ("error", f"Upload failed: unexpected error {reason}; nothing was stored", None)
     remember_upload(store, stored.run_id, analyses[-1])
-    st.session_state[LAST_KEY] = (fingerprint, stored.run_id)
-    message = f"Stored as `{stored.run_id}`: {', '.join(stored.files)}."
+    message = f"Stored as {code(stored.run_id)}: {esc(', '.join(stored.files))}."
     if stored.skipped:
-        message += f" Skipped (not run files): {', '.join(stored.skipped[:10])}."
-    st.session_state[RESULT_KEY] = ("success", message, stored.run_id)
+        message += f" Skipped (not run files): {esc(', '.join(stored.skipped[:10]))}."
     st.session_state["run"] = stored.run_id  # "Open a run" selects it (dashboard.urlstate)
+    return ("success", message, stored.run_id)
 
 
 def _runs_table(store: Location) -> list[RunEntry]:
     """The table of runs, running ones first (:func:`dashboard.store.live_first`)."""
     found = runs(store)
     if not found:
-        st.info(f"No run in the store yet ({store}). Upload one below.")
+        st.info(f"No run in the store yet ({code(store)}). Upload one below.")
         return []
     states = {e.run_id: run_state(e) for e in found}
     entries = live_first(found, [states[e.run_id][0] for e in found])
@@ -94,6 +99,7 @@ def _runs_table(store: Location) -> list[RunEntry]:
     if bar is not None:
         bar.empty()
     _running_links([e.run_id for e in entries if states[e.run_id][0] == "running"])
+    _links_skipped(entries)
     st.dataframe(
         pd.DataFrame(rows),
         hide_index=True,
@@ -115,10 +121,17 @@ def _running_links(run_ids: list[str]) -> None:
     for column, run_id in zip(st.columns(len(shown)), shown, strict=True):
         column.page_link(
             "app_pages/live.py",
-            label=run_id,
+            label=esc(run_id),
             query_params={"run": run_id},
             icon=":material/play_circle:",
         )
+
+
+def _links_skipped(entries: list[RunEntry]) -> None:
+    """One line naming the runs' files that are symbolic links (never opened)."""
+    linked = [f"{code(e.run_id)}: {esc(', '.join(e.links))}" for e in entries if e.links]
+    if linked:
+        st.caption("Symbolic links skipped (not followed): " + "; ".join(linked))
 
 
 def _open_links(store: Location, entries: list[RunEntry]) -> None:
@@ -150,13 +163,17 @@ def _upload_form(store: Location) -> None:
         "fsobs and stored under `uploads/`; an existing run is never overwritten."
     )
     st.html(HIDE_WIDGET_LIMIT)
-    st.file_uploader(
+    start_sweeper()
+    files = st.file_uploader(
         "Trace files or one archive",
         type=["json", "gz", "jsonl", "zip", "tgz"],
         accept_multiple_files=True,
-        key="upload_files",
+        key=uploader_key(),
         max_upload_size=UPLOADER_MB,
     )
+    _, dropped = within_caps(files or [])
+    if dropped is not None:
+        st.warning(dropped)
     st.text_input("Run name (optional)", key="upload_name", max_chars=64)
     st.button("Store the run", key="upload_store", on_click=_store_upload, args=(store,))
     result = st.session_state.get(RESULT_KEY)
@@ -175,7 +192,7 @@ def render() -> None:
     if entries:
         _open_links(store, entries)
     _upload_form(store)
-    st.caption(f"Run store: `{store}`")
+    st.caption(f"Run store: {code(store)}")
 
 
 render()

@@ -16,6 +16,7 @@ from dashboard.cache import comparison, load, runs
 from dashboard.numbers import ms, pct, tidy
 from dashboard.store import RunEntry, Signature
 from dashboard.tables import has_sidecar, oracle_split
+from dashboard.text import esc
 from dashboard.widgets import (
     chart,
     current_store,
@@ -242,7 +243,7 @@ def render() -> None:
         },
     )
     for note in result.notes:
-        st.info(note)
+        st.info(esc(note))
     _oracle_section(result)
     _scale_section(entry, analysis)
 

@@ -456,8 +456,8 @@ def read_step_lengths(run_dir: str | Location, step: int) -> dict[int, np.ndarra
 
 def sidecar_files(run_dir: Location) -> list[tuple[Location, int]]:
     """(file, rank) of every ``steps.rank<R>.jsonl`` of the run directory, sorted by name."""
-    if isinstance(run_dir, Path):
-        names: list[Location] = list(run_dir.glob("steps.rank*.jsonl"))
+    if isinstance(run_dir, Path):  # links are no files of the run (the loader says so)
+        names: list[Location] = [p for p in run_dir.glob("steps.rank*.jsonl") if not p.is_symlink()]
     else:
         try:
             names = [e.location for e in list_dir(run_dir) if not e.is_dir]

@@ -25,7 +25,7 @@ from fsobs.errors import (
     TraceReadError,
     WorldSizeMismatchError,
 )
-from fsobs.runformat.names import RUN_JSON, WINDOW_RE, WINDOWS_DIR, is_trace_name
+from fsobs.runformat.names import RUN_JSON, SIDECAR_RE, WINDOW_RE, WINDOWS_DIR, is_trace_name
 from fsobs.runformat.runmeta import RunMeta, read_run_meta
 from fsobs.runformat.steps import read_sidecars
 from fsobs.storage import (
@@ -56,6 +56,8 @@ class _RankLike(RankLike, Protocol):
 
 
 R = TypeVar("R", bound=_RankLike)
+LINKS_NOTE = "skipped symbolic links: {names} (a run's files must lie in its folder)"
+"""The note of a run folder's run files that are links, never followed."""
 T = TypeVar("T")
 _PARALLEL_MIN_BYTES = 4 * 2**20  # below this, process start-up costs more than it saves
 
@@ -147,6 +149,8 @@ def map_run(
     _check_coverage(by_rank, world_size, found.meta, found.root, warnings)
     if found.skipped:
         warnings.append(NOT_TRACE_NOTE.format(names=", ".join(found.skipped)))
+    if found.links:
+        warnings.append(LINKS_NOTE.format(names=", ".join(found.links)))
     for trace in by_rank.values():
         warnings.extend(trace.warnings)
     sidecar = read_sidecars(found.root) if found.is_dir else None
@@ -172,6 +176,8 @@ class _Found:
     is_dir: bool
     skipped: tuple[str, ...] = ()
     """JSON files of the folder that are not traces (:mod:`fsobs.trace._sniff`)."""
+    links: tuple[str, ...] = ()
+    """Run files of a local folder that are symbolic links, left out."""
 
 
 def _traces(candidates: Sequence[Location], folder: Location) -> tuple[list[Location], list[str]]:
@@ -198,19 +204,7 @@ def _discover(source: Source) -> _Found:
             return _discover_remote(location)
         path = location
         if path.is_dir():
-            json_files = [
-                p for p in sorted(path.iterdir()) if p.is_file() and is_trace_name(p.name)
-            ]
-            if not json_files:
-                raise (
-                    _live_run(path)
-                    if (path / WINDOWS_DIR).is_dir()
-                    else _no_traces(path, _run_folders(path))
-                )
-            traces, skipped = _traces(json_files, path)
-            local = [p for p in traces if isinstance(p, Path)]
-            meta = read_run_meta(path / RUN_JSON) if (path / RUN_JSON).exists() else None
-            return _Found(path, traces, _local_bytes(local), meta, True, tuple(skipped))
+            return _discover_folder(path)
         if not path.exists():
             raise TraceReadError("no such file or directory", path=path)
         return _Found(path, [path], _local_bytes([path]), None, is_dir=False)
@@ -226,6 +220,39 @@ def _discover(source: Source) -> _Found:
     local = [p for p in listed if isinstance(p, Path)]
     size = _local_bytes(local) if len(local) == len(listed) else None
     return _Found(_common_root(listed), listed, size, None, is_dir=False)
+
+
+def _discover_folder(path: Path) -> _Found:
+    """A local run folder: its trace files and ``run.json``, symbolic links left out (a run's
+    files are in its folder) and named in a warning."""
+    listed = _listing(path)
+    links = tuple(p.name for p in listed if p.is_symlink() and _is_run_file(p.name))
+    json_files = [p for p in listed if p.is_file() and not p.is_symlink() and is_trace_name(p.name)]
+    if not json_files:
+        raise (
+            _live_run(path)
+            if (path / WINDOWS_DIR).is_dir()
+            else _no_traces(path, _run_folders(path), links)
+        )
+    traces, skipped = _traces(json_files, path)
+    local = [p for p in traces if isinstance(p, Path)]
+    meta_path = path / RUN_JSON
+    meta = read_run_meta(meta_path) if meta_path.exists() and RUN_JSON not in links else None
+    return _Found(path, traces, _local_bytes(local), meta, True, tuple(skipped), links)
+
+
+def _is_run_file(name: str) -> bool:
+    return is_trace_name(name) or name == RUN_JSON or SIDECAR_RE.match(name) is not None
+
+
+def _listing(folder: Path) -> list[Path]:
+    """The folder's entries, sorted; TraceReadError when it cannot be listed."""
+    try:
+        return sorted(folder.iterdir())
+    except OSError as exc:
+        raise TraceReadError(
+            f"cannot list this folder: {exc.strerror or exc}", path=folder
+        ) from exc
 
 
 def _discover_remote(url: RemotePath) -> _Found:
@@ -266,7 +293,11 @@ def _run_folders(root: Path) -> list[str]:
         below = []
         for folder in level:
             for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
-                if any(p.is_file() and is_trace_name(p.name) for p in sub.iterdir()):
+                try:
+                    names = [p for p in sub.iterdir() if p.is_file() and not p.is_symlink()]
+                except OSError:
+                    continue  # an unreadable folder is no run to suggest
+                if any(is_trace_name(p.name) for p in names):
                     found.append(str(sub.relative_to(root)))
                     if len(found) > _RUNS_SHOWN:
                         return found
@@ -288,10 +319,14 @@ def _live_run(folder: Path) -> EmptyRunError:
     )
 
 
-def _no_traces(folder: Location, runs: list[str], *, checked: bool = True) -> EmptyRunError:
+def _no_traces(
+    folder: Location, runs: list[str], links: tuple[str, ...] = (), *, checked: bool = True
+) -> EmptyRunError:
     """The error for a folder without trace files; it names the run folders under it (or,
-    remote, its subfolders, unchecked) for the user to pick one."""
+    remote, its subfolders, unchecked) for the user to pick one, and the links left out."""
     message = "no trace files (*.json, *.json.gz) in this directory"
+    if links:
+        message += "; " + LINKS_NOTE.format(names=", ".join(links))
     if runs:
         shown = ", ".join(runs[:_RUNS_SHOWN]) + (" ..." if len(runs) > _RUNS_SHOWN else "")
         what = "run folder(s) with trace files" if checked else "subfolder(s)"

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from dashboard.live import escape_markdown
 from dashboard.live_runs import request
 from dashboard.store import list_runs
+from dashboard.text import esc as escape_markdown
 from fsobs import analyze_path
 from fsobs.runformat import (
     RunMeta,

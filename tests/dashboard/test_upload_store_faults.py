@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboard.text import esc
 from dashboard.upload import UploadError, store_upload
 from tests.dashboard.stores import APP, listing, run_files, small_run, zip_bytes
 
@@ -84,7 +85,7 @@ def test_the_runs_page_shows_a_full_disk_as_a_message(app_env):
     with disk_full_after(FULL):
         at.button(key="upload_store").click().run()
     assert not at.exception, at.exception
-    assert [e.value for e in at.error] == [f"Upload refused: {REFUSED}"]
+    assert [e.value for e in at.error] == [f"Upload refused: {esc(REFUSED)}"]
     assert len(at.dataframe[0].value) == rows
     assert listing(app_env) == before
 

@@ -1,0 +1,116 @@
+"""The files waiting in the Runs page's uploader: capped per session, let go of when done.
+
+Streamlit keeps every file a browser sends to a ``st.file_uploader`` in the server's memory
+(``MemoryUploadedFileManager``, per session) until the session is shut down, and a session
+whose browser went away is kept for reconnecting, then dropped without being shut down
+(Streamlit 1.67), so its files stayed in memory for the server's life. Here:
+
+1. a session holds at most :data:`MAX_HELD_FILES` files and :data:`MAX_HELD_BYTES` in all
+   (:func:`within_caps`); the files past either cap are dropped from the server's memory and
+   the page says so in one line;
+2. once the Store button has used them, stored or refused, the files are dropped
+   (:func:`release`) and the uploader starts empty (:func:`uploader_key` changes);
+3. a thread (:func:`start_sweeper`) drops, every :data:`SWEEP_SECONDS`, the files of every
+   session that is no longer connected (a closed tab, a lost network).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+import streamlit as st
+from streamlit.runtime import Runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+from streamlit.runtime.uploaded_file_manager import UploadedFile
+
+from dashboard.upload import MAX_UPLOAD_BYTES
+
+MAX_HELD_FILES = 1024
+"""Most files a session's uploader holds (a run of 256 ranks with its sidecars has 513)."""
+MAX_HELD_BYTES = MAX_UPLOAD_BYTES
+"""Most bytes a session's uploader holds, all files together: a valid upload is no larger
+(its limit counts the files' text, which their compression only makes smaller)."""
+SWEEP_SECONDS = 10.0
+"""How often the files of sessions that ended are dropped."""
+UPLOADER = "upload_files"
+GENERATION = "upload_generation"
+
+logger = logging.getLogger(__name__)
+
+
+def uploader_key() -> str:
+    """The uploader's widget key; a new one after each store, so that it starts empty."""
+    generation = st.session_state.get(GENERATION, 0)
+    return UPLOADER if generation == 0 else f"{UPLOADER}-{generation}"
+
+
+def within_caps(files: Sequence[UploadedFile]) -> tuple[list[UploadedFile], str | None]:
+    """The first files that fit both caps, and the one line that says what was dropped (None
+    when nothing was); the dropped ones are let go of at once."""
+    kept: list[UploadedFile] = []
+    total = 0
+    for file in files:
+        if len(kept) == MAX_HELD_FILES or total + file.size > MAX_HELD_BYTES:
+            break
+        kept.append(file)
+        total += file.size
+    dropped = list(files[len(kept) :])
+    if not dropped:
+        return kept, None
+    release(dropped)
+    return kept, (
+        f"{len(dropped)} file(s) dropped: the uploader holds at most {MAX_HELD_FILES} files and "
+        f"{MAX_HELD_BYTES // 2**20} MiB in all; store these, or choose fewer."
+    )
+
+
+def release(files: Sequence[UploadedFile]) -> None:
+    """Drop ``files`` from the server's memory and start the uploader anew (empty)."""
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return
+    for file in files:
+        ctx.uploaded_file_mgr.remove_file(ctx.session_id, file.file_id)
+
+
+def clear_uploader() -> None:
+    """Release every file of the uploader and give it a new key (called by the Store button)."""
+    key = uploader_key()
+    release(st.session_state.get(key) or [])
+    st.session_state.pop(key, None)
+    st.session_state[GENERATION] = st.session_state.get(GENERATION, 0) + 1
+
+
+def release_ended_sessions() -> int:
+    """Drop the uploaded files of every session no longer connected; how many sessions."""
+    if not Runtime.exists():
+        return 0
+    runtime = Runtime.instance()
+    manager = runtime.uploaded_file_mgr
+    storage = getattr(manager, "file_storage", None)  # MemoryUploadedFileManager's
+    if storage is None:
+        return 0
+    ended = [sid for sid in list(storage) if not runtime.is_active_session(sid)]
+    for session_id in ended:
+        manager.remove_session_files(session_id)
+    return len(ended)
+
+
+@st.cache_resource
+def start_sweeper() -> threading.Thread:
+    """The server's one thread that calls :func:`release_ended_sessions` (started once)."""
+    thread = threading.Thread(target=_sweep, name="fsobs-upload-sweeper", daemon=True)
+    thread.start()
+    return thread
+
+
+def _sweep() -> None:
+    while True:
+        time.sleep(SWEEP_SECONDS)
+        try:
+            release_ended_sessions()
+        except Exception:  # a bug must not stop the sweeping
+            logger.exception("releasing the uploads of ended sessions failed")
