@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=^\"'@%/])")
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=^\"'])")
 """Every ASCII character that Markdown or Streamlit's extensions may read as markup (CommonMark
 lets any ASCII punctuation be backslash-escaped, and shows it as itself)."""
 
@@ -29,7 +29,9 @@ def esc(text: object) -> str:
 
 def code(text: object) -> str:
     """``text`` as an inline code span (Markdown reads nothing inside one), on one line: the
-    fence is one backtick longer than the longest run of backticks in the text."""
+    fence is one backtick longer than the longest run of backticks in the text, and set off by
+    a space (which the span drops) where the text starts or ends with a backtick."""
     line = " ".join(str(text).split())
     fence = "`" * (max((len(run) for run in re.findall(r"`+", line)), default=0) + 1)
-    return f"{fence} {line} {fence}"
+    pad = " " if line.startswith("`") or line.endswith("`") else ""
+    return f"{fence}{pad}{line}{pad}{fence}"

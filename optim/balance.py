@@ -191,6 +191,8 @@ class CostModel:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+        except RecursionError as exc:
+            raise ValueError(f"{path}: not a cost model (nested too deep to read)") from exc
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
         names = [f.name for f in fields(cls)]

@@ -412,7 +412,9 @@ def read_sidecar(path: Location, rank: int) -> list[StepRecord]:
             if line.strip():
                 records.append(_parse_line(line, path, rank, number))
     except OSError as exc:
-        raise TraceReadError(f"unreadable step sidecar ({exc})", path=path, rank=rank) from exc
+        raise TraceReadError(
+            f"unreadable step sidecar ({exc.strerror or exc})", path=path, rank=rank
+        ) from exc
     return records
 
 

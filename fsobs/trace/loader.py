@@ -34,6 +34,7 @@ from fsobs.storage import (
     as_location,
     check_protocol,
     list_dir,
+    open_local,
 )
 from fsobs.trace._build import build_rank_trace
 from fsobs.trace._decode import DEFAULT_MAX_HELD_BYTES, DEFAULT_MAX_TRACE_BYTES
@@ -197,6 +198,16 @@ def _traces(candidates: Sequence[Location], folder: Location) -> tuple[list[Loca
 
 
 def _discover(source: Source) -> _Found:
+    """The files of ``source``; a local path that cannot be looked at (no permission) is a
+    :class:`TraceReadError` naming it."""
+    try:
+        return _discover_source(source)
+    except OSError as exc:
+        where = Path(exc.filename) if exc.filename else Path(".")
+        raise TraceReadError(f"cannot read: {exc.strerror or exc}", path=where) from exc
+
+
+def _discover_source(source: Source) -> _Found:
     if isinstance(source, (str, Path, RemotePath)):
         location = as_location(source)
         if isinstance(location, RemotePath):
@@ -227,6 +238,12 @@ def _discover_folder(path: Path) -> _Found:
     files are in its folder) and named in a warning."""
     listed = _listing(path)
     links = tuple(p.name for p in listed if p.is_symlink() and _is_run_file(p.name))
+    for special in (p for p in listed if _is_run_file(p.name) and not p.is_symlink()):
+        if not (special.is_file() or special.is_dir()):  # a FIFO, a device: say what it is
+            try:
+                open_local(special).close()
+            except OSError as exc:
+                raise TraceReadError(f"cannot read file: {exc.strerror}", path=special) from exc
     json_files = [p for p in listed if p.is_file() and not p.is_symlink() and is_trace_name(p.name)]
     if not json_files:
         raise (
