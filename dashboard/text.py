@@ -7,8 +7,8 @@ with extras: links and bare URLs, images, ``:color[...]`` and ``:material/icon:`
 page uses for such text). A run's ``run.json`` reason, a folder name, an archive member's name,
 an error that quotes them, or a run id from ``?run=``, ``control=``, ``test=``, ``runs=``, could
 then show every viewer a forged link or fetch an outside image. Every such string goes through
-:func:`esc` (running text) or :func:`code` (inside a code span); the rest of a line is the
-page's own Markdown.
+:func:`esc` (running text) or :func:`code` (inside a code span, where Markdown, bare links
+included, reads nothing); the rest of a line is the page's own Markdown.
 """
 
 from __future__ import annotations
@@ -20,11 +20,20 @@ MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=^\"'])")
 lets any ASCII punctuation be backslash-escaped, and shows it as itself)."""
 
 
+AUTOLINK = re.compile(r"(?<=[A-Za-z0-9])(?=://|@)|(?<=www)(?=\.)", re.IGNORECASE)
+"""Where GitHub Markdown's bare links start (``http://``, ``www.``, ``user@host``): found in the
+text after escapes are resolved, so a backslash does not stop them; a zero-width space does."""
+ZERO_WIDTH_SPACE = "\u200b"
+
+
 def esc(text: object) -> str:
-    """``text`` as one line of Markdown that renders as exactly that text: every character
-    Markdown (or Streamlit's ``:color[...]``, ``$math$``, autolinks, HTML) could read as markup
-    is backslash-escaped, and whitespace runs (newlines too) become one space."""
-    return MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+    """``text`` as one line of Markdown that renders as that text: every character Markdown (or
+    Streamlit's ``:color[...]``, ``$math$``, HTML) could read as markup is backslash-escaped,
+    an invisible zero-width space goes where a bare link would start (before ``://`` and
+    ``@``, after ``www``), so that none is made, and whitespace runs (newlines too) become one
+    space."""
+    line = AUTOLINK.sub(ZERO_WIDTH_SPACE, " ".join(str(text).split()))
+    return MARKDOWN_SPECIAL.sub(r"\\\1", line)
 
 
 def code(text: object) -> str:

@@ -40,7 +40,10 @@ def _outside_code(markdown: str) -> str:
 def _markup(markdown: str) -> list[str]:
     """The forged links, images and HTML that ``markdown`` would render (not backslash-escaped,
     not in a code span)."""
-    return re.findall(r"(?<!\\)\]\((?:http://evil|https:evil)|(?<!\\)<img", _outside_code(markdown))
+    text = _outside_code(markdown)
+    forged = r"(?<!\\)\]\((?:http://evil|https:evil)|(?<!\\)<img"
+    bare = r"(?<![\u200b])(?:https?\\?://|www\\?\.)evil"  # a bare link esc() left whole
+    return re.findall(forged, text) + re.findall(bare, text)
 
 
 def _open(page: str = "runs", **query: str) -> AppTest:
@@ -86,7 +89,7 @@ def test_an_unknown_run_id_of_the_url_is_shown_as_text(hostile_store: Path, page
 
 def test_the_helpers_leave_no_markup():
     assert code("a`b") == "``a`b``" and code("`a") == "`` `a ``" and code("ab") == "`ab`"
-    assert len(_markup(FORGED)) == 3 and _markup(esc(FORGED)) == _markup(code(FORGED)) == []
+    assert len(_markup(FORGED)) == 3 + 4 and _markup(esc(FORGED)) == _markup(code(FORGED)) == []
 
 
 def test_a_hostile_run_shows_its_folder_and_reasons_as_text(hostile_store: Path):
