@@ -8,11 +8,13 @@ page uses for such text). A run's ``run.json`` reason, a folder name, an archive
 an error that quotes them, or a run id from ``?run=``, ``control=``, ``test=``, ``runs=``, could
 then show every viewer a forged link or fetch an outside image. Every such string goes through
 :func:`esc` (running text) or :func:`code` (inside a code span, where Markdown, bare links
-included, reads nothing); the rest of a line is the page's own Markdown.
+included, reads nothing); the rest of a line is the page's own Markdown. Plotly's titles and
+labels read HTML instead: :func:`plot_text`.
 """
 
 from __future__ import annotations
 
+import html
 import re
 
 MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=^\"'])")
@@ -44,3 +46,9 @@ def code(text: object) -> str:
     fence = "`" * (max((len(run) for run in re.findall(r"`+", line)), default=0) + 1)
     pad = " " if line.startswith("`") or line.endswith("`") else ""
     return f"{fence}{pad}{line}{pad}{fence}"
+
+
+def plot_text(text: object) -> str:
+    """``text`` for a Plotly title or label, which reads a subset of HTML (``<a href>``,
+    ``<b>``, ``<br>``, entities): ``<``, ``>`` and ``&`` as entities, shown as themselves."""
+    return html.escape(str(text), quote=False)

@@ -8,6 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.figures._style import TEST_COLOR, error_bars, finish
+from dashboard.text import plot_text
 
 
 def arm_reductions(frame: pd.DataFrame) -> go.Figure:
@@ -17,7 +18,7 @@ def arm_reductions(frame: pd.DataFrame) -> go.Figure:
     y = [0.0 if math.isnan(v) else 100 * v for v in values]
     fig = go.Figure(
         go.Bar(
-            x=list(tests["arm"]),
+            x=[plot_text(arm) for arm in tests["arm"]],
             y=y,
             error_y=error_bars(values, tests["ci_lo"], tests["ci_hi"]),
             text=[f"{v:.0%}" if not math.isnan(v) else "n/a" for v in values],
@@ -26,4 +27,5 @@ def arm_reductions(frame: pd.DataFrame) -> go.Figure:
         )
     )
     control = frame.loc[frame["role"] == "control", "arm"].iloc[0]
-    return finish(fig, f"Bubble reduction of each arm against {control} (%)", "", "% less bubble")
+    title = f"Bubble reduction of each arm against {plot_text(control)} (%)"
+    return finish(fig, title, "", "% less bubble")

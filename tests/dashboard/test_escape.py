@@ -10,13 +10,16 @@ the browser shows it as it is (``test_escape_browser.py`` checks the DOM).
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboard.figures.arms import arm_reductions
 from dashboard.held_uploads import MAX_HELD_BYTES, MAX_HELD_FILES
 from dashboard.text import code, esc
 from fsobs.runformat import RunMeta, ToggleStatus, write_run_json
@@ -178,3 +181,21 @@ def test_the_uploader_caps(hostile_store: Path):
         f"2 file(s) dropped: the uploader holds at most {MAX_HELD_FILES} files and "
         f"{MAX_HELD_BYTES // 2**20} MiB in all; store these, or choose fewer."
     ]
+
+
+def test_run_ids_in_a_plotly_chart_are_text():
+    """Plotly reads ``<a href>`` in titles and labels: the arms chart gets entities instead."""
+    hostile = '<a href="https://evil.example">sign in</a> & more'
+    frame = pd.DataFrame(
+        {
+            "role": ["control", "test"],
+            "arm": [hostile, hostile],  # the control's id is in the title
+            "reduction": [math.nan, 0.25],
+            "ci_lo": [math.nan, 0.1],
+            "ci_hi": [math.nan, 0.4],
+        }
+    )
+    fig = arm_reductions(frame)
+    entities = '&lt;a href="https://evil.example"&gt;sign in&lt;/a&gt; &amp; more'
+    assert list(fig.data[0].x) == [entities]
+    assert entities in (fig.layout.title.text or "")
