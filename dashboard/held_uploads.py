@@ -11,11 +11,13 @@ whose browser went away is kept for reconnecting, then dropped without being shu
 2. once the Store button has used them, stored or refused, the files are dropped
    (:func:`release`) and the uploader starts empty (:func:`uploader_key` changes);
 3. a thread (:func:`start_sweeper`) drops, every :data:`SWEEP_SECONDS`, the files of every
-   session that is no longer connected (a closed tab, a lost network).
+   session that is no longer connected (a closed tab, a lost network), and its uploader's
+   value, which held them too; freed memory is handed back to the system (``malloc_trim``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
+from streamlit.runtime.state import SessionState
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from dashboard.upload import MAX_UPLOAD_BYTES
@@ -82,10 +85,13 @@ def clear_uploader() -> None:
     release(st.session_state.get(key) or [])
     st.session_state.pop(key, None)
     st.session_state[GENERATION] = st.session_state.get(GENERATION, 0) + 1
+    _return_memory()
 
 
 def release_ended_sessions() -> int:
-    """Drop the uploaded files of every session no longer connected; how many sessions."""
+    """Drop the uploaded files of every session no longer connected, from Streamlit's store of
+    files and from the session's own state (a closed tab's session is kept for reconnecting,
+    its uploader's value with it); how many sessions had files."""
     if not Runtime.exists():
         return 0
     runtime = Runtime.instance()
@@ -93,10 +99,34 @@ def release_ended_sessions() -> int:
     storage = getattr(manager, "file_storage", None)  # MemoryUploadedFileManager's
     if storage is None:
         return 0
-    ended = [sid for sid in list(storage) if not runtime.is_active_session(sid)]
+    ended = {sid for sid in list(storage) if not runtime.is_active_session(sid)}
     for session_id in ended:
         manager.remove_session_files(session_id)
+    sessions = getattr(runtime, "_session_mgr", None)  # Streamlit 1.67: no public list
+    for info in sessions.list_sessions() if ended and sessions is not None else []:
+        if info.session.id in ended:
+            _forget_uploads(info.session.session_state)
+    if ended:
+        _return_memory()
     return len(ended)
+
+
+def _forget_uploads(state: SessionState) -> None:
+    """Delete every uploader value a session's state holds (one key per store, see
+    :func:`uploader_key`)."""
+    generation = state[GENERATION] if GENERATION in state else 0
+    for number in range(int(generation) + 1):
+        key = UPLOADER if number == 0 else f"{UPLOADER}-{number}"
+        if key in state:
+            del state[key]
+
+
+def _return_memory() -> None:
+    """Give freed memory back to the system (glibc keeps freed blocks of a thread's arena)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 @st.cache_resource
