@@ -142,7 +142,7 @@ def test_stragglers_tab_says_why_or_that_it_is_unknown_and_compare_shows_toggles
     at = _open("compare", control="sim/control", test="sim/test")
     captions = [c.value for c in at.caption]
     assert any(c.startswith("Control toggles: ") for c in captions)
-    assert any("sm_free requested, not applied" in c for c in captions)
+    assert any(esc("sm_free requested, not applied") in c for c in captions)
 
 
 def test_a_run_id_from_the_url_is_only_matched_never_opened(shared_app_env):
@@ -156,14 +156,16 @@ def test_a_run_id_from_the_url_is_only_matched_never_opened(shared_app_env):
 def test_a_broken_run_shows_its_error_and_the_app_keeps_working(shared_app_env):
     at = _open("bubbles", run="broken")
     assert len(at.error) == 1
-    assert "broken/rank0.json: not valid JSON" in at.error[0].value
+    assert esc("broken/rank0.json: not valid JSON") in at.error[0].value
     at.selectbox(key="run").set_value("sim/test").run()
     assert not at.exception and not at.error
     assert _metrics(at)["Bubble ratio"].endswith("%")
     at = _open("compare", control="broken", test="sim/test")
     assert [e.value for e in at.error] == [
-        "Cannot analyze the control run broken: broken/rank0.json: not valid JSON: truncated "
-        "(the file ends in the middle of the JSON text)"
+        "Cannot analyze the control run `broken`: "
+        + esc(
+            "broken/rank0.json: not valid JSON: truncated (the file ends in the middle of the JSON text)"
+        )
     ]
 
 
