@@ -151,7 +151,10 @@ def find_run(runs: Sequence[RunEntry], run_id: str | None) -> RunEntry | None:
 def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
     try:
         children = sorted(folder.iterdir())
-    except OSError:
+    except OSError as exc:  # listed (the loader says why it cannot be opened), not hidden
+        if depth > 0:
+            why = f"cannot read this folder ({exc.strerror or exc})"
+            found.append(_unreadable(store, folder, why))
         return
     files = _run_files(children)
     names = [f.name for f in files]
@@ -166,6 +169,13 @@ def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
     for child in children:
         if child.is_dir() and not child.is_symlink() and not _skipped(child.name, is_run):
             _scan(store, child, depth + 1, found)
+
+
+def _unreadable(store: Path, folder: Path, why: str) -> RunEntry:
+    """A folder of the store that cannot be listed (no permission): a run with no file, whose
+    analysis fails in one line."""
+    run_id = folder.relative_to(store).as_posix()
+    return RunEntry(run_id=run_id, path=folder, trace_files=(), signature=(), meta_error=why)
 
 
 def _skipped(name: str, in_run: bool) -> bool:
