@@ -164,7 +164,8 @@ def test_a_broken_run_shows_its_error_and_the_app_keeps_working(shared_app_env):
     assert [e.value for e in at.error] == [
         "Cannot analyze the control run `broken`: "
         + esc(
-            "broken/rank0.json: not valid JSON: truncated (the file ends in the middle of the JSON text)"
+            "broken/rank0.json: not valid JSON: truncated "
+            "(the file ends in the middle of the JSON text)"
         )
     ]
 
