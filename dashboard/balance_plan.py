@@ -10,6 +10,7 @@ evenly. ``imbalance = max / mean`` per-rank cost (1.0 is perfect).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -53,6 +54,8 @@ def stored_cost_model(run_dir: Location) -> tuple[CostChoice | None, str | None]
     """The run's ``cost_model.json`` if present: (choice, None), or (None, why it is unusable).
     ``run_dir`` may be a URL (a read-only store)."""
     path = run_dir / COST_MODEL
+    if isinstance(path, Path) and path.is_symlink():  # a run's files lie in its folder
+        return None, "a symbolic link, not followed"
     try:
         text = read_limited(path, MAX_COST_MODEL_BYTES, "cost model").decode("utf-8")
     except (OSError, UnicodeDecodeError):

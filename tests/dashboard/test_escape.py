@@ -199,3 +199,14 @@ def test_run_ids_in_a_plotly_chart_are_text():
     entities = '&lt;a href="https://evil.example"&gt;sign in&lt;/a&gt; &amp; more'
     assert list(fig.data[0].x) == [entities]
     assert entities in (fig.layout.title.text or "")
+
+
+def test_a_linked_cost_model_is_not_followed(hostile_store: Path, shared_store: Path):
+    run = hostile_store / "sim" / "test"
+    shutil.copytree(shared_store / "sim" / "test", run)
+    outside = hostile_store.parent / "elsewhere.json"
+    outside.write_text(json.dumps({"c0": 1.0, "a": 2.0, "b": 3.0}))
+    (run / "cost_model.json").symlink_to(outside)
+    at = _open("optimizer", run="sim/test")
+    problems = [w.value for w in at.warning if "cost_model.json" in w.value]
+    assert problems == ["cost_model.json is unusable: " + esc("a symbolic link, not followed")]
