@@ -30,7 +30,7 @@ RESULT_KEY = "live_capture_result"
 def _store() -> Path:
     """The run store; the page ends on a URL store (``LiveRun`` reads local files)."""
     store = current_store()
-    if is_read_only(store):
+    if not isinstance(store, Path):
         stop("This run store is a URL: live views read a local store only.")
     assert isinstance(store, Path)
     return store
@@ -127,6 +127,9 @@ def _capture(run_id: str, path: Path, state: LiveState) -> None:
     st.text("Latest request: " + (latest or "none"))
     if state.status != "running":
         st.caption("A capture can be requested while the run is running.")
+        return
+    if is_read_only(_store()):
+        st.caption("This dashboard serves its run store read-only: capture requests are off.")
         return
     steps = st.number_input(
         "Steps to capture",

@@ -16,7 +16,7 @@ from dashboard.cache import (
     remember_upload,
     runs,
 )
-from dashboard.store import READ_ONLY_NOTE, RunEntry, is_read_only, live_first, run_state
+from dashboard.store import RunEntry, is_read_only, live_first, read_only_note, run_state
 from dashboard.upload import MAX_UPLOAD_BYTES, UPLOADER_MB, UploadError, store_upload
 from dashboard.widgets import current_store, pick_run
 from fsobs import Analysis, analyze_path
@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 def _store_upload(store: Path) -> None:
     """Button callback: store the uploaded files (runs before the page, so the table shows it)."""
+    if is_read_only(store):  # the form is not shown then; a forged click is refused too
+        st.session_state[RESULT_KEY] = ("error", read_only_note(store), None)
+        return
     files = st.session_state.get("upload_files") or []
     name = (st.session_state.get("upload_name") or "").strip() or None
     fingerprint = (name, tuple(f.file_id for f in files))
@@ -140,7 +143,7 @@ def _links(run_id: str) -> None:
 def _upload_form(store: Location) -> None:
     st.subheader("Upload a run")
     if is_read_only(store):
-        st.info(READ_ONLY_NOTE)
+        st.info(read_only_note(store))
         return
     assert isinstance(store, Path)  # a store that is not read-only is a local folder
     st.caption(
