@@ -43,11 +43,13 @@ def add_access_flags(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--token-file",
         type=Path,
+        metavar="PATH",
         help=f"--auth token: the shared token (else ${TOKEN_ENV}, else one is generated)",
     )
     cmd.add_argument(
         "--auth-secrets",
         type=Path,
+        metavar="PATH",
         help="--auth oidc: a secrets.toml whose [auth] section has " + ", ".join(OIDC_KEYS),
     )
     cmd.add_argument(
@@ -58,7 +60,10 @@ def add_access_flags(cmd: argparse.ArgumentParser) -> None:
         help="--auth oidc: a user who may log in, or @domain (repeatable)",
     )
     cmd.add_argument(
-        "--allow-file", type=Path, help="--auth oidc: the allow-list, one entry a line, # comments"
+        "--allow-file",
+        type=Path,
+        metavar="PATH",
+        help="--auth oidc: the allow-list, one entry a line, # comments",
     )
     cmd.add_argument("--read-only", action="store_true", help="no uploads, no capture requests")
 

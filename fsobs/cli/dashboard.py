@@ -124,18 +124,23 @@ def is_loopback(host: str) -> bool:
     return bool(found) and all(ipaddress.ip_address(a[4][0]).is_loopback for a in found)
 
 
+WILDCARDS = ("0.0.0.0", "::", "")
+"""Addresses that listen on every interface."""
+
+
 def _url_host(host: str) -> str:
     """The host part of the printed URL: this machine's name for a wildcard address."""
-    if host in ("0.0.0.0", "::", ""):
+    if host in WILDCARDS:
         return socket.gethostname()
     return f"[{host}]" if ":" in host else host
 
 
 def _open_warning(host: str, port: int, read_only: bool) -> str:
+    who = f"port {port} of this machine" if host in WILDCARDS else f"{host}:{port}"
     can = "reads every trace in the store" + ("" if read_only else " and can upload runs into it")
     return (
         f"fsobs dashboard: warning: listening on {host}:{port} without --auth: anyone who can "
-        f"reach this machine's port {port} {can}; use --auth token or --auth oidc"
+        f"reach {who} {can}; use --auth token or --auth oidc"
         + ("" if read_only else ", --read-only turns uploads off")
     )
 

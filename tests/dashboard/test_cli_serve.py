@@ -118,7 +118,7 @@ def test_every_interface_without_auth_warns_who_can_read_it(tmp_path):
         port = app.port
         warning = (
             f"fsobs dashboard: warning: listening on 0.0.0.0:{port} without --auth: anyone who "
-            f"can reach this machine's port {port} reads every trace in the store and can upload "
+            f"can reach port {port} of this machine reads every trace in the store and can upload "
             "runs into it; use --auth token or --auth oidc, --read-only turns uploads off"
         )
         assert warning in app.stderr().splitlines()
