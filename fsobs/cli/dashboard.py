@@ -63,12 +63,13 @@ def dashboard_app() -> Path:
 
 
 def dashboard_command(
-    app: Path, port: int, host: str = DEFAULT_HOST, secrets: Path | None = None
+    app: Path, port: int, host: str = DEFAULT_HOST, secrets_toml: Path | None = None
 ) -> list[str]:
     """The command line of ``fsobs dashboard``: ``streamlit run app`` through the server beside
     the app, which loads the pages' modules before it listens (``dashboard/serve.py``);
-    ``secrets`` is the ``secrets.toml`` of ``--auth oidc``, the only one Streamlit reads then."""
-    options = ["--secrets.files", str(secrets)] if secrets is not None else []
+    ``secrets_toml`` is the ``secrets.toml`` of ``--auth oidc``, the only one Streamlit reads
+    then."""
+    options = ["--secrets.files", str(secrets_toml)] if secrets_toml is not None else []
     return [
         sys.executable,
         str(app.parent / "serve.py"),

@@ -15,6 +15,7 @@ import urllib.request
 
 import psutil
 import pytest
+import tomllib
 
 from fsobs.cli import EXIT_BAD_INPUT, main
 from fsobs.cli import dashboard as dashboard_cli
@@ -184,3 +185,10 @@ def test_bad_access_flags_give_one_line_and_exit_2(tmp_path, capsys, flags, mess
     argv = ["dashboard", "--store", str(tmp_path), *(f.format(tmp=tmp_path) for f in flags)]
     assert main(argv) == EXIT_BAD_INPUT
     assert capsys.readouterr().err == f"fsobs: error: {message.format(tmp=tmp_path)}\n"
+
+
+def test_streamlit_run_of_the_app_listens_on_loopback_too():
+    """``streamlit run dashboard/streamlit_app.py`` reads the app's config.toml (Streamlit's
+    own default is every interface)."""
+    config = tomllib.loads((ROOT / "dashboard" / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["address"] == "127.0.0.1"
