@@ -66,3 +66,16 @@ def test_a_misconfigured_gate_lets_nobody_in(
     assert len(at.error) == 1 and at.error[0].value.replace("\\", "").startswith(line)
     assert not at.dataframe and not at.get("file_uploader") and not at.text_input
     assert not [run_id for run_id in RUN_IDS if run_id in str(at)]
+
+
+def test_a_read_only_local_store_lists_its_runs_and_offers_no_upload(
+    shared_app_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FSOBS_READ_ONLY", "1")
+    at = AppTest.from_file(str(APP), default_timeout=60).run()
+    assert not at.exception
+    assert set(RUN_IDS) <= set(at.dataframe[0].value["run"])
+    assert [i.value for i in at.info] == [
+        "This dashboard serves its run store read-only: uploading runs is disabled."
+    ]
+    assert not at.get("file_uploader") and not at.button
