@@ -18,14 +18,16 @@ from dashboard.cache import (
     trace_diff,
 )
 from dashboard.store import RunEntry, applied_toggles, every_toggle_off, find_run, parent_of
-from dashboard.tables import has_data
+from dashboard.tables import column_label, has_data
 from dashboard.tracediff import change_counts
 from dashboard.widgets import (
+    KPI_LABELS,
     chart,
     current_store,
     default_control,
     pick_run,
     stop_without_runs,
+    table,
 )
 from fsobs.analysis.ab import Comparison
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL
@@ -57,7 +59,10 @@ def _headline(comp: Comparison) -> None:
             delta_color="inverse",
             help=numbers.KPI_HELP[key],
         )
-    st.dataframe(numbers.tidy(comp.kpis), column_config={"kpi": "KPI"})
+    table(
+        comp.kpis.rename(index=lambda k: KPI_LABELS.get(k, column_label(k))).reset_index(),
+        column_config={"kpi": "KPI"},
+    )
 
 
 def _warnings(comp: Comparison) -> None:
@@ -81,7 +86,7 @@ def _deltas(comp: Comparison, control: Loaded, test: Loaded) -> None:
     _roles(comp)
     chart(figures.per_rank_delta(comp.per_rank), "per_rank")
     with st.expander("Per-rank table (ms per step)"):
-        st.dataframe(comp.per_rank, hide_index=True)
+        table(comp.per_rank)
     chart(figures.step_time_distribution(comp.step_times), "step_times")
 
 
@@ -93,9 +98,8 @@ def _roles(comp: Comparison) -> None:
     if shown.empty:
         st.info("Neither run spent time in a matched collective.")
         return
-    st.dataframe(
+    table(
         shown,
-        hide_index=True,
         column_config={
             "reduction": st.column_config.NumberColumn(format="percent"),
             "ci_lo": st.column_config.NumberColumn("CI low", format="percent"),
@@ -131,7 +135,7 @@ def _op_diff(control: Loaded, test: Loaded) -> None:
         column.metric(f"ops {kind}", count)
     if not diff.table.empty:
         chart(figures.op_diff_top(diff.table), "op_diff_chart")
-    st.dataframe(diff.table)
+    table(diff.table.reset_index())
 
 
 def _default_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str]:
