@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import streamlit as st
@@ -42,12 +43,16 @@ HEADLINE = (
 
 
 def _headline(comp: Comparison) -> None:
+    """The answer first: the verdict in words, the bubble reduction with its interval and the
+    headline KPIs of the test with their deltas; every KPI folded below."""
+    _verdict(comp)
     columns = st.columns(len(HEADLINE) + 1)
     lo, hi = comp.bubble_reduction_ci
     columns[0].metric(
         "Bubble reduction",
         numbers.pct(comp.bubble_reduction),
         help=f"{comp.confidence:.0%} bootstrap interval over steps",
+        border=True,
     )
     columns[0].caption(f"{comp.confidence:.0%} CI: {numbers.pct(lo)} to {numbers.pct(hi)}")
     for column, (key, label, value_fmt, delta_fmt) in zip(columns[1:], HEADLINE, strict=True):
@@ -59,10 +64,39 @@ def _headline(comp: Comparison) -> None:
             delta_color="inverse",
             help=numbers.KPI_HELP[key],
         )
-    table(
-        comp.kpis.rename(index=lambda k: KPI_LABELS.get(k, column_label(k))).reset_index(),
-        column_config={"kpi": "KPI"},
-    )
+    with st.expander("Every KPI: control, test, delta"):
+        table(
+            comp.kpis.rename(index=lambda k: KPI_LABELS.get(k, column_label(k))).reset_index(),
+            column_config={"kpi": "KPI"},
+        )
+
+
+def _verdict(comp: Comparison) -> None:
+    """Whether the test removed bubble, in words: its interval above 0 (a reduction), below 0
+    (more bubble), or across 0 (no clear change)."""
+    reduction = comp.bubble_reduction
+    lo, hi = comp.bubble_reduction_ci
+    ci = f"{comp.confidence:.0%} CI {numbers.pct(lo)} to {numbers.pct(hi)}, bootstrap over steps"
+    if math.isnan(lo) or math.isnan(hi):
+        st.info(
+            f"**Bubble reduction {numbers.pct(reduction)}**: too few steps for an interval, "
+            "so no verdict."
+        )
+    elif lo > 0:
+        st.success(
+            f"**The test removes {numbers.pct(reduction)} of the control's bubble** ({ci}): "
+            "a reduction beyond the step-to-step noise."
+        )
+    elif hi < 0:
+        st.error(
+            f"**The test has {numbers.pct(-reduction)} more bubble than the control** ({ci}): "
+            "it made things worse."
+        )
+    else:
+        st.warning(
+            f"**No clear change**: a bubble reduction of {numbers.pct(reduction)}, but its {ci} "
+            "includes 0."
+        )
 
 
 def _warnings(comp: Comparison) -> None:
@@ -216,8 +250,8 @@ def render() -> None:
         (test.run_id, test.signature),
         (loaded[0].analysis, loaded[1].analysis),
     )
-    _warnings(comp)
     _headline(comp)
+    _warnings(comp)
     _deltas(comp, *loaded)
     _op_diff(*loaded)
 
