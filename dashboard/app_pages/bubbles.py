@@ -117,6 +117,7 @@ def _answer(entry: RunEntry, analysis: Analysis, dominant: tuple[str, float] | N
 
 
 def _next_step(entry: RunEntry, analysis: Analysis, step: NextStep) -> None:
+    """What to do, or that the run has that toggle on already; a link to its prediction."""
     meta = analysis.run.meta
     status = None if meta is None or step.toggle is None else meta.toggles.get(step.toggle)
     if status is not None and status.applied:
