@@ -42,6 +42,7 @@ from fsobs import Analysis, load_rank
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.stragglers.whales import run_bounds
+from fsobs.analysis.whatif.predict import TOGGLES as WHATIF_TOGGLES
 from fsobs.export import export_rank
 from fsobs.report.analysis import (
     EMBEDDING_TOTAL_NOTE,
@@ -128,7 +129,8 @@ def _next_step(entry: RunEntry, analysis: Analysis, step: NextStep) -> None:
         )
     else:
         st.success(f"**What to do:** {step.text}.", icon=":material/lightbulb:")
-    if step.toggle is not None and analysis.attribution is not None:  # What-if needs sidecars
+    # What-if predicts its toggles from a run with step sidecars
+    if step.toggle in WHATIF_TOGGLES and analysis.attribution is not None:
         st.page_link(
             "app_pages/whatif.py",
             label=f"What-if: the bubble {step.toggle} would remove from this run",

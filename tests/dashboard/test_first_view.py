@@ -134,8 +134,9 @@ def test_gc_pauses_ask_for_sync_gc(sim_store, monkeypatch):
     assert max(CLASSES, key=hand.__getitem__) == "straggler_wait"
     causes = analyze_path(sim_store / "gc").causes
     assert causes is not None and causes.shares["gc"] > causes.shares["data"]
-    action = _answer(at)[4]
+    action, after = _answer(at)[4:6]
     assert action.type == "success" and "the sync_gc toggle (fsobs run --sync-gc)" in action.value
+    assert after.type == "plotly_chart"  # What-if does not predict sync_gc: no link to it
 
 
 def test_compare_leads_with_the_verdict(sim_store, monkeypatch):
