@@ -18,7 +18,7 @@ from dashboard.cache import (
 )
 from dashboard.store import RunEntry, is_read_only, live_first, read_only_note, run_state
 from dashboard.upload import MAX_UPLOAD_BYTES, UPLOADER_MB, UploadError, store_upload
-from dashboard.widgets import current_store, pick_run
+from dashboard.widgets import current_store, pick_run, table
 from fsobs import Analysis, analyze_path
 from fsobs.storage import Location
 
@@ -97,9 +97,8 @@ def _runs_table(store: Location) -> list[RunEntry]:
     if bar is not None:
         bar.empty()
     _running_links([e.run_id for e in entries if states[e.run_id][0] == "running"])
-    st.dataframe(
+    table(
         pd.DataFrame(rows),
-        hide_index=True,
         column_config={
             "bubble ratio": st.column_config.NumberColumn(format="percent"),
             "simulated": st.column_config.CheckboxColumn(),
