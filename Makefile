@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.install-stamp
 BROWSER_STAMP := $(VENV)/.browser-stamp
 
-.PHONY: install browser test demo lint format bench clean
+.PHONY: install browser test demo screenshots lint format bench clean
 
 install: $(STAMP)
 
@@ -52,6 +52,13 @@ DEMO := out/demo
 demo: install
 	rm -rf $(DEMO) $(DEMO)-export
 	$(BIN)/python -m fsobs.workload.demo --out $(DEMO) --pairs 3 --steps 12 --world-size 2
+
+# The README's screenshots, dashboard/screenshots/*.png (dashboard/screenshots/take.py): the
+# dashboard on the demo's store (made first when missing, about 3 minutes) in headless Chromium,
+# plus a simulated 64-rank run and a simulated live run (about 2 minutes).
+screenshots: install browser
+	test -d $(DEMO)/baseline-0 || $(MAKE) demo
+	$(BIN)/python -m dashboard.screenshots.take --demo $(DEMO)
 
 lint: install
 	$(BIN)/ruff check .

@@ -23,7 +23,6 @@ from dashboard.store import (
     RunEntry,
     Signature,
     folder_signature,
-    is_read_only,
     list_runs,
 )
 from dashboard.tables import has_data, run_facts
@@ -127,7 +126,7 @@ def first_with_data(
 def _analyze(store: str, run_id: str, signature: Signature) -> tuple[Analysis | None, str | None]:
     location = as_location(store)
     path = location / run_id
-    cached = not is_read_only(location)  # a URL store is read-only: no cache folder in it
+    cached = isinstance(location, Path)  # a URL store has no cache folder (--read-only one has)
     try:
         analysis = disk_cache.read(Path(store), run_id, signature) if cached else None
         if analysis is None:

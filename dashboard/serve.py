@@ -30,6 +30,7 @@ PRELOAD = (
     "dashboard.store",
     "dashboard.tables",
     "fsobs.analysis.pipeline",
+    "fsobs.cli.access",
     "fsobs.analysis.whatif",
     "fsobs.live.capture",
     "fsobs.report",

@@ -11,7 +11,8 @@ are named (:attr:`RunEntry.links`) for the page to say so.
 
 The store can also be an fsspec URL (``s3://bucket/runs``, ``gs://...``, ``http(s)://...``; see
 :mod:`fsobs.storage`): its runs are listed and analyzed where they are, never copied. Such
-a store is read-only (:func:`is_read_only`): the app offers no upload into it.
+a store is read-only (:func:`is_read_only`): the app offers no upload into it. So is a local store
+that ``fsobs dashboard --read-only`` serves (``FSOBS_READ_ONLY=1``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fsobs.cli.access import READ_ONLY_ENV
 from fsobs.errors import FsobsError
 from fsobs.live.state import RUNNING, run_status
 from fsobs.runformat import RUN_JSON, RunMeta, is_trace_name, read_run_meta
@@ -99,14 +101,20 @@ def resolve_store(
 
 
 def is_read_only(store: Location) -> bool:
-    """Whether the app must not write into the store (a URL store: uploads are refused)."""
-    return isinstance(store, RemotePath)
+    """Whether viewers must not write into the store (no upload, no capture request): a URL
+    store, or any store served with ``--read-only`` (``FSOBS_READ_ONLY=1``). The app's own
+    analysis cache is kept in a local store even then, where the store lets it write."""
+    return isinstance(store, RemotePath) or os.environ.get(READ_ONLY_ENV) == "1"
 
 
-READ_ONLY_NOTE = (
-    "This run store is a URL, opened read-only: uploading runs into it is disabled. "
-    "Copy runs there with your storage tools, or start the dashboard on a local directory."
-)
+def read_only_note(store: Location) -> str:
+    """Why uploads are off, in one line."""
+    if isinstance(store, RemotePath):
+        return (
+            "This run store is a URL, opened read-only: uploading runs into it is disabled. "
+            "Copy runs there with your storage tools, or start the dashboard on a local directory."
+        )
+    return "This dashboard serves its run store read-only: uploading runs is disabled."
 
 
 def list_runs(store: Location) -> list[RunEntry]:

@@ -4,7 +4,7 @@ Resolves the run store (``--store`` after ``--``, else ``FSOBS_STORE``, else ``t
 to the pages: ``/`` (or ``/runs``), ``/bubbles?run=<id>``, ``/compare?control=<id>&test=<id>``,
 ``/arms?control=<id>&runs=<id>,<id>``, ``/optimizer?run=<id>``, ``/whatif?run=<id>``,
 ``/live?run=<id>``; each page reads its run ids from the URL, and the sidebar's links carry them
-(:mod:`dashboard.urlstate`).
+(:mod:`dashboard.urlstate`). Who may open it is settled first (:mod:`dashboard.auth`).
 """
 
 import sys
@@ -16,9 +16,10 @@ if _ROOT not in sys.path:  # `streamlit run` puts only dashboard/ on the path
 
 import streamlit as st  # noqa: E402
 
-from dashboard import urlstate  # noqa: E402
+from dashboard import auth, urlstate  # noqa: E402
 from dashboard.widgets import init_store  # noqa: E402
 
+auth.gate()  # nothing of the store before the viewer is let in (dashboard/auth.py)
 init_store()
 # The default page is served at "/" only; its hidden twin also serves it at "/runs" (and is the
 # sidebar's link: a link to the default page would point at the current page's path).

@@ -273,3 +273,54 @@ def has_data(analysis: Analysis | None) -> bool:
 def has_sidecar(analysis: Analysis | None) -> bool:
     """True when the run has a bubble breakdown and step sidecars (the samples' lengths)."""
     return has_data(analysis) and analysis is not None and analysis.run.sidecar is not None
+
+
+COLUMN_WORDS = {
+    "times_last": "steps last",
+    "wait_share": "share of the wait",
+    "times_arrived_last": "last at (collectives)",
+    "gpu_active_share": "GPU working",
+    "host_bound_share": "host-bound",
+    "idle_share": "idle",
+    "culprit_cost": "straggler's cost",
+    "culprit_has_max_cost": "straggler had the costliest data",
+    "max_cost_tied": "costliest tied",
+    "non_compute_time_us": "non-compute time (µs)",
+    "non_compute_time_pctg": "non-compute time (%)",
+    "comp_comm_overlap_pctg": "compute overlapped with comm (%)",
+    "idle_category": "cause",
+    "idle_time_ratio": "share of idle time",
+    "ci_lo": "CI low",
+    "ci_hi": "CI high",
+}
+"""Words for fsobs's column names that :func:`column_label`'s rule would not find (the words
+of ``fsobs analyze``'s tables where it has them)."""
+_UNITS = {"ms": "ms", "us": "µs", "ns": "ns", "mb": "MB", "pctg": "%"}
+_ACRONYMS = {"gpu": "GPU", "cpu": "CPU", "hta": "HTA", "ci": "CI", "id": "ID", "ids": "IDs"}
+_SIDES = ("control", "test", "delta")
+
+
+def column_label(name: object) -> str:
+    """A column as the tables show it: ``bubble_ms_per_step`` -> ``bubble / step (ms)``,
+    ``straggler_wait_ms_test`` -> ``straggler wait (ms): test``; a name without ``_`` as it is.
+
+    :data:`COLUMN_WORDS` first; else the words of the name, its unit (``_ms``, ``_us``,
+    ``_pctg``, ...) in parentheses, ``per_step`` as ``/ step``, acronyms in capitals, and a
+    Compare side (``_control``, ``_test``, ``_delta``) after a colon."""
+    text = str(name)
+    if text in COLUMN_WORDS:
+        return COLUMN_WORDS[text]
+    if "_" not in text:
+        return text
+    *rest, last = text.split("_")
+    if last in _SIDES:
+        return f"{column_label('_'.join(rest))}: {last}"
+    words, units = [], []
+    for token in text.split("_"):
+        if token in _UNITS:
+            units.append(_UNITS[token])
+        elif token == "per":
+            words.append("/")
+        else:
+            words.append(_ACRONYMS.get(token, token))
+    return " ".join(words) + "".join(f" ({unit})" for unit in units)

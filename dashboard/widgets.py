@@ -7,8 +7,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -21,7 +22,7 @@ from dashboard.store import (
     resolve_store,
     toggles_table,
 )
-from dashboard.tables import has_data
+from dashboard.tables import column_label, has_data
 from dashboard.text import code, esc
 from fsobs import Analysis
 from fsobs.runformat import RunMeta
@@ -42,6 +43,7 @@ KPIS = (
     ("clock_skew_ms", "Clock skew", "ms"),
 )
 """(summary key, label, unit) of the KPIs shown, in order."""
+KPI_LABELS = {key: label for key, label, _ in KPIS}
 
 
 def init_store() -> Path:
@@ -171,17 +173,46 @@ def _toggles(meta: RunMeta | None) -> None:
             reason = row["reason"] or "no reason recorded"
             st.info(f"{code(row['toggle'])} was requested but not applied: {esc(reason)}")
     with st.expander("Optimizer toggles (requested / applied)"):
-        st.dataframe(rows, hide_index=True)
+        table(pd.DataFrame(rows))
 
 
-def kpi_metrics(summary: dict[str, float]) -> None:
-    """The KPIs of ``Analysis.summary`` as metrics, five per row."""
-    for start in range(0, len(KPIS), 5):
-        row = KPIS[start : start + 5]
+def kpi_metrics(summary: dict[str, float], skip: Sequence[str] = ()) -> None:
+    """The KPIs of ``Analysis.summary`` as metrics, five per row, but those in ``skip`` (shown
+    elsewhere on the page)."""
+    kpis = [kpi for kpi in KPIS if kpi[0] not in skip]
+    for start in range(0, len(kpis), 5):
+        row = kpis[start : start + 5]
         for column, (key, label, unit) in zip(st.columns(5)[: len(row)], row, strict=True):
             column.metric(
                 label, format_kpi(summary.get(key, math.nan), unit), help=numbers.KPI_HELP[key]
             )
+
+
+MISSING = "—"
+"""What a table shows for a missing value (Streamlit's own placeholder is "None")."""
+
+
+def table(
+    frame: pd.DataFrame, *, column_config: dict[str, Any] | None = None, key: str | None = None
+) -> None:
+    """A DataFrame as every table of the dashboard is shown: numbers without float noise
+    (:func:`dashboard.numbers.tidy`), each column under words (its ``column_config`` label,
+    else :func:`dashboard.tables.column_label`), a missing value as :data:`MISSING`, no index
+    (a frame whose index says something resets it into a column first)."""
+    config: dict[str, Any] = dict(column_config or {})
+    for name in map(str, frame.columns):
+        given = config.get(name)
+        if isinstance(given, dict):
+            config[name] = given | {"label": given.get("label") or column_label(name)}
+        elif name not in config:
+            config[name] = column_label(name)
+    st.dataframe(
+        numbers.tidy(frame),
+        hide_index=True,
+        column_config=config,
+        placeholder=MISSING,
+        key=key,
+    )
 
 
 def chart(fig: go.Figure, key: str) -> None:

@@ -21,6 +21,7 @@ from dashboard.widgets import (
     stop,
     stop_unknown,
     stop_without_runs,
+    table,
 )
 from fsobs.analysis.ab import Comparison
 
@@ -101,9 +102,8 @@ def render() -> None:
         stop("No other arm could be analyzed.")
     frame = arms_frame(control, tests)
     chart(arm_reductions(frame), "arm_reductions")
-    st.dataframe(
+    table(
         frame,
-        hide_index=True,
         column_config={
             "bubble_ms": st.column_config.NumberColumn("bubble / step (ms)", format="%.2f"),
             "step_time_ms": st.column_config.NumberColumn("step time p50 (ms)", format="%.2f"),

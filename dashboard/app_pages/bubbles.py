@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard import figures
 from dashboard.cache import findings_of
-from dashboard.numbers import cost_unit, pct, ratio, tidy
+from dashboard.numbers import KPI_HELP, cost_unit, ms, pct, ratio
 from dashboard.ops import bar_names, lane_places, rank_ops, top_ops
 from dashboard.ranks import (
     DEFAULT_TOP_K,
@@ -30,18 +30,28 @@ from dashboard.tables import (
 )
 from dashboard.text import code, esc
 from dashboard.widgets import (
+    KPI_LABELS,
+    KPIS,
     chart,
     current_store,
     kpi_metrics,
     open_run,
     stop,
+    table,
 )
 from fsobs import Analysis, load_rank
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.stragglers.whales import run_bounds
+from fsobs.analysis.whatif.predict import TOGGLES as WHATIF_TOGGLES
 from fsobs.export import export_rank
-from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE, causes_unknown_line
+from fsobs.report.analysis import (
+    EMBEDDING_TOTAL_NOTE,
+    NextStep,
+    causes_unknown_line,
+    dominant_class,
+    next_step,
+)
 
 TABS = ("Step timeline", "Stragglers", "Data attribution", "All-to-all", "HTA tables")
 TAB_KEY = "bubbles_tab"
@@ -60,10 +70,74 @@ PERFETTO = (
 
 
 def _overview(entry: RunEntry, analysis: Analysis) -> None:
-    for line in findings_of(str(current_store()), entry.run_id, entry.signature, analysis):
-        st.markdown(f"- {esc(line)}")
-    kpi_metrics(analysis.summary)
+    """The answer first: the bubble ratio, the dominant class, what to do about it and the
+    classes per rank; the findings and the other KPIs folded below."""
+    dominant = dominant_class(analysis.summary)
+    _answer(entry, analysis, dominant)
     chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
+    lines = findings_of(str(current_store()), entry.run_id, entry.signature, analysis)
+    with st.expander(f"Every finding ({len(lines)})"):
+        for line in lines:
+            st.markdown(f"- {esc(line)}")
+    shown = ("bubble_ratio",) if dominant is None else ("bubble_ratio", dominant[0])
+    with st.expander(f"The other KPIs ({len(KPIS) - len(shown)})"):
+        kpi_metrics(analysis.summary, skip=shown)
+
+
+def _answer(entry: RunEntry, analysis: Analysis, dominant: tuple[str, float] | None) -> None:
+    """The bubble ratio (with the bubble and step time), the dominant class with its share of
+    the bubble, and :func:`fsobs.report.analysis.next_step` for it."""
+    summary = analysis.summary
+    left, right = st.columns(2)
+    left.metric(
+        "Bubble ratio",
+        pct(summary["bubble_ratio"]),
+        help=KPI_HELP["bubble_ratio"],
+        border=True,
+    )
+    left.caption(
+        f"{ms(summary['bubble_ms_per_step'])} of bubble per rank and step; step time p50 "
+        f"{ms(summary['step_time_ms_p50'])}."
+    )
+    if dominant is None:
+        right.info("No bubble: every rank was busy through its steps.")
+        return
+    key, value = dominant
+    right.metric(
+        KPI_LABELS[key],
+        ms(value),
+        delta=f"{value / summary['bubble_ms_per_step']:.0%} of the bubble",
+        delta_color="off",
+        delta_arrow="off",
+        help=KPI_HELP[key],
+        border=True,
+    )
+    right.caption("The largest bubble class.")
+    step = next_step(analysis)
+    assert step is not None  # a dominant class has one
+    _next_step(entry, analysis, step)
+
+
+def _next_step(entry: RunEntry, analysis: Analysis, step: NextStep) -> None:
+    """What to do, or that the run has that toggle on already; a link to its prediction."""
+    meta = analysis.run.meta
+    status = None if meta is None or step.toggle is None else meta.toggles.get(step.toggle)
+    if status is not None and status.applied:
+        st.info(
+            f"**What to do:** {step.text}. This run has `{step.toggle}` applied already: what "
+            "is left is in the findings below and in What-if's oracle.",
+            icon=":material/check_circle:",
+        )
+    else:
+        st.success(f"**What to do:** {step.text}.", icon=":material/lightbulb:")
+    # What-if predicts its toggles from a run with step sidecars
+    if step.toggle in WHATIF_TOGGLES and analysis.attribution is not None:
+        st.page_link(
+            "app_pages/whatif.py",
+            label=f"What-if: the bubble {step.toggle} would remove from this run",
+            icon=":material/arrow_forward:",
+            query_params={"run": entry.run_id},
+        )
 
 
 def _rank_filter(analysis: Analysis, run_id: str) -> RankChoice:
@@ -198,9 +272,8 @@ def _top_ops(ops: pd.DataFrame, window: list[int], num_ranks: int) -> None:
         f"**Top ops and kernels by self time** (steps {window[0]}–{window[-1]}, "
         f"{num_ranks} rank(s) drawn)"
     )
-    st.dataframe(
-        tidy(top_ops(ops, window)),
-        hide_index=True,
+    table(
+        top_ops(ops, window),
         column_config={
             "self_ms": st.column_config.NumberColumn("self ms", format="%.3f ms"),
             "total_ms": st.column_config.NumberColumn("total ms", format="%.3f ms"),
@@ -261,7 +334,7 @@ def _stragglers(analysis: Analysis) -> None:
         for c in strag.per_rank.columns
         if c.endswith("_share")
     }
-    st.dataframe(tidy(strag.per_rank), hide_index=True, column_config=shares)
+    table(strag.per_rank, column_config=shares)
     _split_bound(analysis)
     _causes(analysis)
     _roles(analysis)
@@ -308,7 +381,7 @@ def _causes(analysis: Analysis) -> None:
             help=f"Share of the straggler wait that the straggler's lateness from {cause} "
             "accounts for (its lateness split into data, GC, preemption; the rest unexplained).",
         )
-    st.dataframe(tidy(causes.per_step), hide_index=True)
+    table(causes.per_step)
 
 
 def _roles(analysis: Analysis) -> None:
@@ -318,7 +391,7 @@ def _roles(analysis: Analysis) -> None:
         return
     st.subheader("Communication by role (ms per rank and step)")
     rows = pd.DataFrame([{"role": role, **values} for role, values in roles.items()])
-    st.dataframe(tidy(rows), hide_index=True)
+    table(rows)
     if EMBEDDING_TOTAL in roles:
         st.caption(EMBEDDING_TOTAL_NOTE)
 
@@ -350,7 +423,7 @@ def _attribution(analysis: Analysis) -> None:
     lateness = lateness_frame(analysis)
     if lateness is not None and not lateness.empty:
         chart(figures.data_attribution(lateness, attr.cost_source), "attribution")
-    st.dataframe(tidy(attr.per_step), hide_index=True)
+    table(attr.per_step)
 
 
 def _all_to_all(analysis: Analysis, *, run_id: str) -> None:
@@ -362,9 +435,8 @@ def _all_to_all(analysis: Analysis, *, run_id: str) -> None:
     st.markdown(
         "**The most uneven all_to_all(v) instances** (max / mean over the ranks; 1× is even)"
     )
-    st.dataframe(
-        tidy(frame),
-        hide_index=True,
+    table(
+        frame,
         column_config={
             "MB sent": st.column_config.NumberColumn(format="%.3f MB"),
             "send max/mean": st.column_config.NumberColumn(format="%.2f×"),
@@ -400,11 +472,11 @@ def _hta(analysis: Analysis) -> None:
     st.caption("Computed by fsobs with HolisticTraceAnalysis 0.5.0's rules (same numbers).")
     chart(figures.hta_temporal_breakdown(hta.temporal_breakdown), "hta_temporal")
     st.markdown("**Temporal breakdown (µs)**")
-    st.dataframe(tidy(hta.temporal_breakdown), hide_index=True)
+    table(hta.temporal_breakdown)
     st.markdown("**Communication / computation overlap**")
-    st.dataframe(tidy(hta.comm_comp_overlap), hide_index=True)
+    table(hta.comm_comp_overlap)
     st.markdown("**Idle time by stream (µs)**")
-    st.dataframe(tidy(hta.idle_time_breakdown), hide_index=True)
+    table(hta.idle_time_breakdown)
 
 
 def render() -> None:

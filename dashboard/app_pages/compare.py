@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import streamlit as st
@@ -18,15 +19,17 @@ from dashboard.cache import (
     trace_diff,
 )
 from dashboard.store import RunEntry, applied_toggles, every_toggle_off, find_run, parent_of
-from dashboard.tables import has_data
+from dashboard.tables import column_label, has_data
 from dashboard.text import code, esc
 from dashboard.tracediff import change_counts
 from dashboard.widgets import (
+    KPI_LABELS,
     chart,
     current_store,
     default_control,
     pick_run,
     stop_without_runs,
+    table,
 )
 from fsobs.analysis.ab import Comparison
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL
@@ -41,12 +44,16 @@ HEADLINE = (
 
 
 def _headline(comp: Comparison) -> None:
+    """The answer first: the verdict in words, the bubble reduction with its interval and the
+    headline KPIs of the test with their deltas; every KPI folded below."""
+    _verdict(comp)
     columns = st.columns(len(HEADLINE) + 1)
     lo, hi = comp.bubble_reduction_ci
     columns[0].metric(
         "Bubble reduction",
         numbers.pct(comp.bubble_reduction),
         help=f"{comp.confidence:.0%} bootstrap interval over steps",
+        border=True,
     )
     columns[0].caption(f"{comp.confidence:.0%} CI: {numbers.pct(lo)} to {numbers.pct(hi)}")
     for column, (key, label, value_fmt, delta_fmt) in zip(columns[1:], HEADLINE, strict=True):
@@ -58,7 +65,39 @@ def _headline(comp: Comparison) -> None:
             delta_color="inverse",
             help=numbers.KPI_HELP[key],
         )
-    st.dataframe(numbers.tidy(comp.kpis), column_config={"kpi": "KPI"})
+    with st.expander("Every KPI: control, test, delta"):
+        table(
+            comp.kpis.rename(index=lambda k: KPI_LABELS.get(k, column_label(k))).reset_index(),
+            column_config={"kpi": "KPI"},
+        )
+
+
+def _verdict(comp: Comparison) -> None:
+    """Whether the test removed bubble, in words: its interval above 0 (a reduction), below 0
+    (more bubble), or across 0 (no clear change)."""
+    reduction = comp.bubble_reduction
+    lo, hi = comp.bubble_reduction_ci
+    ci = f"{comp.confidence:.0%} CI {numbers.pct(lo)} to {numbers.pct(hi)}, bootstrap over steps"
+    if math.isnan(lo) or math.isnan(hi):
+        st.info(
+            f"**Bubble reduction {numbers.pct(reduction)}**: too few steps for an interval, "
+            "so no verdict."
+        )
+    elif lo > 0:
+        st.success(
+            f"**The test removes {numbers.pct(reduction)} of the control's bubble** ({ci}): "
+            "a reduction beyond the step-to-step noise."
+        )
+    elif hi < 0:
+        st.error(
+            f"**The test has {numbers.pct(-reduction)} more bubble than the control** ({ci}): "
+            "it made things worse."
+        )
+    else:
+        st.warning(
+            f"**No clear change**: a bubble reduction of {numbers.pct(reduction)}, but its {ci} "
+            "includes 0."
+        )
 
 
 def _warnings(comp: Comparison) -> None:
@@ -82,7 +121,7 @@ def _deltas(comp: Comparison, control: Loaded, test: Loaded) -> None:
     _roles(comp)
     chart(figures.per_rank_delta(comp.per_rank), "per_rank")
     with st.expander("Per-rank table (ms per step)"):
-        st.dataframe(comp.per_rank, hide_index=True)
+        table(comp.per_rank)
     chart(figures.step_time_distribution(comp.step_times), "step_times")
 
 
@@ -94,9 +133,8 @@ def _roles(comp: Comparison) -> None:
     if shown.empty:
         st.info("Neither run spent time in a matched collective.")
         return
-    st.dataframe(
+    table(
         shown,
-        hide_index=True,
         column_config={
             "reduction": st.column_config.NumberColumn(format="percent"),
             "ci_lo": st.column_config.NumberColumn("CI low", format="percent"),
@@ -132,7 +170,7 @@ def _op_diff(control: Loaded, test: Loaded) -> None:
         column.metric(f"ops {kind}", count)
     if not diff.table.empty:
         chart(figures.op_diff_top(diff.table), "op_diff_chart")
-    st.dataframe(diff.table)
+    table(diff.table.reset_index())
 
 
 def _default_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str]:
@@ -213,8 +251,8 @@ def render() -> None:
         (test.run_id, test.signature),
         (loaded[0].analysis, loaded[1].analysis),
     )
-    _warnings(comp)
     _headline(comp)
+    _warnings(comp)
     _deltas(comp, *loaded)
     _op_diff(*loaded)
 

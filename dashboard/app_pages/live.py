@@ -16,10 +16,10 @@ from plotly.graph_objects import Figure
 from dashboard import figures, live
 from dashboard.cache import runs
 from dashboard.live_runs import REFRESH, live_run, one_line, request
-from dashboard.numbers import ms, ratio, tidy
+from dashboard.numbers import ms, ratio
 from dashboard.store import is_read_only, live_first, run_state
 from dashboard.text import esc
-from dashboard.widgets import chart, current_store, pick_run, stop, stop_without_runs
+from dashboard.widgets import chart, current_store, pick_run, stop, stop_without_runs, table
 from fsobs.errors import FsobsError
 from fsobs.live.capture import MAX_CAPTURE_STEPS
 from fsobs.live.model import LiveState
@@ -31,7 +31,7 @@ RESULT_KEY = "live_capture_result"
 def _store() -> Path:
     """The run store; the page ends on a URL store (``LiveRun`` reads local files)."""
     store = current_store()
-    if is_read_only(store):
+    if not isinstance(store, Path):
         stop("This run store is a URL: live views read a local store only.")
     assert isinstance(store, Path)
     return store
@@ -76,7 +76,7 @@ def _alerts(state: LiveState) -> None:
     for alert in state.firing:
         st.error(esc(f"{alert.name}: {alert.message}"), icon=":material/warning:")
     with st.expander(f"Every rule ({len(state.alerts)})"):
-        st.dataframe(live.alerts_frame(state), hide_index=True, key="live_alerts")
+        table(live.alerts_frame(state), key="live_alerts")
 
 
 def _trend(run_id: str, reader: LiveRun, state: LiveState) -> None:
@@ -104,9 +104,8 @@ def _trend(run_id: str, reader: LiveRun, state: LiveState) -> None:
             st.caption("No closed window yet: the bubble classes show once one is analyzed.")
         else:
             _chart(figures.classes_by_window(classes), run_id, "live_classes")
-    st.dataframe(
-        tidy(windows),
-        hide_index=True,
+    table(
+        windows,
         key="live_windows",
         column_config={"bubble ratio": st.column_config.NumberColumn(format="percent")},
     )
@@ -119,7 +118,7 @@ def _chart(fig: Figure, run_id: str, key: str) -> None:
 
 def _ranks(state: LiveState) -> None:
     with st.expander("Ranks"):
-        st.dataframe(tidy(live.ranks_frame(state)), hide_index=True, key="live_ranks")
+        table(live.ranks_frame(state), key="live_ranks")
 
 
 def _capture(run_id: str, path: Path, state: LiveState) -> None:
@@ -128,6 +127,9 @@ def _capture(run_id: str, path: Path, state: LiveState) -> None:
     st.text("Latest request: " + (latest or "none"))
     if state.status != "running":
         st.caption("A capture can be requested while the run is running.")
+        return
+    if is_read_only(_store()):
+        st.caption("This dashboard serves its run store read-only: capture requests are off.")
         return
     steps = st.number_input(
         "Steps to capture",

@@ -13,7 +13,7 @@ from dashboard.balance_plan import (
     stored_cost_model,
 )
 from dashboard.cache import cost_fit, step_lengths
-from dashboard.numbers import ms, plain, ratio, tidy
+from dashboard.numbers import ms, plain, ratio
 from dashboard.store import RunEntry
 from dashboard.tables import degenerate_terms, has_sidecar, imbalance_steps
 from dashboard.text import esc
@@ -22,6 +22,7 @@ from dashboard.widgets import (
     current_store,
     open_run,
     stop,
+    table,
 )
 from fsobs import Analysis
 from optim.balance import METHODS
@@ -95,7 +96,7 @@ def _plan_section(entry: RunEntry, analysis: Analysis, choices: list[CostChoice]
         st.caption("The samples do not divide evenly over the ranks: unequal counts allowed.")
     unit = "relative units" if choice.source == UNTRAINED else "ns of busy time"
     chart(figures.balance_bars(plan.per_rank, unit), "balance")
-    st.dataframe(tidy(plan.per_rank), hide_index=True)
+    table(plan.per_rank)
 
 
 def _logged_imbalance(analysis: Analysis) -> None:

@@ -18,7 +18,7 @@ from dashboard.cache import (
     runs,
 )
 from dashboard.held_uploads import clear_uploader, start_sweeper, uploader_key, within_caps
-from dashboard.store import READ_ONLY_NOTE, RunEntry, is_read_only, live_first, run_state
+from dashboard.store import RunEntry, is_read_only, live_first, read_only_note, run_state
 from dashboard.text import code, esc
 from dashboard.upload import (
     MAX_UPLOAD_BYTES,
@@ -27,7 +27,7 @@ from dashboard.upload import (
     analyze_upload,
     store_upload,
 )
-from dashboard.widgets import current_store, pick_run
+from dashboard.widgets import current_store, pick_run, table
 from fsobs import Analysis
 from fsobs.storage import Location
 
@@ -49,7 +49,10 @@ def _store_upload(store: Path) -> None:
     files, _ = within_caps(st.session_state.get(uploader_key()) or [])
     name = (st.session_state.get("upload_name") or "").strip() or None
     try:
-        st.session_state[RESULT_KEY] = _stored(store, files, name)
+        if is_read_only(store):  # the form is not shown then; a forged click is refused too
+            st.session_state[RESULT_KEY] = ("error", read_only_note(store), None)
+        else:
+            st.session_state[RESULT_KEY] = _stored(store, files, name)
     finally:
         clear_uploader()
 
@@ -100,9 +103,8 @@ def _runs_table(store: Location) -> list[RunEntry]:
         bar.empty()
     _running_links([e.run_id for e in entries if states[e.run_id][0] == "running"])
     _links_skipped(entries)
-    st.dataframe(
+    table(
         pd.DataFrame(rows),
-        hide_index=True,
         column_config={
             "bubble ratio": st.column_config.NumberColumn(format="percent"),
             "simulated": st.column_config.CheckboxColumn(),
@@ -153,7 +155,7 @@ def _links(run_id: str) -> None:
 def _upload_form(store: Location) -> None:
     st.subheader("Upload a run")
     if is_read_only(store):
-        st.info(READ_ONLY_NOTE)
+        st.info(read_only_note(store))
         return
     assert isinstance(store, Path)  # a store that is not read-only is a local folder
     st.caption(

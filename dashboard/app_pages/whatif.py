@@ -13,7 +13,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import figures
 from dashboard.cache import comparison, load, runs
-from dashboard.numbers import ms, pct, tidy
+from dashboard.numbers import ms, pct
 from dashboard.store import RunEntry, Signature
 from dashboard.tables import has_sidecar, oracle_split
 from dashboard.text import esc
@@ -22,6 +22,7 @@ from dashboard.widgets import (
     current_store,
     open_run,
     stop_on_error,
+    table,
 )
 from fsobs import Analysis, FsobsError
 from fsobs.analysis import WhatIf
@@ -232,9 +233,8 @@ def render() -> None:
     _replay_section(result)
     frame = _predictions(result, _measured(entry, analysis))
     chart(figures.whatif_reductions(frame), "whatif_reductions")
-    st.dataframe(
-        tidy(frame.drop(columns=["lo", "hi", "measured_lo", "measured_hi"])),
-        hide_index=True,
+    table(
+        frame.drop(columns=["lo", "hi", "measured_lo", "measured_hi"]),
         column_config={
             "predicted": st.column_config.NumberColumn("predicted reduction", format="percent"),
             "measured": st.column_config.NumberColumn("measured reduction", format="percent"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import pandas as pd
@@ -395,13 +396,92 @@ def _headline(analysis: Analysis, unit: str) -> list[str]:
         f"rank and step (step time p50 {duration(summary['step_time_ms_p50'], unit)}, by the "
         f"{run_clock(analysis)})"
     ]
-    key, value = max(((k, summary[k]) for k in _CLASS_LABELS), key=lambda kv: kv[1])
-    if bubble > 0:
+    dominant = dominant_class(summary)
+    if dominant is not None:
+        key, value = dominant
         lines.append(
             f"{_CLASS_LABELS[key]} dominates: {duration(value, unit)} per step "
             f"({value / bubble:.0%} of it)"
         )
     return lines
+
+
+def dominant_class(summary: dict[str, float]) -> tuple[str, float] | None:
+    """The bubble class with the most ms per step: its ``Analysis.summary`` key
+    (``straggler_wait_ms_per_step``, ...) and value; None when the run has no bubble."""
+    if not summary["bubble_ms_per_step"] > 0:
+        return None
+    return max(((k, summary[k]) for k in _CLASS_LABELS), key=lambda kv: kv[1])
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """The one thing to do about a run's dominant bubble class (:func:`next_step`)."""
+
+    toggle: str | None
+    """The optimizer toggle that acts on it (``optim.config.TOGGLES``), None when none does."""
+    text: str
+    """What to do, in one sentence."""
+
+
+_NEXT_STEPS = {
+    "straggler_wait_ms_per_step": NextStep(
+        "balance",
+        "balance each global batch's cost across the ranks: the balance toggle "
+        "(fsobs run --balance), which what-if predicts by re-splitting the run's batches",
+    ),
+    "exposed_comm_ms_per_step": NextStep(
+        "priority_overlap",
+        "hide the embedding communication behind compute and send it ahead of the dense "
+        "all-reduce: the priority_overlap toggle (torchrec's PEC, fsobs run --priority-overlap)",
+    ),
+    "unattributed_comm_ms_per_step": NextStep(
+        None,
+        "load every rank of each process group, with clocks that align: this communication "
+        "could not be matched across ranks, so it cannot be told apart into waits",
+    ),
+    "host_idle_ms_per_step": NextStep(
+        None,
+        "feed the device faster: it waits on the host (data loading, collation, kernel "
+        "launches); no toggle acts on it: more loader workers, pinned memory, prefetching",
+    ),
+    "other_ms_per_step": NextStep(
+        None,
+        "look at the memcpy, memset and synchronize ops among the top ops by self time: GPU "
+        "time that is neither compute nor communication",
+    ),
+}
+"""Per bubble class, the toggle that removes it (DESIGN §7: what what-if replays each toggle
+as) or, where no toggle does, where the time goes."""
+_SYNC_GC = NextStep(
+    "sync_gc",
+    "line up the garbage collections across the ranks: the sync_gc toggle (fsobs run "
+    "--sync-gc); GC pauses are the largest cause of the straggler's lateness",
+)
+_EQUAL_WORK = NextStep(
+    None,
+    "look at the late rank itself: its input data is balanced already, so it is slower on "
+    "equal work (its host, its CPU share); balancing the batches will not help",
+)
+
+
+def next_step(analysis: Analysis) -> NextStep | None:
+    """What to do about the run's dominant class (:func:`dominant_class`); None without one.
+
+    Straggler wait is the data's to fix (``balance``) unless the sidecars show otherwise: GC
+    pauses the largest cause of the straggler's lateness (``sync_gc``, as the README says), or
+    the input data balanced already (the late rank is slower on equal work)."""
+    dominant = dominant_class(analysis.summary)
+    if dominant is None:
+        return None
+    key = dominant[0]
+    if key == "straggler_wait_ms_per_step":
+        shares = {} if analysis.causes is None else analysis.causes.shares
+        if shares and max(("data", "gc", "preemption"), key=lambda c: shares[c]) == "gc":
+            return _SYNC_GC
+        if analysis.attribution is not None and analysis.attribution.verdict == "balanced":
+            return _EQUAL_WORK
+    return _NEXT_STEPS[key]
 
 
 def _pec_findings(analysis: Analysis) -> list[str]:

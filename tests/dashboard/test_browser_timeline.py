@@ -178,6 +178,12 @@ def _download(browser: Browser, server: StreamlitServer) -> None:
 
 def test_numbers_read_on_bubbles(browser: Browser, server: StreamlitServer):
     _open(browser, server, f"bubbles?run={CONTROL}", "Bubbles", 4)
+    # the first view shows two KPIs (ratio, dominant class); the other nine are folded
+    browser.click('[data-testid="stExpander"] summary', "The other KPIs (9)")
+    browser.wait_for(
+        "Array.from(document.querySelectorAll('[data-testid=\"stMetric\"]')).slice(0, 11)"
+        ".every((m) => m.innerText.trim() !== '')"
+    )
     metrics = browser.evaluate(
         "Array.from(document.querySelectorAll('[data-testid=\"stMetric\"]')).slice(0, 11)"
         ".map((m) => [m.querySelector('[data-testid=\"stMetricValue\"]').innerText.trim(), "

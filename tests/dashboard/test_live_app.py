@@ -277,16 +277,26 @@ def test_a_live_run_with_a_broken_run_json_is_unknown_and_said_so(
     assert not at.get("plotly_chart")
 
 
-def test_live_page_on_a_read_only_store_says_so_and_offers_nothing(
+def test_live_page_on_a_url_store_says_so_and_offers_nothing(
     live_store: tuple[Path, Job], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The rule of uploads: a URL store is read-only (no LiveRun, no capture there)."""
-    monkeypatch.setattr("dashboard.store.is_read_only", lambda store: True)
+    """LiveRun reads local files: a URL store has no live view (and no capture)."""
+    monkeypatch.setenv("FSOBS_STORE", "memory://no-live-here")
     at = _open("live", run=LIVE)
     assert [i.value for i in at.info] == [
         "This run store is a URL: live views read a local store only."
     ]
     assert not at.button and not at.get("plotly_chart") and not at.selectbox
+
+
+def test_live_page_of_a_read_only_store_shows_the_run_and_offers_no_capture(
+    live_store: tuple[Path, Job], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fsobs dashboard --read-only``: the run is shown, a capture cannot be requested."""
+    monkeypatch.setenv("FSOBS_READ_ONLY", "1")
+    at = _open("live", run=LIVE)
+    assert at.get("plotly_chart") and not at.button and not at.number_input
+    assert "capture requests are off" in " ".join(c.value for c in at.caption)
 
 
 def test_escape_markdown_leaves_no_markup() -> None:
