@@ -32,6 +32,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from streamlit.testing.v1 import AppTest
 
 from fsobs.runformat import RunMeta, ToggleStatus, write_run_json
 from fsobs.simulate.synthetic_kineto import write_gpu_run
@@ -209,3 +210,16 @@ def tar_gz_declaring(name: str, size: int) -> bytes:
     info = tarfile.TarInfo(name)
     info.size = size
     return gzip.compress(info.tobuf(format=tarfile.GNU_FORMAT) + bytes(1024))
+
+
+def open_page(page: str = "runs", *, timeout: float = 60, **query: str) -> AppTest:
+    """The app in AppTest on ``page`` (``app_pages/<page>.py``) with ``query`` in its URL, run
+    once and without an exception."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    for key, value in query.items():
+        at.query_params[key] = value
+    if page != "runs":
+        at.switch_page(f"app_pages/{page}.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at

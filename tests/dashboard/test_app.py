@@ -25,9 +25,9 @@ from fsobs.analysis.ab import compare
 from fsobs.analysis.costfit import fit_cost
 from fsobs.runformat import read_step_lengths
 from tests.dashboard.stores import (
-    APP,
     RUN_IDS,
     listing,
+    open_page,
     run_files,
     tar_gz_bytes,
     tar_gz_declaring,
@@ -39,14 +39,7 @@ TAB_KEY = "bubbles_tab"  # the Bubbles page's st.tabs (importing the page would 
 
 
 def _open(page: str = "runs", **query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    for key, value in query.items():
-        at.query_params[key] = value
-    if page != "runs":
-        at.switch_page(f"app_pages/{page}.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_page(page, timeout=60, **query)
 
 
 def _title(spec: dict) -> str:

@@ -23,7 +23,7 @@ from dashboard.figures.arms import arm_reductions
 from dashboard.held_uploads import MAX_HELD_BYTES, MAX_HELD_FILES
 from dashboard.text import code, esc
 from fsobs.runformat import RunMeta, ToggleStatus, write_run_json
-from tests.dashboard.stores import APP, GLOO_REFERENCE, listing, small_run, zip_bytes
+from tests.dashboard.stores import GLOO_REFERENCE, listing, open_page, small_run, zip_bytes
 
 FORGED = (
     "Session expired: [sign in](http://evil.example/login) ![pixel](http://evil.example/x.png) "
@@ -50,14 +50,7 @@ def _markup(markdown: str) -> list[str]:
 
 
 def _open(page: str = "runs", **query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    for key, value in query.items():
-        at.query_params[key] = value
-    if page != "runs":
-        at.switch_page(f"app_pages/{page}.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return open_page(page, timeout=60, **query)
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from fsobs.runformat.windows import (
     write_schedule,
 )
 from fsobs.simulate import write_gpu_run
-from tests.dashboard.stores import APP
+from tests.dashboard.stores import open_page
 
 LIVE = "z/live"
 """The running run: its id sorts last, the Runs page must list it first."""
@@ -115,15 +115,8 @@ def live_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tupl
     job.abandon()
 
 
-def _open(page: str, **query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=30)
-    for key, value in query.items():
-        at.query_params[key] = value
-    if page != "runs":
-        at.switch_page(f"app_pages/{page}.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+def _open(page: str = "runs", **query: str) -> AppTest:
+    return open_page(page, timeout=30, **query)
 
 
 def _windows(at: AppTest) -> pd.DataFrame:

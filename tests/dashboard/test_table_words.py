@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard.tables import column_label
 from dashboard.widgets import MISSING
-from tests.dashboard.stores import APP
+from tests.dashboard.stores import open_page
 
 ROOT = Path(__file__).resolve().parents[2]
 GLOO = "reference/gloo_straggler_4rank"
@@ -26,15 +26,8 @@ IDENTIFIER = re.compile(r"[A-Za-z0-9]+_[A-Za-z0-9_]+")
 """A snake_case name: words joined by underscores."""
 
 
-def _open(page: str, **query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    for key, value in query.items():
-        at.query_params[key] = value
-    if page != "runs":
-        at.switch_page(f"app_pages/{page}.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+def _open(page: str = "runs", **query: str) -> AppTest:
+    return open_page(page, timeout=120, **query)
 
 
 def _problems(at: AppTest, where: str) -> list[str]:
