@@ -632,6 +632,8 @@ def test_dashboard_runs_streamlit_on_the_store(tmp_path, monkeypatch, capsys):
         "true",
         "--server.port",
         "8600",
+        "--server.address",
+        "127.0.0.1",  # loopback unless --host says otherwise
         "--browser.gatherUsageStats",
         "false",
     ]

@@ -92,7 +92,10 @@ def test_the_optimizer_page_folds_256_ranks(
     rest = [before[r] for r in before if r not in top]
 
     browser.navigate(f"{server.url}/optimizer?run={RUN_ID}")
-    browser.wait_for(f"!!{BALANCE_JS} && !{PAGE_STATE_JS}.running", timeout_s=120)
+    # both charts drawn (Plotly draws each on its own time: the WebGL one can come last)
+    browser.wait_for(
+        f"!!{BALANCE_JS} && !!{COST_FIT_JS} && !{PAGE_STATE_JS}.running", timeout_s=120
+    )
     state = browser.evaluate(PAGE_STATE_JS)
     assert state["exceptions"] == [], state["exceptions"]
     bars = browser.evaluate(BALANCE_JS)
