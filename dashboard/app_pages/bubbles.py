@@ -48,6 +48,7 @@ from fsobs.export import export_rank
 from fsobs.report.analysis import (
     EMBEDDING_TOTAL_NOTE,
     NextStep,
+    applied_already,
     causes_unknown_line,
     dominant_class,
     next_step,
@@ -120,9 +121,7 @@ def _answer(entry: RunEntry, analysis: Analysis, dominant: tuple[str, float] | N
 
 def _next_step(entry: RunEntry, analysis: Analysis, step: NextStep) -> None:
     """What to do, or that the run has that toggle on already; a link to its prediction."""
-    meta = analysis.run.meta
-    status = None if meta is None or step.toggle is None else meta.toggles.get(step.toggle)
-    if status is not None and status.applied:
+    if applied_already(analysis, step):
         st.info(
             f"**What to do:** {step.text}. This run has `{step.toggle}` applied already: what "
             "is left is in the findings below and in What-if's oracle.",

@@ -87,6 +87,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "stragglers": stragglers_json(analysis),
         "data_attribution": attribution_json(analysis),
         "split_bound": bounds_json(run_bounds(analysis)),
+        "next_step": _next_step_json(analysis),
         "collectives": {
             "matched_instances": int(analysis.collectives.instances["instance"].nunique()),
             "unmatched": records(analysis.collectives.problems),
@@ -215,6 +216,7 @@ def _run_section(analysis: Analysis) -> list[Item]:
         f"{loaded}, {steps}",
         *(f"[yellow]warning:[/] {warning}" for warning in run.warnings),
         *(f"- {line}" for line in findings(analysis)),
+        *(f"[bold]{line}[/]" for line in [next_step_line(analysis)] if line is not None),
     ]
 
 
@@ -482,6 +484,41 @@ def next_step(analysis: Analysis) -> NextStep | None:
         if analysis.attribution is not None and analysis.attribution.verdict == "balanced":
             return _EQUAL_WORK
     return _NEXT_STEPS[key]
+
+
+def applied_already(analysis: Analysis, step: NextStep) -> bool:
+    """Whether the run applied the toggle ``step`` names already (its ``run.json`` says the
+    toggle acted)."""
+    meta = analysis.run.meta
+    status = None if meta is None or step.toggle is None else meta.toggles.get(step.toggle)
+    return status is not None and status.applied
+
+
+def next_step_line(analysis: Analysis) -> str | None:
+    """The report's last line: what to do about the dominant class (:func:`next_step`), or
+    that the run has that toggle on already; None without a dominant class."""
+    step = next_step(analysis)
+    if step is None:
+        return None
+    if applied_already(analysis, step):
+        return (
+            f"next step: {step.text}; this run has {step.toggle} applied already: what is left "
+            "is in the findings above and in fsobs whatif's oracle"
+        )
+    return f"next step: {step.text}"
+
+
+def _next_step_json(analysis: Analysis) -> dict[str, Any] | None:
+    step = next_step(analysis)
+    dominant = dominant_class(analysis.summary)
+    if step is None or dominant is None:
+        return None
+    return {
+        "dominant_class": dominant[0],
+        "toggle": step.toggle,
+        "text": step.text,
+        "applied_already": applied_already(analysis, step),
+    }
 
 
 def _pec_findings(analysis: Analysis) -> list[str]:

@@ -158,3 +158,35 @@ def test_compare_leads_with_the_verdict(sim_store, monkeypatch):
     assert verdict.value.startswith(f"**The test removes {reduction:.1%} of the control's bubble**")
     assert ci.value.startswith("95% CI: ")
     assert any(e.type == "expander" and e.label.startswith("Every KPI") for e in elements)
+
+
+@pytest.mark.parametrize(
+    ("run", "toggle", "words", "applied"),
+    [
+        ("shift", "balance", "the balance toggle (fsobs run --balance)", False),
+        ("balanced", "balance", "the balance toggle (fsobs run --balance)", True),
+        ("gc", "sync_gc", "the sync_gc toggle (fsobs run --sync-gc)", False),
+    ],
+)
+def test_fsobs_analyze_ends_its_findings_with_the_next_step(
+    sim_store, capsys, run, toggle, words, applied
+):
+    """The CLI says the same thing to do as the page, after the findings, and ``--json`` holds
+    it under ``next_step``."""
+    assert main(["analyze", str(sim_store / run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [line for line in lines if line.startswith("next step: ")]
+    last_finding = max(i for i, text in enumerate(lines) if text.startswith("- "))
+    assert lines.index(line) == last_finding + 1
+    assert words in line
+    assert (
+        line.endswith(
+            f"this run has {toggle} applied already: what is left is in the "
+            "findings above and in fsobs whatif's oracle"
+        )
+        is applied
+    )
+    assert main(["analyze", "--json", str(sim_store / run)]) == 0
+    got = json.loads(capsys.readouterr().out)["next_step"]
+    assert got["dominant_class"] == "straggler_wait_ms_per_step"
+    assert (got["toggle"], got["applied_already"], words in got["text"]) == (toggle, applied, True)
