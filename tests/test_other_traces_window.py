@@ -119,7 +119,9 @@ def test_a_gpu_rank_without_any_window_gets_a_report(tmp_path):
         (
             [gemm(0, 10, corr=5)],  # whole trace: the window is the kernel
             "bubbles take 0.0% of step time: 0.0 µs per rank and step (step time p50 10.0 µs, "
-            "by the GPU window)",
+            "by the GPU window); the window is the whole trace (no ProfilerStep): it spans all "
+            "the profiler recorded, its start and stop and the time between iterations "
+            "included, not one training step",
         ),
         (
             [step(1, 0, 0), launch(0, 1), gemm(0, 0, corr=1)],
@@ -215,7 +217,12 @@ def test_a_cpu_run_names_the_cpu_range_it_is_timed_by(tmp_path, steps, marker, c
     work.append(gloo("all_reduce", 30, 20))
     write(tmp_path / "rank0.json", cpu_doc(0, work, world_size=1, steps=steps))
     result = analyze_path(tmp_path, fsobs.LoadConfig(step_marker=marker))
-    assert findings(result)[0].endswith(f", by the {clock})")
+    headline = findings(result)[0]
+    whole = (
+        "; the window is the whole trace (no ProfilerStep): it spans all the profiler recorded, "
+        "its start and stop and the time between iterations included, not one training step"
+    )  # issue 36, point 5: a whole-trace window says so, the others do not
+    assert headline.endswith(f", by the {clock})" + (whole if not steps and not marker else ""))
     assert _window(result)["clock"] == "cpu"
 
 

@@ -47,6 +47,7 @@ from fsobs.analysis.whatif.predict import TOGGLES as WHATIF_TOGGLES
 from fsobs.export import export_rank
 from fsobs.report.analysis import (
     EMBEDDING_TOTAL_NOTE,
+    WHOLE_TRACE_NOTE,
     NextStep,
     applied_already,
     causes_unknown_line,
@@ -98,7 +99,9 @@ def _answer(entry: RunEntry, analysis: Analysis, dominant: tuple[str, float] | N
     )
     left.caption(
         f"{ms(summary['bubble_ms_per_step'])} of bubble per rank and step; step time p50 "
-        f"{ms(summary['step_time_ms_p50'])}."
+        f"{ms(summary['step_time_ms_p50'])}"
+        + (WHOLE_TRACE_NOTE if analysis.whole_trace else "")
+        + "."
     )
     if dominant is None:
         right.info("No bubble: every rank was busy through its steps.")

@@ -203,7 +203,7 @@ def _run_section(analysis: Analysis) -> list[Item]:
     sources = {t.step_source for t in run.ranks.values()}
     steps = (
         "one whole-trace window per rank"
-        if sources == {"whole trace"}
+        if analysis.whole_trace
         else f"{len(run.steps)} step(s) on every rank"
         + ("" if sources == {"ProfilerStep"} else f" (steps: {', '.join(sorted(sources))})")
     )
@@ -387,6 +387,13 @@ def clock_findings(analysis: Analysis) -> list[str]:
     return lines
 
 
+WHOLE_TRACE_NOTE = (
+    "; the window is the whole trace (no ProfilerStep): it spans all the profiler recorded, "
+    "its start and stop and the time between iterations included, not one training step"
+)
+"""Added to the headline of a run timed by whole-trace windows (issue 36, point 5)."""
+
+
 def _headline(analysis: Analysis, unit: str) -> list[str]:
     """The bubble's share, its size and the step time with its clock, then its main class."""
     summary = analysis.summary
@@ -396,7 +403,7 @@ def _headline(analysis: Analysis, unit: str) -> list[str]:
     lines = [
         f"bubbles take {summary['bubble_ratio']:.1%} of step time: {duration(bubble, unit)} per "
         f"rank and step (step time p50 {duration(summary['step_time_ms_p50'], unit)}, by the "
-        f"{run_clock(analysis)})"
+        f"{run_clock(analysis)})" + (WHOLE_TRACE_NOTE if analysis.whole_trace else "")
     ]
     dominant = dominant_class(summary)
     if dominant is not None:

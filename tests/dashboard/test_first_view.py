@@ -18,6 +18,7 @@ The runs are simulated (``fsobs simulate``, a second each) with a known cause:
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from fsobs import analyze_path
 from fsobs.cli import main
 from fsobs.report import findings
 from tests.dashboard.stores import APP
+from tests.kineto import cpu_doc, cpu_op, gloo, write
 
 SIM = ("--world-size", "4", "--steps", "6", "--workers", "1")
 SHIFT = ("--shift-rank", "2", "--shift-from", "0", "--shift-factor", "3")
@@ -190,3 +192,26 @@ def test_fsobs_analyze_ends_its_findings_with_the_next_step(
     got = json.loads(capsys.readouterr().out)["next_step"]
     assert got["dominant_class"] == "straggler_wait_ms_per_step"
     assert (got["toggle"], got["applied_already"], words in got["text"]) == (toggle, applied, True)
+
+
+def test_compare_names_a_whole_trace_window_against_steps_not_comparable(
+    sim_store, monkeypatch, tmp_path
+):
+    """A run without ProfilerStep (one whole-trace window) as control, six steps as test: no
+    verdict, the reason instead (issue 36, point 2)."""
+    store = tmp_path / "store"
+    shutil.copytree(sim_store / "shift", store / "shift")
+    work = [cpu_op("aten::mm", 0, 30), gloo("all_reduce", 30, 20)]
+    write(store / "whole" / "rank0.json", cpu_doc(0, work, world_size=1, steps=()))
+    at = _open(store, "compare", monkeypatch, control="whole", test="shift")
+    elements = _flat(at.main)
+    first = next(i for i, e in enumerate(elements) if e.type == "metric")
+    verdict = elements[first - 1]
+    assert verdict.type == "warning"
+    reason = (
+        "the control run is one whole-trace window (no ProfilerStep: the profiler's start and "
+        "stop idle are in it) and the test run has 6 step(s); the reduction sets the one "
+        "against the other"
+    )
+    assert verdict.value.startswith(f"**Not comparable**: {esc(reason)}. The bubble reduction")
+    assert verdict.value.endswith("is shown for what it is, with no verdict.")
