@@ -36,7 +36,7 @@ import re
 STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
 COMM_KERNEL_PATTERNS = (
     r"^(void )?(nccl|rccl|hccl)|ncclKernel|ncclDevKernel",
-    r"\bdeep_ep::\w+::(\w*notify\w*|dispatch|combine|barrier)\b",
+    r"\b(deep_ep|dpsk::ep)::\w+::(\w*notify\w*|dispatch|combine|barrier)\b",
     r"\bEp(Dispatch|Combine)\w*Kernel",
     r"nvshmem",
     r"\bmscclpp",
@@ -51,7 +51,10 @@ searched in the kernel name, case-insensitive):
    ``rccl*``, ``hccl*``;
 2. DeepEP's expert-parallel kernels: ``deep_ep::intranode::dispatch``, ``...::combine``,
    ``...::notify_dispatch``, ``...::cached_notify_combine``, ``...::barrier`` (``intranode``,
-   ``internode``, ``internode_ll``); not ``get_dispatch_layout``, which only counts locally;
+   ``internode``, ``internode_ll``), and the same kernels as DeepSeek's released training
+   trace names them (``dpsk::ep::internode::dispatch``, ``...::combine``,
+   ``...::notify_dispatch``, ``...::cached_notify``); not ``get_dispatch_layout``, which only
+   counts locally;
 3. AMD MORI's expert-parallel ``EpDispatch*Kernel`` / ``EpCombine*Kernel``;
 4. NVSHMEM's device kernels (``nvshmemi_*``, ``nvshmemx_*``: one-sided puts, barriers,
    collectives);
