@@ -31,6 +31,7 @@ from fsobs.report._stragglers import (
 from fsobs.report._whales import bounds_json
 from fsobs.report._windows import (
     all_sparse,
+    capture_findings,
     hta_flag_lines,
     hta_out_of_range,
     rank_clocks,
@@ -320,15 +321,17 @@ def findings(analysis: Analysis) -> list[str]:
     """The few sentences a reader needs first: size of the bubble, its main class, the culprit,
     and what the data shows about it. Each says only what the analysis showed."""
     summary = analysis.summary
+    captured = capture_findings(analysis)  # read first: the numbers below are the capture's
     if analysis.steps.empty:
         return [
+            *captured,
             "no step window on every rank: no bubble breakdown",
             *window_findings(analysis),
         ]
     unit = _unit(analysis)
     if all_sparse(analysis):  # no verdict from a few GPU events: only what the windows miss
-        return window_findings(analysis) + _coverage_findings(analysis)
-    lines = _headline(analysis, unit) + window_findings(analysis)
+        return captured + window_findings(analysis) + _coverage_findings(analysis)
+    lines = captured + _headline(analysis, unit) + window_findings(analysis)
     lines += _pec_findings(analysis)
     lines += straggler_findings(analysis)
     lines += all_to_all_findings(analysis)

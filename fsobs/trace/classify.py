@@ -74,6 +74,9 @@ collective is ``unknown``): never a straggler wait, exposed when nothing compute
 MEMCPY_KERNEL_RE = re.compile(r"^(hip)?Memcpy|^dma")
 MEMSET_KERNEL_RE = re.compile(r"^(hip)?Memset")
 
+GRAPH_CAPTURE_RE = re.compile(r"^(cuda|hip)(StreamBeginCapture|StreamEndCapture|GraphInstantiate)")
+"""Runtime calls that build a CUDA (HIP) graph: the kernels launched while a stream captures
+are recorded into the graph, not run."""
 KERNEL_CATS = frozenset({"kernel", "Kernel", "mtia_ccp_events"})
 """Device kernels: CUDA's and ROCm's (``Kernel``: 2020-2021 traces), MTIA's."""
 GPU_CATS = KERNEL_CATS | {"gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"}
