@@ -45,6 +45,7 @@ from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.analysis.whatif.predict import TOGGLES as WHATIF_TOGGLES
 from fsobs.export import export_rank
+from fsobs.report import capture_findings
 from fsobs.report.analysis import (
     EMBEDDING_TOTAL_NOTE,
     WHOLE_TRACE_NOTE,
@@ -74,6 +75,8 @@ PERFETTO = (
 def _overview(entry: RunEntry, analysis: Analysis) -> None:
     """The answer first: the bubble ratio, the dominant class, what to do about it and the
     classes per rank; the findings and the other KPIs folded below."""
+    for line in capture_findings(analysis):  # the numbers below are the capture's
+        st.warning(esc(line))
     dominant = dominant_class(analysis.summary)
     _answer(entry, analysis, dominant)
     chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
