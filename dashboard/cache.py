@@ -41,6 +41,12 @@ Pair = tuple[Analysis, Analysis]
 
 logger = logging.getLogger(__name__)
 
+BY_REPR: dict[str | type[Any], Callable[[Any], Any]] = {tuple: repr}
+"""``hash_funcs`` of the helpers below: a tuple argument (a run's :data:`Signature`: three
+values per file) is keyed by its repr, which Python writes in C. Streamlit's own hashing walks
+it value by value: at 256 ranks (513 files) that took about as long as a Bubbles tab's own
+work, for every cached call on every rerun."""
+
 AUTO_ANALYZE_BYTES = 64 * 10**6
 """The runs table analyzes runs up to this size on disk by itself; bigger ones when opened."""
 
@@ -174,14 +180,14 @@ def comparison(
     return compare(_loaded[0], _loaded[1])
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=BY_REPR)
 def findings_of(store: str, run_id: str, signature: Signature, _analysis: Analysis) -> list[str]:
     """:func:`fsobs.report.findings` of a run, once per signature (at 256 ranks its split
     bounds take longer than the rest of the Bubbles page)."""
     return findings(_analysis)
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=BY_REPR)
 def split_bounds_of(
     store: str, run_id: str, signature: Signature, _analysis: Analysis
 ) -> SplitBounds | None:
@@ -204,7 +210,7 @@ class TimelineParts:
     """Per (rank, lane), where its ops ran (:func:`dashboard.ops.lane_places`)."""
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=BY_REPR)
 def timeline_parts(
     store: str,
     run_id: str,

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures
-from dashboard.cache import findings_of, split_bounds_of, timeline_parts
+from dashboard.cache import BY_REPR, findings_of, split_bounds_of, timeline_parts
 from dashboard.numbers import KPI_HELP, cost_unit, ms, pct, ratio
 from dashboard.ops import rank_ops, top_ops
 from dashboard.ranks import (
@@ -184,7 +184,9 @@ def _rank_filter(analysis: Analysis, run_id: str) -> RankChoice:
     return choice
 
 
-@st.cache_resource(max_entries=32, show_spinner="Reading the rank's ops and kernels...")
+@st.cache_resource(
+    max_entries=32, show_spinner="Reading the rank's ops and kernels...", hash_funcs=BY_REPR
+)
 def _rank_ops(path: str, signature: Signature, rank: int, device: str) -> pd.DataFrame:
     """:func:`dashboard.ops.rank_ops` of one rank's trace (``signature``: the cache key)."""
     return rank_ops(load_rank(path), device)
