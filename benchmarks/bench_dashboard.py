@@ -63,7 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -408,7 +408,7 @@ def scale_session(
             open_url("bubbles reopen", "bubbles")
             click("switch Bubbles -> Runs", "runs")
             click("switch Runs -> Bubbles", "bubbles")
-            tabs = [str(t) for t in browser.evaluate(TAB_NAMES_JS)]
+            tabs = [str(t) for t in cast(list[object], browser.evaluate(TAB_NAMES_JS))]
             for tab in [*tabs[1:], tabs[0]]:  # each tab, then back to the first
                 go = partial(browser.click, TAB, tab)
                 out[f"switch tab -> {tab}"] = watch(browser, go, tab_ready_js(tab), timeout_s=300)
