@@ -12,7 +12,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import figures
-from dashboard.cache import comparison, load, runs
+from dashboard.cache import BY_REPR, comparison, load, runs
 from dashboard.numbers import ms, pct
 from dashboard.scale_study import STUDY_STEPS, STUDY_WORLD_SIZE, Study, in_process
 from dashboard.store import RunEntry, Signature
@@ -34,9 +34,11 @@ from fsobs.simulate.study import WORLD_SIZES
 DRAWS = (50, 200)
 BALANCE_SPLITS = ("kk", "lpt", "kk-unequal", "window:2", "window:4", "window:8")
 DRAWS_KEY = "draws"
+Measured = tuple[float, float, float, str]
+"""A measured A/B: the bubble reduction, its interval's ends, the test run's id."""
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=BY_REPR)
 def _predict(
     store: str,
     run_id: str,
@@ -63,18 +65,18 @@ def _waiters() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=2, thread_name_prefix="scale-study")
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
+@st.cache_resource(max_entries=8, show_spinner=False, hash_funcs=BY_REPR)
 def _study(store: str, run_id: str, signature: Signature, _analysis: Analysis) -> Future[Study]:
     """:func:`dashboard.scale_study.study` of the run, started in a process of its own."""
     return _waiters().submit(in_process, _analysis)
 
 
-def _measured(entry: RunEntry, analysis: Analysis) -> dict[tuple[str, ...], tuple]:
+def _measured(entry: RunEntry, analysis: Analysis) -> dict[tuple[str, ...], Measured]:
     """Toggles applied -> (reduction, lo, hi, run id) for the runs next to this one (same
     folder, same world size) that trained the same global batches with toggles applied."""
     store = current_store()
     parent = entry.run_id.rpartition("/")[0]
-    found: dict[tuple[str, ...], tuple] = {}
+    found: dict[tuple[str, ...], Measured] = {}
     for other in runs(store):
         if other.run_id == entry.run_id or other.run_id.rpartition("/")[0] != parent:
             continue
@@ -96,7 +98,7 @@ def _measured(entry: RunEntry, analysis: Analysis) -> dict[tuple[str, ...], tupl
     return found
 
 
-def _predictions(result: WhatIf, measured: dict[tuple[str, ...], tuple]) -> pd.DataFrame:
+def _predictions(result: WhatIf, measured: dict[tuple[str, ...], Measured]) -> pd.DataFrame:
     rows = []
     for p in result.predictions:
         m = measured.get(p.toggles, (math.nan, math.nan, math.nan, ""))
@@ -205,6 +207,7 @@ def render() -> None:
     left, middle, right = st.columns([3, 1, 1])
     chosen = left.multiselect("Toggles (every combination is predicted)", possible, possible)
     split = middle.selectbox("Balance mode", BALANCE_SPLITS, key="balance_split")
+    split = split or BALANCE_SPLITS[0]  # a selectbox with a default never gives None
     slot = right.empty()  # the draws selector, drawn once the run's cap on draws is known
     draws = st.session_state.get(DRAWS_KEY, DRAWS[0])
     if not chosen:
