@@ -34,8 +34,9 @@ from fsobs.simulate.study import WORLD_SIZES
 DRAWS = (50, 200)
 BALANCE_SPLITS = ("kk", "lpt", "kk-unequal", "window:2", "window:4", "window:8")
 DRAWS_KEY = "draws"
+# A measured A/B: the bubble reduction, its interval's ends, the test run's id (a comment: a
+# bare string in a page is drawn by Streamlit's magic).
 Measured = tuple[float, float, float, str]
-"""A measured A/B: the bubble reduction, its interval's ends, the test run's id."""
 
 
 @st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=BY_REPR)
