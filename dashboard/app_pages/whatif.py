@@ -175,7 +175,12 @@ def _scale_section(entry: RunEntry, analysis: Analysis) -> None:
     st.badge("simulated", icon=":material/science:", color="orange")
     running = _study(str(current_store()), entry.run_id, entry.signature, analysis)
     with st.spinner(f"Simulating {WORLD_SIZES[0]} to {WORLD_SIZES[-1]} ranks..."):
-        curve, at_scale, source = running.result()
+        try:
+            curve, at_scale, source = running.result()
+        except RuntimeError as exc:  # the next visit tries again
+            _study.clear()
+            st.error(esc(f"No scale study: {exc}"))
+            return
     st.caption(
         f"fsobs.simulate, {STUDY_STEPS} steps per point; job: {source}. BENCHMARKS.md states "
         "every assumption (communication, noise and length models)."
