@@ -276,6 +276,10 @@ def has_sidecar(analysis: Analysis | None) -> bool:
 
 
 COLUMN_WORDS = {
+    "coll": "collective",
+    "span": "ranks on",
+    "rank_ms": "rank-time (ms)",
+    "bytes_known": "every size recorded",
     "times_last": "steps last",
     "wait_share": "share of the wait",
     "times_arrived_last": "last at (collectives)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from dashboard.widgets import (
     table,
 )
 from fsobs import Analysis, load_rank
+from fsobs.analysis.locality import comm_locality, intra_share
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.whatif.predict import TOGGLES as WHATIF_TOGGLES
@@ -437,8 +439,23 @@ def _attribution(analysis: Analysis) -> None:
     table(attr.per_step)
 
 
+def _locality(analysis: Analysis) -> None:
+    """Every collective class inside one host or across hosts (by the traces' host names)."""
+    frame = comm_locality(analysis)
+    if frame.empty:
+        return
+    st.markdown("**Inside a host or across hosts** (every collective, by the traces' host names)")
+    share = intra_share(frame)
+    if share is not None:
+        of_bytes = "" if math.isnan(share[1]) else f" and {pct(share[1])} of the bytes"
+        st.caption(f"{pct(share[0])} of the collectives' rank-time{of_bytes} stayed inside a host.")
+    table(frame)
+
+
 def _all_to_all(analysis: Analysis, *, run_id: str) -> None:
-    """The most uneven all_to_all(v) instances, and the rank x rank volume of a chosen one."""
+    """Collectives inside or across hosts; the most uneven all_to_all(v) instances, and the
+    rank x rank volume of a chosen one."""
+    _locality(analysis)
     frame = all_to_all_frame(analysis)
     if frame.empty:
         st.info("No all_to_all(v) in this run has its message sizes recorded.")

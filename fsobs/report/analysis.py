@@ -14,6 +14,7 @@ from rich.table import Table
 
 from fsobs.analysis import Analysis
 from fsobs.analysis.clocks import SHARED_CLOCK_NS, Clock
+from fsobs.analysis.locality import comm_locality, intra_share
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.report._alltoall import all_to_all_findings, all_to_all_json, all_to_all_tables
@@ -109,9 +110,34 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
                 for c in analysis.collectives.clocks
             ],
             "all_to_all": all_to_all_json(analysis),
+            "locality": _locality_json(analysis),
         },
         "hta": hta,
     }
+
+
+def _locality_json(analysis: Analysis) -> dict[str, Any]:
+    """Per collective class and span (intra-node, inter-node, unknown): instances, rank-ms,
+    bytes (:func:`fsobs.analysis.locality.comm_locality`), and the intra-node shares."""
+    table = comm_locality(analysis)
+    share = intra_share(table)
+    return {
+        "by_class": records(table),
+        "intra_node_share": None if share is None else {"time": share[0], "bytes": plain(share[1])},
+    }
+
+
+def _locality_findings(analysis: Analysis) -> list[str]:
+    """How much communication stayed inside a host, on a run of several hosts."""
+    hosts = {t.host_name for t in analysis.run.ranks.values() if t.host_name}
+    share = intra_share(comm_locality(analysis)) if len(hosts) > 1 else None
+    if share is None:
+        return []
+    of_bytes = "" if math.isnan(share[1]) else f", {share[1]:.0%} of their bytes"
+    return [
+        f"communication inside a host: {share[0]:.0%} of the collectives' rank-time{of_bytes} "
+        f"({len(hosts)} hosts; the rest spans hosts)"
+    ]
 
 
 def _sidecar_json(analysis: Analysis) -> dict[str, Any] | None:
@@ -335,6 +361,7 @@ def findings(analysis: Analysis) -> list[str]:
     lines += _pec_findings(analysis)
     lines += straggler_findings(analysis)
     lines += all_to_all_findings(analysis)
+    lines += _locality_findings(analysis)
     lines += _coverage_findings(analysis)
     if summary["contention_ms_per_step"] > 0:
         lines.append(
