@@ -40,7 +40,7 @@ $(BROWSER_STAMP): $(STAMP)
 	@if command -v chromium >/dev/null; then touch $@; fi
 
 test: install browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25  # the slowest tests named at the end, for the fast lane
 
 # The main job, measured like the benchmarks: the reference model on 2 gloo ranks in four arms
 # (baseline: random split of each global batch; balanced; pec: priority overlap; freescale: every
