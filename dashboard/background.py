@@ -96,6 +96,7 @@ class Job:
     _total: int | None = None
     _result: Result | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _finished: threading.Event = field(default_factory=threading.Event)
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -106,6 +107,13 @@ class Job:
         """The analysis or its one-line error once finished; None before."""
         with self._lock:
             return self._result
+
+    def wait(self) -> Result:
+        """The result, once the job has finished."""
+        self._finished.wait()
+        result = self.result
+        assert result is not None
+        return result
 
     def progress(self, done: int, total: int) -> None:
         with self._lock:
@@ -122,6 +130,7 @@ class Job:
         with self._lock:
             self._result = result
             self._state = State.FAILED if result[0] is None else State.DONE
+        self._finished.set()
 
 
 class Registry:

@@ -67,11 +67,26 @@ UNFINISHED = "a live run, not finished: its windows are on the Live page"
 
 def load(store: Location, entry: RunEntry) -> Loaded:
     """The analysis of one run (parsed at most once per signature; an unfinished live run is
-    not parsed: :data:`UNFINISHED`)."""
+    not parsed: :data:`UNFINISHED`). A run a background job analyzes (:func:`job_for`) is not
+    parsed again: the job's result is taken, waited for if the job still runs (pages that
+    must not wait go through :func:`dashboard.pending.loaded_runs`)."""
     if entry.unfinished:
         return Loaded(entry, None, UNFINISHED)
-    analysis, error = _analyze(*_key(store, entry))
+    key = _key(store, entry)
+    job = background.registry().find(key)
+    if job is None:
+        analysis, error = _analyze(*key)
+    else:
+        with st.spinner("Waiting for the run's analysis in the background..."):
+            analysis, error = _analyze(*key, _ready=job.wait())
+        background.registry().forget(key)
     return Loaded(entry, analysis, error)
+
+
+def is_running(store: Location, entry: RunEntry) -> bool:
+    """Whether a background job is analyzing this run now (queued or running)."""
+    job = background.registry().find(_key(store, entry))
+    return job is not None and not job.snapshot().finished
 
 
 def is_analyzed(store: Location, entry: RunEntry) -> bool:
@@ -99,8 +114,6 @@ def facts(
     job = background.registry().find(_key(store, entry))
     if job is not None and not job.snapshot().finished:
         return run_facts(entry, None, f"being analyzed: {job.snapshot().text}", state)
-    if job is not None:
-        adopt(store, entry, job)
     if analyze or is_analyzed(store, entry):
         loaded = load(store, entry)
         return run_facts(entry, loaded.analysis, loaded.error, state)
@@ -109,8 +122,9 @@ def facts(
 
 def is_cheap(store: Location, entry: RunEntry) -> bool:
     """Small enough to analyze unasked (:data:`AUTO_ANALYZE_BYTES`), or analyzed already; an
-    unfinished live run never is (it is not parsed as a finished run)."""
-    if entry.unfinished:
+    unfinished live run never is (it is not parsed as a finished run), nor a run a background
+    job analyzes now (choosing a default never waits for it)."""
+    if entry.unfinished or is_running(store, entry):
         return False
     return entry.trace_bytes <= AUTO_ANALYZE_BYTES or is_analyzed(store, entry)
 
@@ -135,7 +149,7 @@ def first_with_data(
 
 def job_for(store: Location, entry: RunEntry) -> Job | None:
     """The background job of this run: the one a session started already (running, or finished
-    and not yet adopted), else a new one if the run is bigger than :data:`INLINE_BYTES` and not
+    and not yet taken), else a new one if the run is bigger than :data:`INLINE_BYTES` and not
     analyzed yet; None: load it inline (:func:`load`)."""
     key = _key(store, entry)
     jobs = background.registry()
@@ -144,15 +158,6 @@ def job_for(store: Location, entry: RunEntry) -> Job | None:
     if job is None and big and not is_analyzed(store, entry):
         job = jobs.submit(key, partial(analysis_of, *key))
     return job
-
-
-def adopt(store: Location, entry: RunEntry, job: Job) -> Loaded:
-    """A finished job's result, put in the in-memory cache :func:`load` reads."""
-    assert job.result is not None, "adopt a finished job"
-    key = _key(store, entry)
-    analysis, error = _analyze(*key, _ready=job.result)
-    background.registry().forget(key)
-    return Loaded(entry, analysis, error)
 
 
 def analysis_of(

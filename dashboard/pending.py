@@ -28,16 +28,12 @@ REFRESH_S = 0.5
 def loaded_runs(store: Location, entries: Sequence[RunEntry]) -> list[Loaded]:
     """The analyses of ``entries``, in order; while one of them is analyzed in the background
     the page shows the pending view and ends there (it reruns by itself when all are done)."""
-    found = {e.run_id: (e, cache.job_for(store, e)) for e in entries}
-    jobs = {run_id: job for run_id, (_, job) in found.items() if job is not None}
-    waiting = [(found[run_id][0], job) for run_id, job in jobs.items()]
-    if not all(job.snapshot().finished for _, job in waiting):
+    jobs = {e.run_id: (e, job) for e in entries if (job := cache.job_for(store, e)) is not None}
+    waiting = [(e, job) for e, job in jobs.values() if not job.snapshot().finished]
+    if waiting:
         show_pending(waiting)
         st.stop()
-    return [
-        cache.adopt(store, e, jobs[e.run_id]) if e.run_id in jobs else cache.load(store, e)
-        for e in entries
-    ]
+    return [cache.load(store, e) for e in entries]  # a finished job's result, taken
 
 
 def show_pending(waiting: Sequence[tuple[RunEntry, Job]]) -> None:

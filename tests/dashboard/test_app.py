@@ -331,7 +331,9 @@ def test_a_run_in_the_url_is_the_only_one_analyzed(app_env, monkeypatch):
     st.cache_resource.clear()
     parsed: list[Path] = []
     monkeypatch.setattr(
-        cache, "analyze_path", lambda path: parsed.append(path) or analyze_path(path)
+        cache,
+        "analyze_path",
+        lambda path, progress=None: parsed.append(path) or analyze_path(path, progress=progress),
     )
     _open("bubbles", run="sim/test")
     _open("compare", control="sim/test", test=GLOO)
