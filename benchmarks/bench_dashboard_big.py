@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +123,9 @@ def _wait(browser: Browser, js: str, start: float) -> float:
     return time.perf_counter() - start
 
 
-def _peers(server: StreamlitServer, first: Browser, chromium: str, count: int) -> list:
+def _peers(
+    server: StreamlitServer, first: Browser, chromium: str, count: int
+) -> list[tuple[float, bool]]:
     """``count`` sessions opening the Runs page one after the other, each in a fresh browser:
     (seconds, whether the first session still showed its progress bar when it was done)."""
     out = []
@@ -198,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         link_run(run_dir, store, run_dir.name)
         for i in range(args.cold):
 
-            def take() -> dict:
+            def take() -> dict[str, Any]:
                 done = cold_round(store, chromium, url_path, args.peers, args.max_foreign)
                 return {"round": done, "foreign": done.foreign}
 
