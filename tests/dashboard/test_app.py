@@ -313,7 +313,11 @@ def test_an_analysis_outlives_the_server_in_the_disk_cache(app_env, monkeypatch)
 
     parsed = []
     with monkeypatch.context() as patch:
-        patch.setattr(cache, "analyze_path", lambda path: parsed.append(path) or analyze_path(path))
+        patch.setattr(
+            cache,
+            "analyze_path",
+            lambda path, progress=None: parsed.append(path) or analyze_path(path),
+        )
         at = _open("bubbles", run="sim/control")
     assert _metrics(at) == expected
     assert parsed == []
