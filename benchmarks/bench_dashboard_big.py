@@ -11,13 +11,15 @@ served by ``streamlit run`` and driven in headless Chromium over the DevTools Pr
 server with no disk cache and measures, from the navigation to ``/bubbles?run=<id>``:
 
 - **progress bar**: until the page shows the background analysis' progress bar;
+- **progress bar last seen**: the job is done and the page reruns;
 - **complete**: until the Bubbles page is complete (``page_ready_js``: script finished, its 3
   charts drawn), parsing and the disk-cache write included;
 - **peak RSS / PSS** of the server's process tree (the parser processes included), sampled every
   20 ms (PSS every 0.2 s) from the navigation to the complete page;
-- **peers**: meanwhile, ``--peers`` other sessions, one after the other (a fresh browser each),
-  open the Runs page until complete: how long each took and whether the analysis was still
-  running when it finished (the point of the background: other sessions are not held up).
+- **peers**: meanwhile (from the progress bar on), ``--peers`` other sessions, one after the
+  other (a fresh browser each), open the Runs page until complete: how long each took and
+  whether the progress bar was still shown after it finished (the point of the background:
+  other sessions are not held up).
 
 Then a new server opens the same page from the disk cache (``bench_dashboard.cold_open``).
 As there, the script waits until other processes leave the CPUs idle before each round and says
@@ -106,6 +108,8 @@ class Round:
     """One cold open of the big run, with the peer sessions' Runs pages meanwhile."""
 
     progress_s: float
+    analyzed_s: float
+    """Until the progress bar was last seen (the job done, the page rerunning)."""
     complete_s: float
     peak_rss: int
     peak_pss: int
@@ -124,33 +128,59 @@ def _wait(browser: Browser, js: str, start: float) -> float:
 
 
 def _peers(
-    server: StreamlitServer, first: Browser, chromium: str, count: int
-) -> list[tuple[float, bool]]:
+    server: StreamlitServer, chromium: str, count: int, start: float
+) -> list[tuple[float, float]]:
     """``count`` sessions opening the Runs page one after the other, each in a fresh browser:
-    (seconds, whether the first session still showed its progress bar when it was done)."""
+    per session, when its page was complete (s since ``start``) and how long it took."""
     out = []
     for _ in range(count):
         with Browser(chromium, timeout_s=TIMEOUT_S) as peer:
-            start = time.perf_counter()
+            began = time.perf_counter()
             peer.navigate(f"{server.url}/runs")
-            took = _wait(peer, RUNS_READY, start)
-            out.append((took, bool(first.evaluate(PROGRESS_JS))))
+            done = _wait(peer, RUNS_READY, start)
+            out.append((done, time.perf_counter() - began))
     return out
 
 
+def _follow(first: Browser, start: float) -> tuple[float, float, float]:
+    """Poll the first session (every 20 ms) until its page is complete: when the progress bar
+    was first seen, when it was last seen, and when the page was complete (s since ``start``)."""
+    seen: list[float] = []
+    while True:
+        state = first.evaluate(f"[{PROGRESS_JS}, {BUBBLES_READY}]")
+        assert isinstance(state, list)
+        bar, ready = state
+        now = time.perf_counter() - start
+        if bar:
+            seen.append(now)
+        if ready and seen:
+            return seen[0], seen[-1], now
+        if now > TIMEOUT_S:
+            raise TimeoutError(f"Bubbles not complete after {TIMEOUT_S} s")
+        time.sleep(0.02)
+
+
 def cold_round(store: Path, chromium: str, url_path: str, peers: int, max_foreign: float) -> Round:
-    """A fresh server, no disk cache: the big run's Bubbles page until complete, peers
-    meanwhile."""
+    """A fresh server, no disk cache: the big run's Bubbles page until complete, while peer
+    sessions (in a thread, once the progress bar shows) open the Runs page."""
     shutil.rmtree(store / CACHE_DIR, ignore_errors=True)
+    during: list[tuple[float, float]] = []
     with StreamlitServer(store) as server, Browser(chromium, timeout_s=TIMEOUT_S) as first:
         _wait_until_quiet(max_foreign)
         with ForeignCpu(server.pid, first.pid) as foreign, PeakMemory(server.pid) as memory:
             start = time.perf_counter()
             first.navigate(f"{server.url}{url_path}")
-            progress_s = _wait(first, PROGRESS_JS, start)
-            during = _peers(server, first, chromium, peers)
-            complete_s = _wait(first, BUBBLES_READY, start)
-    return Round(progress_s, complete_s, memory.rss, memory.pss, foreign.cores, during)
+            _wait(first, PROGRESS_JS, start)
+            walk = threading.Thread(
+                target=lambda: during.extend(_peers(server, chromium, peers, start))
+            )
+            walk.start()
+            progress_s, analyzed_s, complete_s = _follow(first, start)
+            walk.join()
+    peers_done = [(took, done < analyzed_s) for done, took in during]
+    return Round(
+        progress_s, analyzed_s, complete_s, memory.rss, memory.pss, foreign.cores, peers_done
+    )
 
 
 def report(rounds: list[Round], disks: list[float]) -> str:
@@ -162,13 +192,14 @@ def report(rounds: list[Round], disks: list[float]) -> str:
 
     lines = ["| measurement | median | every round |", "|---|--:|---|"]
     lines.append(row("navigate -> progress bar", [r.progress_s for r in rounds], "s"))
+    lines.append(row("navigate -> progress bar last seen", [r.analyzed_s for r in rounds], "s"))
     lines.append(row("navigate -> Bubbles complete (cold)", [r.complete_s for r in rounds], "s"))
     lines.append(row("Bubbles via the disk cache (new server)", disks, "s"))
     lines.append(row("server peak RSS (tree)", [r.peak_rss / 2**30 for r in rounds], "GiB"))
     lines.append(row("server peak PSS (tree)", [r.peak_pss / 2**30 for r in rounds], "GiB"))
     peers = [p for r in rounds for p in r.peers]
     if peers:
-        lines.append(row("a peer's Runs page during the analysis", [t for t, _ in peers], "s"))
+        lines.append(row("a peer's Runs page (opened during the analysis)", [t for t, _ in peers], "s"))
         still = sum(running for _, running in peers)
         lines.append(f"| peers done while the analysis still ran | {still} of {len(peers)} | |")
     lines.append(
