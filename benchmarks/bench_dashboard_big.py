@@ -199,7 +199,9 @@ def report(rounds: list[Round], disks: list[float]) -> str:
     lines.append(row("server peak PSS (tree)", [r.peak_pss / 2**30 for r in rounds], "GiB"))
     peers = [p for r in rounds for p in r.peers]
     if peers:
-        lines.append(row("a peer's Runs page (opened during the analysis)", [t for t, _ in peers], "s"))
+        lines.append(
+            row("a peer's Runs page (opened during the analysis)", [t for t, _ in peers], "s")
+        )
         still = sum(running for _, running in peers)
         lines.append(f"| peers done while the analysis still ran | {still} of {len(peers)} | |")
     lines.append(
