@@ -160,3 +160,42 @@ def test_a_big_run_shows_progress_then_the_page(
             assert metrics[label] == format_kpi(expected[name], unit)
     assert background.registry().find(key) is None  # taken into the in-memory cache
     assert cache.is_analyzed(app_env, entry)
+
+
+@pytest.mark.multiprocess
+def test_on_a_dask_scheduler_the_job_parses_there(
+    app_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``FSOBS_DASK_SCHEDULER`` set, the page says so and the job's ranks are parsed by
+    that scheduler's workers (its task names are the loader's ``fsobs-parse-*``)."""
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.setattr("dashboard.cache.INLINE_BYTES", 0)  # every run is "big"
+    shutil.rmtree(app_env / disk_cache.CACHE_DIR, ignore_errors=True)
+    entry = _entry(app_env, SIM)
+    with (
+        distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=":0",
+            worker_dashboard_address=None,
+        ) as local,
+        distributed.Client(local.scheduler_address, set_as_default=False) as client,
+    ):
+        monkeypatch.setenv("FSOBS_DASK_SCHEDULER", local.scheduler_address)
+        at = _bubbles(SIM)
+        job = background.registry().find((str(app_env), SIM, entry.signature))
+        assert job is not None  # submitted by the page, which looked at it right after
+        assert any(f"on the Dask scheduler `{local.scheduler_address}`" in i.value for i in at.info)
+        job.wait()
+        at.run()
+        assert not at.exception, at.exception
+        prefixes = client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.task_prefixes)
+        )
+    assert "fsobs-parse" in prefixes, prefixes
+    monkeypatch.delenv("FSOBS_DASK_SCHEDULER")
+    expected = analyze_path(app_env / SIM).summary
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Bubble ratio"] == format_kpi(expected["bubble_ratio"], "pct")

@@ -16,6 +16,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,27 +62,40 @@ def sessions(big_store: Path, chromium: str) -> Iterator[tuple[StreamlitServer, 
         yield server, first, second
 
 
+def _progress(browser: Browser) -> str | None:
+    """The text of the page's progress bar, None without one."""
+    text = browser.evaluate(PROGRESS_JS)
+    assert text is None or isinstance(text, str)
+    return text
+
+
+def _object(browser: Browser, js: str) -> dict[str, Any]:
+    value = browser.evaluate(js)
+    assert isinstance(value, dict)
+    return value
+
+
 def test_a_big_run_analyzes_in_the_background(
     sessions: tuple[StreamlitServer, Browser, Browser], big_store: Path
 ) -> None:
     server, first, second = sessions
     first.navigate(f"{server.url}/bubbles?run={RUN_ID}")
     first.wait_for(f"{PROGRESS_JS} !== null", timeout_s=120)
-    seen = {first.evaluate(PROGRESS_JS)}
+    seen = {_progress(first)}
 
     second.navigate(f"{server.url}/runs")
     second.wait_for(page_ready_js("Runs", 0), timeout_s=120)
-    assert second.evaluate(PAGE_STATE_JS)["exceptions"] == []
-    assert first.evaluate(PROGRESS_JS) is not None  # the first session still waits for its job
+    assert _object(second, PAGE_STATE_JS)["exceptions"] == []
+    assert _progress(first) is not None  # the first session still waits for its job
 
     deadline = time.monotonic() + 300
     while not first.evaluate(BUBBLES_READY):
-        seen.add(first.evaluate(PROGRESS_JS))
+        seen.add(_progress(first))
         assert time.monotonic() < deadline, f"Bubbles not complete: {seen}\n{server.log()}"
         time.sleep(0.05)
-    state = first.evaluate(PAGE_STATE_JS)
+    state = _object(first, PAGE_STATE_JS)
     assert state["exceptions"] == [], state["exceptions"]
-    assert first.evaluate(PROGRESS_JS) is None  # gone once the page renders
+    assert _progress(first) is None  # gone once the page renders
 
     stages = {text for text in seen if text}
     totals = {int(m.group(1)) for t in stages if (m := re.search(r" of (\d+)$", t))}
@@ -91,5 +105,5 @@ def test_a_big_run_analyzes_in_the_background(
         "looking for the run's traces",
     }, stages
     summary = analyze_path(big_store / RUN_ID).summary
-    metrics = first.evaluate(METRICS_JS)
+    metrics = _object(first, METRICS_JS)
     assert metrics["Bubble ratio"] == format_kpi(summary["bubble_ratio"], "pct"), metrics
