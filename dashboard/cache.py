@@ -17,21 +17,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from dashboard import background, disk_cache
 from dashboard.background import Job, Key, Progress, Result
+from dashboard.ops import bar_names, lane_places
 from dashboard.store import (
     RunEntry,
     Signature,
     folder_signature,
     list_runs,
 )
-from dashboard.tables import has_data, run_facts
+from dashboard.tables import has_data, run_facts, timeline_frame
 from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
 from fsobs.analysis.ab import Comparison, compare
 from fsobs.analysis.costfit import CostFit, fit_cost
+from fsobs.analysis.stragglers.whales import SplitBounds, run_bounds
 from fsobs.report import findings
 from fsobs.runformat.steps import read_step_lengths
 from fsobs.storage import Location, as_location
@@ -39,6 +42,12 @@ from fsobs.storage import Location, as_location
 Pair = tuple[Analysis, Analysis]
 
 logger = logging.getLogger(__name__)
+
+BY_REPR: dict[str | type[Any], Callable[[Any], Any]] = {tuple: repr}
+"""``hash_funcs`` of the helpers below: a tuple argument (a run's :data:`Signature`: three
+values per file) is keyed by its repr, which Python writes in C. Streamlit's own hashing walks
+it value by value: at 256 ranks (513 files) that took about as long as a Bubbles tab's own
+work, for every cached call on every rerun."""
 
 AUTO_ANALYZE_BYTES = 64 * 10**6
 """The runs table analyzes runs up to this size on disk by itself; bigger ones when opened."""
@@ -224,11 +233,57 @@ def comparison(
     return compare(_loaded[0], _loaded[1])
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=BY_REPR)
 def findings_of(store: str, run_id: str, signature: Signature, _analysis: Analysis) -> list[str]:
     """:func:`fsobs.report.findings` of a run, once per signature (at 256 ranks its split
     bounds take longer than the rest of the Bubbles page)."""
     return findings(_analysis)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=BY_REPR)
+def split_bounds_of(
+    store: str, run_id: str, signature: Signature, _analysis: Analysis
+) -> SplitBounds | None:
+    """:func:`fsobs.analysis.stragglers.whales.run_bounds` of a run, once per signature (the
+    Stragglers tab reran it on every visit: a partition per step at 256 ranks)."""
+    return run_bounds(_analysis)
+
+
+@dataclass(frozen=True)
+class TimelineParts:
+    """What the step timeline draws (:func:`timeline_parts`); read-only, shared by sessions."""
+
+    bars: pd.DataFrame
+    """:func:`dashboard.tables.timeline_frame` of the drawn ranks and steps."""
+    ops: pd.DataFrame | None
+    """The drawn ranks' ops and kernels (None when they are not named)."""
+    names: list[str] | None
+    """Per bar, the ops inside it (:func:`dashboard.ops.bar_names`)."""
+    places: dict[tuple[int, str], str] | None
+    """Per (rank, lane), where its ops ran (:func:`dashboard.ops.lane_places`)."""
+
+
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=BY_REPR)
+def timeline_parts(
+    store: str,
+    run_id: str,
+    signature: Signature,
+    ranks: tuple[int, ...],
+    steps: tuple[int, ...],
+    named: bool,
+    _analysis: Analysis,
+    _ops: Callable[[], pd.DataFrame],
+) -> TimelineParts:
+    """The timeline's bars of ``ranks`` over ``steps``, and with ``named`` the ops ``_ops()``
+    reads and where each bar's ops ran; once per signature and choice (a tab switch or any
+    other rerun of the page drew them again)."""
+    offsets = _analysis.collectives.offsets_ns
+    bars = timeline_frame(_analysis.bubbles.of_ranks(list(ranks)), list(steps), offsets)
+    if not named:
+        return TimelineParts(bars, None, None, None)
+    ops = _ops()
+    shifts = {r: bars.attrs["origin_ns"] + offsets.get(r, 0) for r in ranks}
+    return TimelineParts(bars, ops, bar_names(bars, ops, shifts), lane_places(bars, ops))
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)

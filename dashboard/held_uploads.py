@@ -5,9 +5,8 @@ Streamlit keeps every file a browser sends to a ``st.file_uploader`` in the serv
 whose browser went away is kept for reconnecting, then dropped without being shut down
 (Streamlit 1.67), so its files stayed in memory for the server's life. Here:
 
-1. a session holds at most :data:`MAX_HELD_FILES` files and :data:`MAX_HELD_BYTES` in all
-   (:func:`within_caps`); the files past either cap are dropped from the server's memory and
-   the page says so in one line;
+1. the server takes only so many files from a session, and only from one shown the uploader
+   (:mod:`dashboard.upload_guard`, which refuses them before they are read);
 2. once the Store button has used them, stored or refused, the files are dropped
    (:func:`release`) and the uploader starts empty (:func:`uploader_key` changes);
 3. a thread (:func:`start_sweeper`) drops, every :data:`SWEEP_SECONDS`, the files of every
@@ -29,13 +28,8 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from streamlit.runtime.state import SessionState
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from dashboard.upload import MAX_UPLOAD_BYTES
+from dashboard import upload_guard
 
-MAX_HELD_FILES = 1024
-"""Most files a session's uploader holds (a run of 256 ranks with its sidecars has 513)."""
-MAX_HELD_BYTES = MAX_UPLOAD_BYTES
-"""Most bytes a session's uploader holds, all files together: a valid upload is no larger
-(its limit counts the files' text, which their compression only makes smaller)."""
 SWEEP_SECONDS = 10.0
 """How often the files of sessions that ended are dropped."""
 UPLOADER = "upload_files"
@@ -50,24 +44,15 @@ def uploader_key() -> str:
     return UPLOADER if generation == 0 else f"{UPLOADER}-{generation}"
 
 
-def within_caps(files: Sequence[UploadedFile]) -> tuple[list[UploadedFile], str | None]:
-    """The first files that fit both caps, and the one line that says what was dropped (None
-    when nothing was); the dropped ones are let go of at once."""
-    kept: list[UploadedFile] = []
-    total = 0
-    for file in files:
-        if len(kept) == MAX_HELD_FILES or total + file.size > MAX_HELD_BYTES:
-            break
-        kept.append(file)
-        total += file.size
-    dropped = list(files[len(kept) :])
-    if not dropped:
-        return kept, None
-    release(dropped)
-    return kept, (
-        f"{len(dropped)} file(s) dropped: the uploader holds at most {MAX_HELD_FILES} files and "
-        f"{MAX_HELD_BYTES // 2**20} MiB in all; store these, or choose fewer."
-    )
+def accept_uploads() -> str | None:
+    """Let this session's browser send files (its page shows the uploader); the line that says
+    which files the server refused since the last call (:mod:`dashboard.upload_guard`), or
+    None."""
+    ctx = get_script_run_ctx()
+    if ctx is None:
+        return None
+    upload_guard.allow_uploads(ctx.session_id)
+    return upload_guard.refused_note(ctx.session_id)
 
 
 def release(files: Sequence[UploadedFile]) -> None:
@@ -100,6 +85,9 @@ def release_ended_sessions() -> int:
     if storage is None:
         return 0
     ended = {sid for sid in list(storage) if not runtime.is_active_session(sid)}
+    upload_guard.forget(
+        {sid for sid in upload_guard.known_sessions() if not runtime.is_active_session(sid)}
+    )
     for session_id in ended:
         manager.remove_session_files(session_id)
     sessions = getattr(runtime, "_session_mgr", None)  # Streamlit 1.67: no public list

@@ -6,7 +6,8 @@ kind the pages draw. Streamlit imports a page's modules when a session first run
 without this the first page a user opens pays for them: about 0.5 s of a 2-core machine
 (issue 26, point 5). The modules that use Streamlit's caches (``dashboard.cache``,
 ``dashboard.widgets``, ``dashboard.urlstate``) are left to the pages: their caches bind to the
-runtime, which starts after this.
+runtime, which starts after this. It also puts :mod:`dashboard.upload_guard` in front of
+Streamlit's routes: files are taken only from sessions shown the uploader, and only so many.
 """
 
 from __future__ import annotations
@@ -60,8 +61,12 @@ def warm() -> None:
 
 
 def main(argv: list[str]) -> None:
-    """Warm this process, then hand it to ``streamlit run`` with ``argv`` (the app first)."""
+    """Warm this process, guard its uploads, then hand it to ``streamlit run`` with ``argv``
+    (the app first)."""
     warm()
+    from dashboard import upload_guard
+
+    upload_guard.install()
     from streamlit.web import cli
 
     sys.argv = ["streamlit", "run", *argv]

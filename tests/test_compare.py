@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from fsobs.analysis import Analysis, analyze_path, compare, kpis
 from fsobs.analysis.ab import batch_check, bootstrap_reduction
@@ -30,6 +31,7 @@ from fsobs.analysis.matching import Collectives
 from fsobs.cli import main
 from fsobs.cli.dashboard import dashboard_app
 from fsobs.report import compare_json
+from fsobs.report.comparison import render_comparison
 from fsobs.runformat import RunMeta
 from fsobs.trace.schema import Run
 from tests.kineto import REFERENCE, write_allreduce_run
@@ -68,15 +70,17 @@ def _analysis(
     meta: dict[str, Any] | None = None,
     sidecar: pd.DataFrame | None = None,
     device: str = "cpu",
+    step_source: str = "ProfilerStep",
 ) -> Analysis:
     """An Analysis around a hand-written bubble table (the fields compare does not read are
-    left empty; each rank only says its ``device``); ``meta`` is the content of its run.json."""
+    left empty; each rank only says its ``device`` and ``step_source``); ``meta`` is the
+    content of its run.json."""
     ranks = sorted(set(steps["rank"]))
     colls = Collectives(pd.DataFrame(), pd.DataFrame(), dict.fromkeys(ranks, 0))
     run = Run(
         path=Path("/runs") / name,
         world_size=world_size or len(ranks),
-        ranks={r: SimpleNamespace(device=device) for r in ranks},
+        ranks={r: SimpleNamespace(device=device, step_source=step_source) for r in ranks},
         meta=None if meta is None else RunMeta.from_json(meta),
         sidecar=sidecar,
     )
@@ -179,11 +183,18 @@ def test_ci_is_deterministic_and_follows_the_seed():
 
 def test_bootstrap_percentiles_on_a_two_step_run():
     """Control steps (10, 30): a resample's mean is 10, 20 or 30 with p = 1/4, 1/2, 1/4; the
-    test has one step (5), so the reductions are 1/2, 3/4, 5/6 and the 5% / 95% percentiles
+    test's steps are both 5, so the reductions are 1/2, 3/4, 5/6 and the 5% / 95% percentiles
     are the extremes."""
-    lo, hi = bootstrap_reduction(np.array([10.0, 30.0]), np.array([5.0]), confidence=0.9)
+    lo, hi = bootstrap_reduction(np.array([10.0, 30.0]), np.array([5.0, 5.0]), confidence=0.9)
     assert (lo, hi) == pytest.approx((0.5, 5 / 6))
     assert all(math.isnan(v) for v in bootstrap_reduction(np.array([]), np.array([1.0])))
+
+
+@pytest.mark.parametrize(("control", "test"), [([10.0], [5.0, 6.0]), ([10.0, 30.0], [5.0])])
+def test_no_interval_from_one_step_on_a_side(control, test):
+    """Every resample of one step is that step: an interval of width 0 on that side, which
+    says nothing (issue 36: 1 whole-trace window against 6 steps printed a CI of 0.5 points)."""
+    assert all(math.isnan(v) for v in bootstrap_reduction(np.array(control), np.array(test)))
 
 
 def test_paired_bootstrap_cancels_what_the_steps_share():
@@ -376,6 +387,34 @@ def test_toggles_that_do_not_measure_what_they_say():
     ]
 
 
+def test_a_whole_trace_window_against_steps_is_not_comparable(capsys):
+    """Issue 36: a run without ProfilerStep (one whole-trace window of 5.2 s) against a run of
+    six steps printed "bubble reduction: 98.9% (95% CI 98.7% – 99.2%)". The control here: one
+    window of 5200 ms with 5000 ms of host idle; the test: six 100 ms steps with 10 ms of
+    bubble each. The reduction is still computed (1 - 10 / 5000 = 99.8%), but with no interval
+    (one step on a side) and marked."""
+    whole = _analysis(_steps([(0, 0, 5200, 200, 0, 0, 5000)]), name="w", step_source="whole trace")
+    steps = _analysis(_steps([(0, s, 100, 90, 0, 0, 10) for s in range(6)]), name="s")
+    c = compare(whole, steps)
+    assert c.bubble_reduction == pytest.approx(1 - 10 / 5000)
+    assert all(math.isnan(v) for v in c.bubble_reduction_ci)
+    reason = (
+        "the control run is one whole-trace window (no ProfilerStep: the profiler's start and "
+        "stop idle are in it) and the test run has 6 step(s); the reduction sets the one "
+        "against the other"
+    )
+    assert c.not_comparable == reason
+    assert f"not comparable: {reason}" in c.warnings
+    render_comparison(c, Console(width=400, force_terminal=False))
+    out = capsys.readouterr().out
+    assert "bubble reduction: 99.8% (no CI: fewer than 2 steps on a side) [NOT COMPARABLE: " in out
+    assert "95% CI" not in out.split("bubble reduction:")[1].splitlines()[0]
+    # the other way round, and two runs of one kind, are named as such or not at all
+    assert compare(steps, whole).not_comparable.startswith("the test run is one whole-trace")
+    assert compare(whole, whole).not_comparable is None
+    assert compare(steps, steps).not_comparable is None
+
+
 def test_toggles_recorded_in_one_run_only():
     """A run.json without toggles (a plain job's): the test's applied toggle cannot be checked
     against it; one that is off says nothing."""
@@ -405,7 +444,9 @@ def test_json_is_strict():
         "same_batches",
         "same_batches_check",
         "warnings",
+        "not_comparable",
     }
+    assert out["not_comparable"] is None
     assert out["same_batches_check"] == {
         "same": None,
         "basis": "none",
@@ -632,6 +673,8 @@ def test_dashboard_runs_streamlit_on_the_store(tmp_path, monkeypatch, capsys):
         "true",
         "--server.port",
         "8600",
+        "--server.address",
+        "127.0.0.1",  # loopback unless --host says otherwise
         "--browser.gatherUsageStats",
         "false",
     ]

@@ -45,6 +45,47 @@ def test_the_documented_list(name, kind):
     assert classify("kernel", name) == kind
 
 
+# Every kernel of DeepSeek's released training trace (deepseek-ai/profile-data, train.json at
+# 449602428a1b023acb8a505d4f34fef536535db6: DualPipe, EP64) whose name holds "dpsk::", verbatim;
+# the four expert-parallel kernels took 113.0 ms of its one step, counted as compute before.
+DPSK_COMM = (
+    "void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*, int, int, int "
+    "const*, int const*, int*, void*, void**, int**, int, int, int, int*, bool, int)",
+    "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*, "
+    "bool const*, int4 const*, float const*, int4 const*, int4 const*, int const*, int const*, "
+    "dpsk::ep::internode::SourceMeta const*, int const*, int const*, int const*, int, int, int, "
+    "int, void*, int, int, void**, int, int, int, int, int*)",
+    "void dpsk::ep::internode::dispatch<false, 8, false, 8>(int4*, float*, long*, float*, "
+    "dpsk::ep::internode::SourceMeta*, int4 const*, float const*, long const*, float const*, "
+    "int*, int*, int*, int*, int const*, int const*, int const*, int const*, int, int, int, int, "
+    "int, bool const*, void*, int, int, void**, int, int, int, int, int*)",
+    "void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*, long*, float*, "
+    "dpsk::ep::internode::SourceMeta*, int4 const*, float const*, long const*, float const*, "
+    "int*, int*, int*, int*, int const*, int const*, int const*, int const*, int, int, int, int, "
+    "int, bool const*, void*, int, int, void**, int, int, int, int, int*)",
+    "void dpsk::ep::internode::notify_dispatch<false, 8>(int const*, long*, int, int const*, "
+    "int*, int const*, int*, int, bool const*, int, int, int, int, int, int, int, int*, int*, "
+    "int*, int*, void*, void**, int**, int, int, int*, int)",
+)
+DPSK_COMPUTE = (
+    "void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, "
+    "int, int, int, int)",  # counts tokens per expert on the GPU itself
+    "dpsk::grouped_gemm::cuda::utils::fill_tensormaps_kernel(CUtensorMap_st, CUtensorMap_st*, "
+    "void*, int, long)",
+    "void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_ptp128c::GemmKernel>"
+    "(dpsk::grouped_gemm::cuda::fp8_ptp128c::GemmKernel::Params)",
+    "void dpsk::grouped_gemm::cuda::utils::transpose<512, 128, 4, 4>(unsigned char const*, "
+    "unsigned char*, int, int, int, int)",
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [(n, "comm") for n in DPSK_COMM] + [(n, "compute") for n in DPSK_COMPUTE]
+)
+def test_deepep_as_deepseeks_released_trace_names_it(name, kind):
+    assert classify("kernel", name) == kind
+
+
 def test_the_list_is_extended_by_the_user():
     assert classify("kernel", OWN, comm_kernel_re(("ep_exchange",))) == "comm"
     with pytest.raises(ValueError, match="comm_kernels"):

@@ -119,7 +119,9 @@ def test_a_gpu_rank_without_any_window_gets_a_report(tmp_path):
         (
             [gemm(0, 10, corr=5)],  # whole trace: the window is the kernel
             "bubbles take 0.0% of step time: 0.0 µs per rank and step (step time p50 10.0 µs, "
-            "by the GPU window)",
+            "by the GPU window); the window is the whole trace (no ProfilerStep): it spans all "
+            "the profiler recorded, its start and stop and the time between iterations "
+            "included, not one training step",
         ),
         (
             [step(1, 0, 0), launch(0, 1), gemm(0, 0, corr=1)],
@@ -215,7 +217,12 @@ def test_a_cpu_run_names_the_cpu_range_it_is_timed_by(tmp_path, steps, marker, c
     work.append(gloo("all_reduce", 30, 20))
     write(tmp_path / "rank0.json", cpu_doc(0, work, world_size=1, steps=steps))
     result = analyze_path(tmp_path, fsobs.LoadConfig(step_marker=marker))
-    assert findings(result)[0].endswith(f", by the {clock})")
+    headline = findings(result)[0]
+    whole = (
+        "; the window is the whole trace (no ProfilerStep): it spans all the profiler recorded, "
+        "its start and stop and the time between iterations included, not one training step"
+    )  # issue 36, point 5: a whole-trace window says so, the others do not
+    assert headline.endswith(f", by the {clock})" + (whole if not steps and not marker else ""))
     assert _window(result)["clock"] == "cpu"
 
 
@@ -253,3 +260,46 @@ def test_almost_empty_means_under_one_percent_of_the_cpu_steps(tmp_path, gpu_us,
     result = analyze_path(tmp_path)
     assert _window(result)["sparse_gpu"] is sparse
     assert findings(result)[0].startswith("bubbles take") is not sparse
+
+
+# ------------------------------------------- issue 36, point 3: a trace of CUDA graph capture
+
+
+def _captured_doc() -> dict:
+    """A 100 µs step that captures a graph: the stream captures [5, 80), two kernels launched
+    inside (recorded, and here also shown as run, as some traces show them), the graph
+    instantiated. The GPU window is [20, 50) (first kernel to last): busy 20, 10 µs between
+    the kernels, a bubble of 33.3% that is the capture's::
+
+        t (µs)   0  5  10   20   30  40    80  90  100
+        CPU      |--ProfilerStep#1-----------------------|
+                    |BeginCapture ... EndCapture|Inst|
+        GPU               |k1-|     |k2-|
+    """
+    events = [step(1, 0, 100)]
+    events += [x("cudaStreamBeginCapture", "cuda_runtime", 5, 1)]
+    events += [launch(10, 1), launch(12, 2), gemm(20, 10, corr=1), gemm(40, 10, corr=2)]
+    events += [x("cudaStreamEndCapture", "cuda_runtime", 80, 2)]
+    events += [x("cudaGraphInstantiate", "cuda_runtime", 85, 5)]
+    return trace(events)
+
+
+def test_a_trace_of_cuda_graph_capture_says_so_first(tmp_path):
+    """The issue's capture trace read "bubbles take 97.6% ... host idle dominates" without a
+    word: the first line now names the capture (3 calls: begin, end, instantiate) and the
+    numbers follow, marked as the capture's."""
+    write(tmp_path / "rank0.json", _captured_doc())
+    result = analyze_path(tmp_path)
+    assert result.overview["graph_capture_calls"].tolist() == [3]
+    lines = findings(result)
+    assert lines[0] == (
+        "the trace of rank(s) 0 records CUDA graph capture (3 cudaStreamBeginCapture / "
+        "EndCapture / cudaGraphInstantiate call(s)): kernels launched while a stream captures "
+        "are recorded into the graph, not run, so the GPU timeline here is the capture's and "
+        "its bubble is not the job's; profile steps that replay the graph (cudaGraphLaunch)"
+    )
+    assert lines[1].startswith("bubbles take 33.3% of step time")  # window [20, 50): 10 idle
+    # a trace that only replays graphs is no capture
+    replay = trace([step(1, 0, 100), x("cudaGraphLaunch", "cuda_runtime", 5, 1)])
+    write(tmp_path / "replay" / "rank0.json", replay)
+    assert analyze_path(tmp_path / "replay").overview["graph_capture_calls"].tolist() == [0]

@@ -54,6 +54,7 @@ def test_reports_live_in_report_not_in_analysis():
     fsobs.analysis computes and never renders."""
     assert sorted(fsobs.report.__all__) == [
         "ALLTOALL_COLUMNS",  # the all-to-all table's column names, the dashboard's too
+        "capture_findings",  # the line a graph-capture trace leads with, the dashboard's too
         "compare_json",
         "findings",
         "render",

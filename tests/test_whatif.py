@@ -17,7 +17,14 @@ from rich.console import Console
 from fsobs.analysis import analyze_path
 from fsobs.analysis.costfit import CostFit
 from fsobs.analysis.whatif.calibration import Calibration, partition_model
-from fsobs.analysis.whatif.predict import TOGGLES, _oracle, _Setup, whatif
+from fsobs.analysis.whatif.predict import (
+    TOGGLES,
+    _oracle,
+    _oracle_batch,
+    _per_step,
+    _Setup,
+    whatif,
+)
 from fsobs.analysis.whatif.priority import embedding_blocked_ms, pec_overlap, prioritize
 from fsobs.analysis.whatif.replay import (
     BUSY,
@@ -30,6 +37,7 @@ from fsobs.analysis.whatif.replay import (
     SegmentGraph,
     build_graph,
     replay,
+    replay_batch,
     replay_error,
 )
 from fsobs.analysis.whatif.splits import resplit
@@ -281,7 +289,9 @@ def test_the_noise_part_is_never_above_the_wait_it_is_part_of(sims: dict) -> Non
     11.2 and 4 x 7.2/9 = 3.2: 8 ms of wait, 4 per rank, above the run's 3 (the noise alone
     spreads the ranks further than data and noise together). Data share (2/9) / (2/9 + 4) =
     1/19; the parts 3/19 and 3 x 18/19."""
-    o = _oracle(_offsetting_setup(), 0.95, np.random.default_rng(0))
+    setup = _offsetting_setup()
+    replayed = replay_batch(setup.graph, [Changes(), *_oracle_batch(setup)])
+    o = _oracle(setup, [_per_step(t) for t in replayed], 0.95, np.random.default_rng(0))
     assert o.straggler_wait_ms_per_step == pytest.approx(3.0)
     assert o.wait_from_data_ms_per_step == pytest.approx(2 / 9)
     assert o.wait_from_noise_ms_per_step == pytest.approx(4.0)  # a counterfactual

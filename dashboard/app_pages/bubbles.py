@@ -9,9 +9,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures
-from dashboard.cache import findings_of
+from dashboard.cache import BY_REPR, findings_of, split_bounds_of, timeline_parts
 from dashboard.numbers import KPI_HELP, cost_unit, ms, pct, ratio
-from dashboard.ops import bar_names, lane_places, rank_ops, top_ops
+from dashboard.ops import rank_ops, top_ops
 from dashboard.ranks import (
     DEFAULT_TOP_K,
     MAX_TIMELINE_RANKS,
@@ -26,7 +26,6 @@ from dashboard.tables import (
     TIMELINE_STEPS,
     all_to_all_frame,
     lateness_frame,
-    timeline_frame,
 )
 from dashboard.text import code, esc
 from dashboard.widgets import (
@@ -42,12 +41,14 @@ from dashboard.widgets import (
 from fsobs import Analysis, load_rank
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.causes import CAUSES
-from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.analysis.whatif.predict import TOGGLES as WHATIF_TOGGLES
 from fsobs.export import export_rank
+from fsobs.report import capture_findings
 from fsobs.report.analysis import (
     EMBEDDING_TOTAL_NOTE,
+    WHOLE_TRACE_NOTE,
     NextStep,
+    applied_already,
     causes_unknown_line,
     dominant_class,
     next_step,
@@ -72,6 +73,8 @@ PERFETTO = (
 def _overview(entry: RunEntry, analysis: Analysis) -> None:
     """The answer first: the bubble ratio, the dominant class, what to do about it and the
     classes per rank; the findings and the other KPIs folded below."""
+    for line in capture_findings(analysis):  # the numbers below are the capture's
+        st.warning(esc(line))
     dominant = dominant_class(analysis.summary)
     _answer(entry, analysis, dominant)
     chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
@@ -97,7 +100,9 @@ def _answer(entry: RunEntry, analysis: Analysis, dominant: tuple[str, float] | N
     )
     left.caption(
         f"{ms(summary['bubble_ms_per_step'])} of bubble per rank and step; step time p50 "
-        f"{ms(summary['step_time_ms_p50'])}."
+        f"{ms(summary['step_time_ms_p50'])}"
+        + (WHOLE_TRACE_NOTE if analysis.whole_trace else "")
+        + "."
     )
     if dominant is None:
         right.info("No bubble: every rank was busy through its steps.")
@@ -120,9 +125,7 @@ def _answer(entry: RunEntry, analysis: Analysis, dominant: tuple[str, float] | N
 
 def _next_step(entry: RunEntry, analysis: Analysis, step: NextStep) -> None:
     """What to do, or that the run has that toggle on already; a link to its prediction."""
-    meta = analysis.run.meta
-    status = None if meta is None or step.toggle is None else meta.toggles.get(step.toggle)
-    if status is not None and status.applied:
+    if applied_already(analysis, step):
         st.info(
             f"**What to do:** {step.text}. This run has `{step.toggle}` applied already: what "
             "is left is in the findings below and in What-if's oracle.",
@@ -186,7 +189,9 @@ def _rank_filter(analysis: Analysis, run_id: str) -> RankChoice:
     return choice
 
 
-@st.cache_resource(max_entries=32, show_spinner="Reading the rank's ops and kernels...")
+@st.cache_resource(
+    max_entries=32, show_spinner="Reading the rank's ops and kernels...", hash_funcs=BY_REPR
+)
 def _rank_ops(path: str, signature: Signature, rank: int, device: str) -> pd.DataFrame:
     """:func:`dashboard.ops.rank_ops` of one rank's trace (``signature``: the cache key)."""
     return rank_ops(load_rank(path), device)
@@ -210,15 +215,19 @@ def _timeline(analysis: Analysis, *, entry: RunEntry, ranks: list[int]) -> None:
             f"The timeline draws the first {len(drawn)} of the {len(ranks)} chosen ranks; "
             "choose fewer ranks above to see the others."
         )
-    bars = timeline_frame(analysis.bubbles.of_ranks(drawn), window, analysis.collectives.offsets_ns)
-    ops = _named_ops(analysis, entry, drawn)
-    names, places = None, None
-    if ops is not None:
-        offsets = analysis.collectives.offsets_ns
-        shifts = {r: bars.attrs["origin_ns"] + offsets.get(r, 0) for r in drawn}
-        names, places = bar_names(bars, ops, shifts), lane_places(bars, ops)
+    parts = timeline_parts(
+        str(current_store()),
+        entry.run_id,
+        entry.signature,
+        tuple(drawn),
+        tuple(window),
+        _names_ops(analysis, entry, drawn),
+        analysis,
+        partial(_drawn_ops, analysis, entry, drawn),
+    )
+    bars, ops = parts.bars, parts.ops
     fig = figures.step_timeline(
-        bars, window, num_ranks=len(analysis.run.ranks), names=names, places=places
+        bars, window, num_ranks=len(analysis.run.ranks), names=parts.names, places=parts.places
     )
     chart(fig, "timeline")
     _timeline_caption(bars)
@@ -229,22 +238,24 @@ def _timeline(analysis: Analysis, *, entry: RunEntry, ranks: list[int]) -> None:
     _download(analysis, entry, drawn)
 
 
-def _named_ops(analysis: Analysis, entry: RunEntry, drawn: list[int]) -> pd.DataFrame | None:
-    """The ops of the drawn ranks, if the user keeps the naming on (by default when their
-    traces are small, :data:`NAME_OPS_BYTES`)."""
-    paths = {r: analysis.run[r].path for r in drawn}
-    size = sum(p.stat().st_size for p in paths.values() if isinstance(p, Path) and p.is_file())
-    named = st.toggle(
+def _names_ops(analysis: Analysis, entry: RunEntry, drawn: list[int]) -> bool:
+    """Whether the user keeps the ops of the drawn ranks named in the hover (by default when
+    their traces are small, :data:`NAME_OPS_BYTES`)."""
+    paths = [analysis.run[r].path for r in drawn]
+    size = sum(p.stat().st_size for p in paths if isinstance(p, Path) and p.is_file())
+    return st.toggle(
         "Name the ops and kernels in the hover (reads the drawn ranks' traces again, "
         f"{size / 1e6:.1f} MB)",
         value=size <= NAME_OPS_BYTES,
         key=f"timeline_names:{entry.run_id}",
     )
-    if not named:
-        return None
+
+
+def _drawn_ops(analysis: Analysis, entry: RunEntry, drawn: list[int]) -> pd.DataFrame:
+    """The ops and kernels of the drawn ranks (:func:`_rank_ops` of each)."""
     frames = [
-        _rank_ops(str(path), entry.signature, rank, analysis.run.device)
-        for rank, path in paths.items()
+        _rank_ops(str(analysis.run[rank].path), entry.signature, rank, analysis.run.device)
+        for rank in drawn
     ]
     return pd.concat(frames, ignore_index=True)
 
@@ -312,7 +323,7 @@ def _download(analysis: Analysis, entry: RunEntry, drawn: list[int]) -> None:
     )
 
 
-def _stragglers(analysis: Analysis) -> None:
+def _stragglers(analysis: Analysis, *, entry: RunEntry) -> None:
     strag = analysis.stragglers
     named = strag.per_step.dropna(subset=["rank"])
     if named.empty:
@@ -335,14 +346,14 @@ def _stragglers(analysis: Analysis) -> None:
         if c.endswith("_share")
     }
     table(strag.per_rank, column_config=shares)
-    _split_bound(analysis)
+    _split_bound(analysis, entry)
     _causes(analysis)
     _roles(analysis)
 
 
-def _split_bound(analysis: Analysis) -> None:
+def _split_bound(analysis: Analysis, entry: RunEntry) -> None:
     """The imbalance no split inside a step can beat, beside the split's (stragglers.whales)."""
-    bounds = run_bounds(analysis)
+    bounds = split_bounds_of(str(current_store()), entry.run_id, entry.signature, analysis)
     if bounds is None or bounds.per_step.empty:
         return
     s = bounds.summary()
@@ -492,8 +503,9 @@ def render() -> None:
     # draws one tab's charts and tables, not four.
     tabs = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
     timeline = partial(_timeline, entry=entry, ranks=choice.ranks)
+    stragglers = partial(_stragglers, entry=entry)
     a2a = partial(_all_to_all, run_id=entry.run_id)
-    sections = (timeline, _stragglers, _attribution, a2a, _hta)
+    sections = (timeline, stragglers, _attribution, a2a, _hta)
     for tab, section in zip(tabs, sections, strict=True):
         if tab.open:
             with tab:

@@ -79,7 +79,12 @@ def _verdict(comp: Comparison) -> None:
     reduction = comp.bubble_reduction
     lo, hi = comp.bubble_reduction_ci
     ci = f"{comp.confidence:.0%} CI {numbers.pct(lo)} to {numbers.pct(hi)}, bootstrap over steps"
-    if math.isnan(lo) or math.isnan(hi):
+    if comp.not_comparable:
+        st.warning(
+            f"**Not comparable**: {esc(comp.not_comparable)}. The bubble reduction below "
+            f"({numbers.pct(reduction)}) is shown for what it is, with no verdict."
+        )
+    elif math.isnan(lo) or math.isnan(hi):
         st.info(
             f"**Bubble reduction {numbers.pct(reduction)}**: too few steps for an interval, "
             "so no verdict."

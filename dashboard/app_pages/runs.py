@@ -17,7 +17,7 @@ from dashboard.cache import (
     remember_upload,
     runs,
 )
-from dashboard.held_uploads import clear_uploader, start_sweeper, uploader_key, within_caps
+from dashboard.held_uploads import accept_uploads, clear_uploader, start_sweeper, uploader_key
 from dashboard.store import RunEntry, is_read_only, live_first, read_only_note, run_state
 from dashboard.text import code, esc
 from dashboard.upload import (
@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 def _store_upload(store: Path) -> None:
     """Button callback: store the uploaded files (runs before the page, so the table shows it),
     then let go of them (:mod:`dashboard.held_uploads`)."""
-    files, _ = within_caps(st.session_state.get(uploader_key()) or [])
+    files = list(st.session_state.get(uploader_key()) or [])
     name = (st.session_state.get("upload_name") or "").strip() or None
     try:
         if is_read_only(store):  # the form is not shown then; a forged click is refused too
@@ -166,16 +166,16 @@ def _upload_form(store: Location) -> None:
     )
     st.html(HIDE_WIDGET_LIMIT)
     start_sweeper()
-    files = st.file_uploader(
+    refused = accept_uploads()
+    st.file_uploader(
         "Trace files or one archive",
         type=["json", "gz", "jsonl", "zip", "tgz"],
         accept_multiple_files=True,
         key=uploader_key(),
         max_upload_size=UPLOADER_MB,
     )
-    _, dropped = within_caps(files or [])
-    if dropped is not None:
-        st.warning(dropped)
+    if refused is not None:
+        st.warning(esc(refused))
     st.text_input("Run name (optional)", key="upload_name", max_chars=64)
     st.button("Store the run", key="upload_store", on_click=_store_upload, args=(store,))
     result = st.session_state.get(RESULT_KEY)

@@ -4,7 +4,7 @@ measured A/Bs of that run where the store has them, and the simulated scale curv
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 
 import pandas as pd
@@ -12,8 +12,9 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import figures
-from dashboard.cache import comparison, load, runs
+from dashboard.cache import BY_REPR, comparison, load, runs
 from dashboard.numbers import ms, pct
+from dashboard.scale_study import STUDY_STEPS, STUDY_WORLD_SIZE, Study, in_process
 from dashboard.store import RunEntry, Signature
 from dashboard.tables import has_sidecar, oracle_split
 from dashboard.text import esc
@@ -28,17 +29,17 @@ from fsobs import Analysis, FsobsError
 from fsobs.analysis import WhatIf
 from fsobs.analysis.whatif.predict import TOGGLES, available_toggles, whatif
 from fsobs.analysis.whatif.splits import BalanceSplit
-from fsobs.simulate.config import SimConfig, calibrate
-from fsobs.simulate.study import WORLD_SIZES, scale_curve, toggle_study
+from fsobs.simulate.study import WORLD_SIZES
 
-STUDY_WORLD_SIZE = 256
-STUDY_STEPS = 10
 DRAWS = (50, 200)
 BALANCE_SPLITS = ("kk", "lpt", "kk-unequal", "window:2", "window:4", "window:8")
 DRAWS_KEY = "draws"
+# A measured A/B: the bubble reduction, its interval's ends, the test run's id (a comment: a
+# bare string in a page is drawn by Streamlit's magic).
+Measured = tuple[float, float, float, str]
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=BY_REPR)
 def _predict(
     store: str,
     run_id: str,
@@ -59,33 +60,24 @@ def _predict(
         bar.empty()  # a cache hit replays the bar's messages: it ends empty there too
 
 
-@st.cache_data(max_entries=8, show_spinner="Simulating 8 to 1024 ranks...")
-def _study(
-    store: str, run_id: str, signature: Signature, _analysis: Analysis
-) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """The scale curve (this run's calibration and the GPU-like default) and the toggles at
-    :data:`STUDY_WORLD_SIZE` ranks, simulated."""
-    try:
-        jobs = {"calibrated from this run": calibrate(_analysis)}
-        source = jobs["calibrated from this run"].source
-    except FsobsError as exc:
-        jobs, source = {}, f"not calibrated ({exc}); the GPU-like default job only"
-    jobs["GPU-like default job"] = SimConfig()
-    jobs = {name: replace(cfg, steps=STUDY_STEPS) for name, cfg in jobs.items()}
-    curves = [
-        scale_curve(cfg, WORLD_SIZES, seeds=(0,)).assign(job=name) for name, cfg in jobs.items()
-    ]
-    first = next(iter(jobs.values()))
-    study = toggle_study(first, STUDY_WORLD_SIZE, seeds=(0,))
-    return pd.concat(curves, ignore_index=True), study, source
+@st.cache_resource(show_spinner=False)
+def _waiters() -> ThreadPoolExecutor:
+    """Threads that wait for the scale studies' processes (:mod:`dashboard.scale_study`)."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="scale-study")
 
 
-def _measured(entry: RunEntry, analysis: Analysis) -> dict[tuple[str, ...], tuple]:
+@st.cache_resource(max_entries=8, show_spinner=False, hash_funcs=BY_REPR)
+def _study(store: str, run_id: str, signature: Signature, _analysis: Analysis) -> Future[Study]:
+    """:func:`dashboard.scale_study.study` of the run, started in a process of its own."""
+    return _waiters().submit(in_process, _analysis)
+
+
+def _measured(entry: RunEntry, analysis: Analysis) -> dict[tuple[str, ...], Measured]:
     """Toggles applied -> (reduction, lo, hi, run id) for the runs next to this one (same
     folder, same world size) that trained the same global batches with toggles applied."""
     store = current_store()
     parent = entry.run_id.rpartition("/")[0]
-    found: dict[tuple[str, ...], tuple] = {}
+    found: dict[tuple[str, ...], Measured] = {}
     for other in runs(store):
         if other.run_id == entry.run_id or other.run_id.rpartition("/")[0] != parent:
             continue
@@ -107,7 +99,7 @@ def _measured(entry: RunEntry, analysis: Analysis) -> dict[tuple[str, ...], tupl
     return found
 
 
-def _predictions(result: WhatIf, measured: dict[tuple[str, ...], tuple]) -> pd.DataFrame:
+def _predictions(result: WhatIf, measured: dict[tuple[str, ...], Measured]) -> pd.DataFrame:
     rows = []
     for p in result.predictions:
         m = measured.get(p.toggles, (math.nan, math.nan, math.nan, ""))
@@ -178,15 +170,23 @@ def _oracle_section(result: WhatIf) -> None:
 
 
 def _scale_section(entry: RunEntry, analysis: Analysis) -> None:
+    """The study :func:`render` started before the predictions, once it is done."""
     st.subheader("At scale (simulated)")
     st.badge("simulated", icon=":material/science:", color="orange")
-    curve, study, source = _study(str(current_store()), entry.run_id, entry.signature, analysis)
+    running = _study(str(current_store()), entry.run_id, entry.signature, analysis)
+    with st.spinner(f"Simulating {WORLD_SIZES[0]} to {WORLD_SIZES[-1]} ranks..."):
+        try:
+            curve, at_scale, source = running.result()
+        except RuntimeError as exc:  # the next visit tries again
+            _study.clear()
+            st.error(esc(f"No scale study: {exc}"))
+            return
     st.caption(
         f"fsobs.simulate, {STUDY_STEPS} steps per point; job: {source}. BENCHMARKS.md states "
         "every assumption (communication, noise and length models)."
     )
     chart(figures.scale_curve(curve), "scale_curve")
-    chart(figures.toggles_at_scale(study, STUDY_WORLD_SIZE), "toggles_at_scale")
+    chart(figures.toggles_at_scale(at_scale, STUDY_WORLD_SIZE), "toggles_at_scale")
 
 
 def _show_progress(bar: DeltaGenerator, done: int, total: int, what: str) -> None:
@@ -213,6 +213,7 @@ def render() -> None:
     left, middle, right = st.columns([3, 1, 1])
     chosen = left.multiselect("Toggles (every combination is predicted)", possible, possible)
     split = middle.selectbox("Balance mode", BALANCE_SPLITS, key="balance_split")
+    split = split or BALANCE_SPLITS[0]  # a selectbox with a default never gives None
     slot = right.empty()  # the draws selector, drawn once the run's cap on draws is known
     draws = st.session_state.get(DRAWS_KEY, DRAWS[0])
     if not chosen:
@@ -220,6 +221,7 @@ def render() -> None:
         st.stop()
     toggles = tuple(t for t in TOGGLES if t in chosen)
     store = str(current_store())
+    _study(store, entry.run_id, entry.signature, analysis)  # simulates while the page predicts
     result, error = _predict(store, entry.run_id, entry.signature, toggles, draws, split, analysis)
     _draws_selector(slot, result.draws if result is not None else None)
     if result is None:

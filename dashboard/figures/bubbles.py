@@ -9,6 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.figures._style import CLASS_COLORS, finish, label
+from dashboard.figures.optimizer import WEBGL_ABOVE
 from dashboard.numbers import HOVER_NUMBER, cost_unit
 from dashboard.ranks import AGGREGATE_ABOVE, top_and_rest
 from dashboard.tables import BUBBLE_CLASSES, TIMELINE_CLASSES, class_means_by_rank, wait_matrix
@@ -241,9 +242,20 @@ def classes_over_steps(steps: pd.DataFrame, ranks: Sequence[int] | None = None) 
     )
 
 
+TICK_PER_RANK_SPAN = 32
+"""The stragglers' chart labels every rank when its ranks span at most this many (else Plotly
+picks the ticks: 256 labels are slow to draw and unreadable)."""
+
+
 def straggler_steps(per_step: pd.DataFrame) -> go.Figure:
-    """The straggler of each step (marker size: the wait it caused) — a flat line is stable."""
+    """The straggler of each step (marker size: the wait it caused) — a flat line is stable.
+    A tick per rank over a span of at most :data:`TICK_PER_RANK_SPAN` ranks."""
     wait = per_step["wait_caused_ms"].to_numpy(dtype=float)
+    ranks = per_step["rank"].to_numpy(dtype=float)
+    span = float(ranks.max() - ranks.min()) + 1 if len(ranks) else 0.0
+    yaxis: dict[str, object] = {"tickformat": "d"}
+    if span <= TICK_PER_RANK_SPAN:
+        yaxis |= {"tickmode": "linear", "dtick": 1}
     size = 8 + 30 * (wait / wait.max() if len(wait) and wait.max() > 0 else np.zeros_like(wait))
     fig = go.Figure(
         go.Scatter(
@@ -262,7 +274,7 @@ def straggler_steps(per_step: pd.DataFrame) -> go.Figure:
         "Straggler rank per step (size: wait it caused)",
         "step",
         "rank",
-        yaxis={"tickmode": "linear", "dtick": 1, "tickformat": "d"},
+        yaxis=yaxis,
         xaxis={"tickformat": "d"},
     )
 
@@ -272,12 +284,14 @@ def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
 
     ``lateness``: rank, step, cost, lateness_ms (see :func:`dashboard.tables.lateness_frame`).
     Above :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks one trace, colored by rank (a legend
-    entry per rank would fill the screen).
+    entry per rank would fill the screen), drawn with WebGL above
+    :data:`~dashboard.figures.optimizer.WEBGL_ABOVE` points.
     """
     unit = cost_unit(cost_source)
     if lateness["rank"].nunique() > AGGREGATE_ABOVE:
+        scatter = go.Scattergl if len(lateness) > WEBGL_ABOVE else go.Scatter
         fig = go.Figure(
-            go.Scatter(
+            scatter(
                 name="rank, step",
                 x=lateness["cost"].to_numpy(),
                 y=lateness["lateness_ms"].to_numpy(),

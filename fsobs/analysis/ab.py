@@ -54,6 +54,8 @@ from fsobs.analysis.pipeline import EMBEDDING_TOTAL, Analysis
 from fsobs.trace.schema import Run
 from optim.markers import PEC_ROLES, ROLES
 
+MIN_STEPS_FOR_CI = 2
+"""Fewest steps on each side for an interval: the resamples of one step are that step."""
 NEGLIGIBLE = 1e-3
 """A control value below this share of the control's mean step window counts as ~0."""
 WORKLOAD_KEYS = ("seed", "batch_size", "preset", "num_samples", "model_size", "world_size")
@@ -105,6 +107,9 @@ class Comparison:
     """The control's ``run.json`` toggles (requested / applied / reason); {} without one."""
     test_toggles: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    not_comparable: str | None = None
+    """Why the two runs' windows measure different things (one whole-trace window against
+    steps: :func:`windows_differ`), or None; the numbers are computed all the same."""
 
 
 def compare(
@@ -121,6 +126,7 @@ def compare(
     if n_boot < 1:
         raise ValueError(f"n_boot: must be >= 1, got {n_boot}")
     check = batch_check(control.run, test.run)
+    differ = windows_differ(control, test)
     same = check.same
     per_c, per_t = _per_step_means(control.steps), _per_step_means(test.steps)
     paired = bool(same) and per_c.index.equals(per_t.index)
@@ -158,7 +164,24 @@ def compare(
             + _role_warnings(known)
             + toggle_warnings(_toggles(control.run), _toggles(test.run))
             + check.warnings
+            + ([f"not comparable: {differ}"] if differ else [])
         ),
+        not_comparable=differ,
+    )
+
+
+def windows_differ(control: Analysis, test: Analysis) -> str | None:
+    """Why the runs' windows cannot be set against each other, or None: a whole-trace window
+    (the profiler's start and stop idle in it) on one side, steps on the other."""
+    whole = (control.whole_trace, test.whole_trace)
+    if whole[0] == whole[1]:
+        return None
+    one, other = ("control", "test") if whole[0] else ("test", "control")
+    steps = (test if whole[0] else control).steps["step"].nunique()
+    return (
+        f"the {one} run is one whole-trace window (no ProfilerStep: the profiler's start and "
+        f"stop idle are in it) and the {other} run has {steps} step(s); the reduction sets the "
+        "one against the other"
     )
 
 
@@ -297,9 +320,10 @@ def bootstrap_reduction(
     Each run's values are resampled with replacement, independently, or with ``paired`` (equal
     lengths: ``control[i]`` and ``test[i]`` are the same step) the same indices for both;
     resamples whose control mean is ``<= floor`` are left out. ``(nan, nan)`` when a run has
-    no step.
+    fewer than :data:`MIN_STEPS_FOR_CI` steps (every resample of one step is that step: an
+    interval of width 0 that says nothing).
     """
-    if len(control) == 0 or len(test) == 0:
+    if min(len(control), len(test)) < MIN_STEPS_FOR_CI:
         return (math.nan, math.nan)
     if paired and len(control) != len(test):
         raise ValueError(f"paired: {len(control)} control steps but {len(test)} test steps")

@@ -71,6 +71,12 @@ class Analysis:
     gaps: Gaps = field(default_factory=Gaps)
     """What the run lacks, rank by rank, and what was left out for it."""
 
+    @property
+    def whole_trace(self) -> bool:
+        """Whether each rank's one window is its whole trace (no ProfilerStep, no step marker):
+        the profiler's own start and stop are in it."""
+        return {t.step_source for t in self.run.ranks.values()} == {"whole trace"}
+
 
 def analyze_path(
     source: Source,

@@ -26,6 +26,7 @@ from fsobs.analysis.matching import rank_collectives
 from fsobs.analysis.spill import Spilled, SpillFile
 from fsobs.storage import Location
 from fsobs.trace.categorical import is_in
+from fsobs.trace.classify import GRAPH_CAPTURE_RE
 from fsobs.trace.cluster import Progress
 from fsobs.trace.loader import LoadConfig, Source, map_run
 from fsobs.trace.schema import ProcessGroup, RankTrace, Run
@@ -144,11 +145,15 @@ class _Arrivals:
 
 def overview_row(trace: RankTrace) -> dict[str, Any]:
     """rank, host, device, num_events, num_steps, step_time_ms_mean, num_comm_events,
-    comm_time_ms (sum of communication event durations; they may overlap)."""
+    comm_time_ms (sum of communication event durations; they may overlap),
+    graph_capture_calls (runtime calls that capture a CUDA graph:
+    :data:`~fsobs.trace.classify.GRAPH_CAPTURE_RE`)."""
     ev = trace.events
     dur = ev["dur_ns"].to_numpy()
     steps = dur[is_in(ev["kind"], ("step",))]
     comm = dur[is_in(ev["kind"], ("comm",))]
+    capture = {n for n in ev["name"].cat.categories if GRAPH_CAPTURE_RE.match(str(n))}
+    captures = is_in(ev["kind"], ("runtime",)) & is_in(ev["name"], capture)
     return {
         "rank": trace.rank,
         "host": trace.host_name or "",
@@ -158,4 +163,5 @@ def overview_row(trace: RankTrace) -> dict[str, Any]:
         "step_time_ms_mean": steps.mean() / 1e6 if len(steps) else float("nan"),
         "num_comm_events": len(comm),
         "comm_time_ms": comm.sum() / 1e6,
+        "graph_capture_calls": int(captures.sum()),
     }

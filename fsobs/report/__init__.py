@@ -8,12 +8,14 @@ point one way: this package reads :mod:`fsobs.analysis`, which never imports it.
 """
 
 from fsobs.report._alltoall import COLUMNS as ALLTOALL_COLUMNS
+from fsobs.report._windows import capture_findings
 from fsobs.report.analysis import findings, render, to_json
 from fsobs.report.comparison import compare_json, render_comparison, toggles_line
 from fsobs.report.whatif import render_whatif, whatif_json
 
 __all__ = [
     "ALLTOALL_COLUMNS",
+    "capture_findings",
     "compare_json",
     "findings",
     "render",

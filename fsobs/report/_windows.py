@@ -85,6 +85,22 @@ def window_findings(analysis: Analysis) -> list[str]:
     return lines + _sparse_findings(gpu)
 
 
+def capture_findings(analysis: Analysis) -> list[str]:
+    """The ranks whose trace records CUDA graph capture (``graph_capture_calls`` of
+    :attr:`Analysis.overview`), in one line: their GPU timeline is the capture's."""
+    overview = analysis.overview
+    if "graph_capture_calls" not in overview or not overview["graph_capture_calls"].sum():
+        return []
+    capturing = overview[overview["graph_capture_calls"] > 0]
+    return [
+        f"the trace of rank(s) {short_list(capturing['rank'])} records CUDA graph capture "
+        f"({int(capturing['graph_capture_calls'].sum())} cudaStreamBeginCapture / "
+        "EndCapture / cudaGraphInstantiate call(s)): kernels launched while a stream captures "
+        "are recorded into the graph, not run, so the GPU timeline here is the capture's and "
+        "its bubble is not the job's; profile steps that replay the graph (cudaGraphLaunch)"
+    ]
+
+
 def _duration(ms: float) -> str:
     """``ms`` in its own unit (:func:`~fsobs.report._format.time_unit`)."""
     return duration(ms, time_unit(ms))

@@ -31,6 +31,7 @@ from fsobs.report._stragglers import (
 from fsobs.report._whales import bounds_json
 from fsobs.report._windows import (
     all_sparse,
+    capture_findings,
     hta_flag_lines,
     hta_out_of_range,
     rank_clocks,
@@ -87,6 +88,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "stragglers": stragglers_json(analysis),
         "data_attribution": attribution_json(analysis),
         "split_bound": bounds_json(run_bounds(analysis)),
+        "next_step": _next_step_json(analysis),
         "collectives": {
             "matched_instances": int(analysis.collectives.instances["instance"].nunique()),
             "unmatched": records(analysis.collectives.problems),
@@ -202,7 +204,7 @@ def _run_section(analysis: Analysis) -> list[Item]:
     sources = {t.step_source for t in run.ranks.values()}
     steps = (
         "one whole-trace window per rank"
-        if sources == {"whole trace"}
+        if analysis.whole_trace
         else f"{len(run.steps)} step(s) on every rank"
         + ("" if sources == {"ProfilerStep"} else f" (steps: {', '.join(sorted(sources))})")
     )
@@ -215,6 +217,7 @@ def _run_section(analysis: Analysis) -> list[Item]:
         f"{loaded}, {steps}",
         *(f"[yellow]warning:[/] {warning}" for warning in run.warnings),
         *(f"- {line}" for line in findings(analysis)),
+        *(f"[bold]{line}[/]" for line in [next_step_line(analysis)] if line is not None),
     ]
 
 
@@ -318,15 +321,17 @@ def findings(analysis: Analysis) -> list[str]:
     """The few sentences a reader needs first: size of the bubble, its main class, the culprit,
     and what the data shows about it. Each says only what the analysis showed."""
     summary = analysis.summary
+    captured = capture_findings(analysis)  # read first: the numbers below are the capture's
     if analysis.steps.empty:
         return [
+            *captured,
             "no step window on every rank: no bubble breakdown",
             *window_findings(analysis),
         ]
     unit = _unit(analysis)
     if all_sparse(analysis):  # no verdict from a few GPU events: only what the windows miss
-        return window_findings(analysis) + _coverage_findings(analysis)
-    lines = _headline(analysis, unit) + window_findings(analysis)
+        return captured + window_findings(analysis) + _coverage_findings(analysis)
+    lines = captured + _headline(analysis, unit) + window_findings(analysis)
     lines += _pec_findings(analysis)
     lines += straggler_findings(analysis)
     lines += all_to_all_findings(analysis)
@@ -385,6 +390,13 @@ def clock_findings(analysis: Analysis) -> list[str]:
     return lines
 
 
+WHOLE_TRACE_NOTE = (
+    "; the window is the whole trace (no ProfilerStep): it spans all the profiler recorded, "
+    "its start and stop and the time between iterations included, not one training step"
+)
+"""Added to the headline of a run timed by whole-trace windows (issue 36, point 5)."""
+
+
 def _headline(analysis: Analysis, unit: str) -> list[str]:
     """The bubble's share, its size and the step time with its clock, then its main class."""
     summary = analysis.summary
@@ -394,7 +406,7 @@ def _headline(analysis: Analysis, unit: str) -> list[str]:
     lines = [
         f"bubbles take {summary['bubble_ratio']:.1%} of step time: {duration(bubble, unit)} per "
         f"rank and step (step time p50 {duration(summary['step_time_ms_p50'], unit)}, by the "
-        f"{run_clock(analysis)})"
+        f"{run_clock(analysis)})" + (WHOLE_TRACE_NOTE if analysis.whole_trace else "")
     ]
     dominant = dominant_class(summary)
     if dominant is not None:
@@ -482,6 +494,41 @@ def next_step(analysis: Analysis) -> NextStep | None:
         if analysis.attribution is not None and analysis.attribution.verdict == "balanced":
             return _EQUAL_WORK
     return _NEXT_STEPS[key]
+
+
+def applied_already(analysis: Analysis, step: NextStep) -> bool:
+    """Whether the run applied the toggle ``step`` names already (its ``run.json`` says the
+    toggle acted)."""
+    meta = analysis.run.meta
+    status = None if meta is None or step.toggle is None else meta.toggles.get(step.toggle)
+    return status is not None and status.applied
+
+
+def next_step_line(analysis: Analysis) -> str | None:
+    """The report's last line: what to do about the dominant class (:func:`next_step`), or
+    that the run has that toggle on already; None without a dominant class."""
+    step = next_step(analysis)
+    if step is None:
+        return None
+    if applied_already(analysis, step):
+        return (
+            f"next step: {step.text}; this run has {step.toggle} applied already: what is left "
+            "is in the findings above and in fsobs whatif's oracle"
+        )
+    return f"next step: {step.text}"
+
+
+def _next_step_json(analysis: Analysis) -> dict[str, Any] | None:
+    step = next_step(analysis)
+    dominant = dominant_class(analysis.summary)
+    if step is None or dominant is None:
+        return None
+    return {
+        "dominant_class": dominant[0],
+        "toggle": step.toggle,
+        "text": step.text,
+        "applied_already": applied_already(analysis, step),
+    }
 
 
 def _pec_findings(analysis: Analysis) -> list[str]:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import Comparison
-from fsobs.analysis.ab import BatchCheck
+from fsobs.analysis.ab import MIN_STEPS_FOR_CI, BatchCheck
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
 from fsobs.analysis.pairs import MIN_PAIRS, PairSummary
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL
@@ -52,6 +52,7 @@ def compare_json(c: Comparison) -> dict[str, Any]:
         "same_batches_check": c.batch_check.to_json(),
         "toggles": {"control": c.control_toggles, "test": c.test_toggles},
         "warnings": list(c.warnings),
+        "not_comparable": c.not_comparable,
     }
 
 
@@ -63,12 +64,9 @@ def render_comparison(c: Comparison, console: Console) -> None:
     for name, row in c.kpis.iterrows():
         table.add_row(str(name), *(number(row[k]) for k in ("control", "test", "delta")))
     console.print(table)
-    lo, hi = c.bubble_reduction_ci
-    console.print(
-        f"bubble reduction: {percent(c.bubble_reduction)} "
-        f"({c.confidence:.0%} CI {percent(lo)} – {percent(hi)})"
-    )
-    console.print(f"  {STEPS_CI_NOTE}")
+    console.print(f"bubble reduction: {reduction_text(c)}")
+    if not math.isnan(c.bubble_reduction_ci[0]):
+        console.print(f"  {STEPS_CI_NOTE}")
     for line in _class_lines(c):
         console.print(line)
     ratio = "-" if math.isnan(c.step_time_ratio) else f"{c.step_time_ratio:.3f}"
@@ -78,6 +76,21 @@ def render_comparison(c: Comparison, console: Console) -> None:
         console.print(f"toggles of the {role}: {toggles_line(toggles)}")
     for warning in c.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
+
+
+def reduction_text(c: Comparison) -> str:
+    """``62.0% (95% CI 55.1% – 68.3%)``; without an interval, why; marked when the runs'
+    windows are not comparable (:attr:`Comparison.not_comparable`)."""
+    lo, hi = c.bubble_reduction_ci
+    steps = c.step_times.groupby("run")["step"].nunique()
+    if not (math.isnan(lo) or math.isnan(hi)):
+        ci = f"{c.confidence:.0%} CI {percent(lo)} – {percent(hi)}"
+    elif min(steps.get("control", 0), steps.get("test", 0)) < MIN_STEPS_FOR_CI:
+        ci = f"no CI: fewer than {MIN_STEPS_FOR_CI} steps on a side"
+    else:
+        ci = "no CI"
+    text = f"{percent(c.bubble_reduction)} ({ci})"
+    return f"{text} [NOT COMPARABLE: see the warning]" if c.not_comparable else text
 
 
 _BASIS_NAMES = {

@@ -12,7 +12,8 @@ comm           GPU: kernels whose name matches :data:`COMM_KERNEL_PATTERNS` (NCC
                copy-engine memcpys (``Memcpy PtoP``).
                CPU: ``gloo:*`` annotations, which the gloo worker threads record around the
                whole collective, wait for the peers included
-memcpy         ``gpu_memcpy`` events and ``Memcpy*`` kernels
+memcpy         ``gpu_memcpy`` events, ``Memcpy*`` kernels and DMA requests (``dma*``, HTA's
+               memory rule: MTIA's copies)
 memset         ``gpu_memset`` events and ``Memset*`` kernels
 sync           ``cuda_sync`` (Stream / Event / Context Sync)
 runtime        host-side launches: CUDA/HIP runtime and driver calls, and the ``c10d::*`` and
@@ -22,6 +23,10 @@ annotation     other user annotations (``## forward ##``, ``nccl:all_reduce``), 
 compute        any other GPU kernel; any other ``cpu_op``
 other          everything else
 =============  ===========================================================================
+
+A device kernel is a ``kernel`` event on a GPU (CUDA, ROCm) or an ``mtia_ccp_events`` one on an
+MTIA (:data:`KERNEL_CATS`), whose launches are ``mtia_runtime`` calls: the same rules apply to
+both ("GPU" below and in the reports means the device, whichever it is).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import re
 STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
 COMM_KERNEL_PATTERNS = (
     r"^(void )?(nccl|rccl|hccl)|ncclKernel|ncclDevKernel",
-    r"\bdeep_ep::\w+::(\w*notify\w*|dispatch|combine|barrier)\b",
+    r"\b(deep_ep|dpsk::ep)::\w+::(\w*notify\w*|dispatch|combine|barrier)\b",
     r"\bEp(Dispatch|Combine)\w*Kernel",
     r"nvshmem",
     r"\bmscclpp",
@@ -46,7 +51,10 @@ searched in the kernel name, case-insensitive):
    ``rccl*``, ``hccl*``;
 2. DeepEP's expert-parallel kernels: ``deep_ep::intranode::dispatch``, ``...::combine``,
    ``...::notify_dispatch``, ``...::cached_notify_combine``, ``...::barrier`` (``intranode``,
-   ``internode``, ``internode_ll``); not ``get_dispatch_layout``, which only counts locally;
+   ``internode``, ``internode_ll``), and the same kernels as DeepSeek's released training
+   trace names them (``dpsk::ep::internode::dispatch``, ``...::combine``,
+   ``...::notify_dispatch``, ``...::cached_notify``); not ``get_dispatch_layout``, which only
+   counts locally;
 3. AMD MORI's expert-parallel ``EpDispatch*Kernel`` / ``EpCombine*Kernel``;
 4. NVSHMEM's device kernels (``nvshmemi_*``, ``nvshmemx_*``: one-sided puts, barriers,
    collectives);
@@ -63,13 +71,18 @@ count as compute, and their time is busy instead of communication. Kernels outsi
 no collective metadata, so they are communication that synchronises nothing known (their
 collective is ``unknown``): never a straggler wait, exposed when nothing computes beside them.
 """
-MEMCPY_KERNEL_RE = re.compile(r"^(hip)?Memcpy")
+MEMCPY_KERNEL_RE = re.compile(r"^(hip)?Memcpy|^dma")
 MEMSET_KERNEL_RE = re.compile(r"^(hip)?Memset")
 
-GPU_CATS = frozenset(
-    {"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"}
+GRAPH_CAPTURE_RE = re.compile(r"^(cuda|hip)(StreamBeginCapture|StreamEndCapture|GraphInstantiate)")
+"""Runtime calls that build a CUDA (HIP) graph: the kernels launched while a stream captures
+are recorded into the graph, not run."""
+KERNEL_CATS = frozenset({"kernel", "Kernel", "mtia_ccp_events"})
+"""Device kernels: CUDA's and ROCm's (``Kernel``: 2020-2021 traces), MTIA's."""
+GPU_CATS = KERNEL_CATS | {"gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"}
+RUNTIME_CATS = frozenset(
+    {"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "mtia_runtime", "runtime"}
 )
-RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime"})
 ANNOTATION_CATS = frozenset({"user_annotation", "gpu_user_annotation", "python_function"})
 
 
@@ -95,7 +108,7 @@ def classify(cat: str | None, name: str, comm_kernel: re.Pattern[str] = COMM_KER
         return "other"
     if cat in ("user_annotation", "cpu_op") and STEP_RE.match(name):
         return "step"
-    if cat in ("kernel", "Kernel"):
+    if cat in KERNEL_CATS:
         if comm_kernel.search(name):
             return "comm"
         if MEMCPY_KERNEL_RE.match(name):

@@ -8,6 +8,9 @@ into a temporary store, served by ``streamlit run`` and driven over the DevTools
   here from the sidecars' lengths and the cost model fsobs fits), then one bar ``others`` with
   the mean of the other 240, and the title says so; its cost fit draws every (rank, step)
   point, with WebGL;
+- the Bubbles page's Stragglers tab names every rank on its axis only when the stragglers
+  span at most 32 ranks (else Plotly's few ticks), and its Data attribution tab draws every
+  (rank, step) point, with WebGL;
 - the What-if page shows a progress bar while it predicts, and once done its caption and its
   draws selector name the same number of draws (fewer than the 50 asked: a run this big gets
   fewer, and the selector says so).
@@ -46,6 +49,14 @@ CHART_JS = """((start) => {
           x: Array.from(first.x).map(String), y: Array.from(first.y)};
 })"""
 BALANCE_JS = f"{CHART_JS}('Per-rank cost')"
+# The stragglers chart's y axis: its tick mode and the tick labels Plotly drew.
+STRAGGLER_TICKS_JS = """(() => {
+  const plot = Array.from(document.querySelectorAll('.js-plotly-plot')).find((p) =>
+    ((p.querySelector('.gtitle') || {}).textContent || '').startsWith('Straggler rank per step'));
+  if (!plot || !plot.querySelector('.main-svg')) return null;
+  return {mode: plot._fullLayout.yaxis.tickmode, y: Array.from(plot._fullData[0].y),
+          labels: Array.from(plot.querySelectorAll('.ytick text')).map((t) => t.textContent)};
+})()"""
 COST_FIT_JS = f"{CHART_JS}('Cost model')"
 # The What-if page: its progress bar (if any), the draws caption, the selector's shown value.
 WHATIF_JS = """(() => {
@@ -92,7 +103,10 @@ def test_the_optimizer_page_folds_256_ranks(
     rest = [before[r] for r in before if r not in top]
 
     browser.navigate(f"{server.url}/optimizer?run={RUN_ID}")
-    browser.wait_for(f"!!{BALANCE_JS} && !{PAGE_STATE_JS}.running", timeout_s=120)
+    # both charts drawn (Plotly draws each on its own time: the WebGL one can come last)
+    browser.wait_for(
+        f"!!{BALANCE_JS} && !!{COST_FIT_JS} && !{PAGE_STATE_JS}.running", timeout_s=120
+    )
     state = browser.evaluate(PAGE_STATE_JS)
     assert state["exceptions"] == [], state["exceptions"]
     bars = browser.evaluate(BALANCE_JS)
@@ -104,6 +118,36 @@ def test_the_optimizer_page_folds_256_ranks(
     # the cost fit's point per (rank, step): all of them, drawn with WebGL above 1000
     fit = browser.evaluate(COST_FIT_JS)
     assert fit["type"] == "scattergl" and len(fit["x"]) == RANKS * STEPS, fit["type"]
+
+
+def _open_tab(browser: Browser, tab: str, chart_js: str) -> None:
+    browser.click('[role="tab"]', tab)
+    time.sleep(0.3)  # the click's rerun starts
+    browser.wait_for(f"!!{chart_js} && !{PAGE_STATE_JS}.running", timeout_s=120)
+    assert browser.evaluate(PAGE_STATE_JS)["exceptions"] == []
+
+
+def test_the_bubbles_tabs_at_256_ranks(
+    scale_browser: tuple[Browser, StreamlitServer], scale_store: Path
+) -> None:
+    browser, server = scale_browser
+    per_step = analyze_path(scale_store / RUN_ID).stragglers.per_step.dropna(subset=["rank"])
+    stragglers = [int(r) for r in per_step["rank"]]
+    browser.navigate(f"{server.url}/bubbles?run={RUN_ID}")
+    browser.wait_for(f"!!{PAGE_STATE_JS}.drawn && !{PAGE_STATE_JS}.running", timeout_s=120)
+    _open_tab(browser, "Stragglers", STRAGGLER_TICKS_JS)
+    ticks = browser.evaluate(STRAGGLER_TICKS_JS)
+    assert ticks["y"] == stragglers, ticks
+    span = max(stragglers) - min(stragglers) + 1
+    if span <= 32:  # a tick per rank from the lowest to the highest straggler
+        assert ticks["mode"] == "linear" and len(ticks["labels"]) >= span, ticks
+    else:  # Plotly's own few ticks, whole ranks
+        assert ticks["mode"] == "auto" and len(ticks["labels"]) < 32, ticks
+        assert all(label.replace("\u2212", "-").lstrip("-").isdigit() for label in ticks["labels"])
+    _open_tab(browser, "Data attribution", f"{CHART_JS}('Data cost against')")
+    points = browser.evaluate(f"{CHART_JS}('Data cost against')")
+    # one point per rank and step: 1024 > 1000, so WebGL
+    assert points["type"] == "scattergl" and len(points["x"]) == RANKS * STEPS, points["type"]
 
 
 def test_whatif_shows_progress_and_one_number_of_draws(

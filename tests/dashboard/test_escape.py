@@ -20,7 +20,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard.figures.arms import arm_reductions
-from dashboard.held_uploads import MAX_HELD_BYTES, MAX_HELD_FILES
 from dashboard.text import code, esc
 from fsobs.runformat import RunMeta, ToggleStatus, write_run_json
 from tests.dashboard.stores import GLOO_REFERENCE, listing, open_page, small_run, zip_bytes
@@ -161,19 +160,6 @@ def test_a_deep_cost_model_is_one_warning_without_a_path(hostile_store: Path, sh
         + esc("cost_model.json: not a cost model (nested too deep to read)")
     ]
     assert str(hostile_store) not in problems[0]
-
-
-def test_the_uploader_caps(hostile_store: Path):
-    """More files than the cap: the excess is dropped, said in one line."""
-    files = [(f"rank{r}.json", b"{}") for r in range(MAX_HELD_FILES + 2)]
-    at = _open()
-    at.file_uploader(key="upload_files").set_value(
-        [(n, d, "application/json") for n, d in files]
-    ).run()
-    assert [w.value for w in at.warning] == [
-        f"2 file(s) dropped: the uploader holds at most {MAX_HELD_FILES} files and "
-        f"{MAX_HELD_BYTES // 2**20} MiB in all; store these, or choose fewer."
-    ]
 
 
 def test_run_ids_in_a_plotly_chart_are_text():

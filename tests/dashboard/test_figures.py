@@ -366,6 +366,30 @@ def test_zero_wait_heatmap_is_drawn_as_zero():
     assert figures.straggler_wait_heatmap(steps).data[0].zmax == 2.0
 
 
+def test_straggler_ticks_name_every_rank_only_over_32_ranks():
+    """A tick per rank while the stragglers span 32 ranks (here 10..41); over 33 (10..42)
+    Plotly's own ticks, still whole ranks."""
+
+    def axis(last: int):  # the stragglers of steps 1..3: ranks 10, last, 20
+        per_step = pd.DataFrame({"step": [1, 2, 3], "rank": [10, last, 20]})
+        return figures.straggler_steps(per_step.assign(wait_caused_ms=1.0)).layout.yaxis
+
+    assert (axis(41).tickmode, axis(41).dtick, axis(41).tickformat) == ("linear", 1, "d")
+    assert (axis(42).tickmode, axis(42).dtick, axis(42).tickformat) == (None, None, "d")
+
+
+def test_data_attribution_uses_webgl_above_1000_points():
+    """256 ranks x 4 steps (1024 points) in WebGL, x 3 steps (768) in SVG; every point kept."""
+
+    def frame(num_steps: int) -> pd.DataFrame:
+        rank, step = np.divmod(np.arange(256 * num_steps), num_steps)
+        return pd.DataFrame({"rank": rank, "step": step, "cost": 1.0, "lateness_ms": 2.0})
+
+    for num_steps, kind in ((4, "scattergl"), (3, "scatter")):
+        (trace,) = figures.data_attribution(frame(num_steps), "est_cost").data
+        assert (trace.type, len(trace.x)) == (kind, 256 * num_steps)
+
+
 def test_straggler_axis_is_whole_ranks_and_costs_have_units(runs):
     per_step = runs["reference/gloo_straggler_4rank"].stragglers.per_step
     axis = figures.straggler_steps(per_step).layout.yaxis

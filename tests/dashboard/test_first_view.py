@@ -18,6 +18,7 @@ The runs are simulated (``fsobs simulate``, a second each) with a known cause:
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from fsobs import analyze_path
 from fsobs.cli import main
 from fsobs.report import findings
 from tests.dashboard.stores import APP
+from tests.kineto import cpu_doc, cpu_op, gloo, write
 
 SIM = ("--world-size", "4", "--steps", "6", "--workers", "1")
 SHIFT = ("--shift-rank", "2", "--shift-from", "0", "--shift-factor", "3")
@@ -158,3 +160,58 @@ def test_compare_leads_with_the_verdict(sim_store, monkeypatch):
     assert verdict.value.startswith(f"**The test removes {reduction:.1%} of the control's bubble**")
     assert ci.value.startswith("95% CI: ")
     assert any(e.type == "expander" and e.label.startswith("Every KPI") for e in elements)
+
+
+@pytest.mark.parametrize(
+    ("run", "toggle", "words", "applied"),
+    [
+        ("shift", "balance", "the balance toggle (fsobs run --balance)", False),
+        ("balanced", "balance", "the balance toggle (fsobs run --balance)", True),
+        ("gc", "sync_gc", "the sync_gc toggle (fsobs run --sync-gc)", False),
+    ],
+)
+def test_fsobs_analyze_ends_its_findings_with_the_next_step(
+    sim_store, capsys, run, toggle, words, applied
+):
+    """The CLI says the same thing to do as the page, after the findings, and ``--json`` holds
+    it under ``next_step``."""
+    assert main(["analyze", str(sim_store / run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [line for line in lines if line.startswith("next step: ")]
+    last_finding = max(i for i, text in enumerate(lines) if text.startswith("- "))
+    assert lines.index(line) == last_finding + 1
+    assert words in line
+    assert (
+        line.endswith(
+            f"this run has {toggle} applied already: what is left is in the "
+            "findings above and in fsobs whatif's oracle"
+        )
+        is applied
+    )
+    assert main(["analyze", "--json", str(sim_store / run)]) == 0
+    got = json.loads(capsys.readouterr().out)["next_step"]
+    assert got["dominant_class"] == "straggler_wait_ms_per_step"
+    assert (got["toggle"], got["applied_already"], words in got["text"]) == (toggle, applied, True)
+
+
+def test_compare_names_a_whole_trace_window_against_steps_not_comparable(
+    sim_store, monkeypatch, tmp_path
+):
+    """A run without ProfilerStep (one whole-trace window) as control, six steps as test: no
+    verdict, the reason instead (issue 36, point 2)."""
+    store = tmp_path / "store"
+    shutil.copytree(sim_store / "shift", store / "shift")
+    work = [cpu_op("aten::mm", 0, 30), gloo("all_reduce", 30, 20)]
+    write(store / "whole" / "rank0.json", cpu_doc(0, work, world_size=1, steps=()))
+    at = _open(store, "compare", monkeypatch, control="whole", test="shift")
+    elements = _flat(at.main)
+    first = next(i for i, e in enumerate(elements) if e.type == "metric")
+    verdict = elements[first - 1]
+    assert verdict.type == "warning"
+    reason = (
+        "the control run is one whole-trace window (no ProfilerStep: the profiler's start and "
+        "stop idle are in it) and the test run has 6 step(s); the reduction sets the one "
+        "against the other"
+    )
+    assert verdict.value.startswith(f"**Not comparable**: {esc(reason)}. The bubble reduction")
+    assert verdict.value.endswith("is shown for what it is, with no verdict.")

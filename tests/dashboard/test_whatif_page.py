@@ -14,6 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import figures
+from dashboard.scale_study import study
 from fsobs import analyze_path
 from fsobs.analysis.whatif.predict import whatif
 from fsobs.simulate.simulator import SimConfig, simulate, write_run
@@ -62,8 +63,13 @@ def test_predictions_next_to_the_measured_ab(shared_app_env: Path) -> None:
     # sim/test sits next to it with balance applied, on the same batches: measured A/B shown
     assert bars[1]["name"] == "measured A/B"
     assert not math.isnan(_values(bars[1]["y"])[labels.index("balance")])
-    assert any(t.startswith("Bubble ratio against world size") for t in charts)
-    assert any(t.startswith("Bubble reduction at 256 ranks") for t in charts)
+    # the scale study, simulated in a process of its own: the figures of the study made here
+    curve, at_scale, _ = study(analyze_path(shared_app_env / "sim" / "control"))
+    for want in (figures.scale_curve(curve), figures.toggles_at_scale(at_scale, 256)):
+        title = want.layout.title.text
+        assert [_values(t["y"]).tolist() for t in charts[title]["data"]] == [
+            np.asarray(t.y, dtype=float).tolist() for t in want.data
+        ], title
     # a simulated run is labelled so, and so is the scale study
     badges = [m.value for m in at.markdown if "badge[" in m.value and "simulated" in m.value]
     assert len(badges) >= 2  # the run header's and the scale study's

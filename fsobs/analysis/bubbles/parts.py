@@ -14,6 +14,7 @@ from fsobs.analysis.bubbles.optree import op_tree
 from fsobs.analysis.bubbles.windows import GpuCoverage, cpu_windows, gpu_coverage, gpu_windows
 from fsobs.analysis.matching import SYNC_COLLECTIVES, arrivals, step_marks
 from fsobs.trace.categorical import codes, is_in
+from fsobs.trace.classify import KERNEL_CATS
 from fsobs.trace.schema import RankTrace
 from optim.markers import DATA_MARKER
 
@@ -115,7 +116,7 @@ def _gpu_parts(trace: RankTrace) -> list[StepParts]:
     is_compute = is_in(kind, ("compute",))[rows]
     is_comm = is_in(kind, ("comm",))[rows]
     is_transfer = is_comm & _transfers(trace)[rows]
-    sm_comm = is_comm & is_in(ev["cat"], ("kernel",))[rows]  # copy engines take no SMs
+    sm_comm = is_comm & is_in(ev["cat"], tuple(KERNEL_CATS))[rows]  # copy engines take none
     contention = _contention(
         end[is_compute] - start[is_compute],
         _like(ev, rows[is_compute]),

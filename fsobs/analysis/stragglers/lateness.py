@@ -61,7 +61,8 @@ def gpu_gaps(
     host = _host_busy(ev, ts, end)
     pos = np.searchsorted(gpu[1], arrival, "left") - 1  # the last GPU work ending before it
     busy_at = iv.covered(gpu, arrival - 1)
-    since = np.where(pos >= 0, gpu[1][np.maximum(pos, 0)], int(ts.min()))
+    ended = gpu[1][np.maximum(pos, 0)] if len(gpu[1]) else np.zeros(len(rows), np.int64)
+    since = np.where(pos >= 0, ended, int(ts.min()))  # no GPU work yet: the trace's start
     gap = np.where(busy_at, 0, arrival - since).astype(np.int64)
     first = np.searchsorted(host[1], arrival - gap, "right")  # host: sorted, disjoint
     count = np.where(gap > 0, np.maximum(np.searchsorted(host[0], arrival, "left") - first, 0), 0)

@@ -59,7 +59,7 @@ from fsobs.analysis.whatif.calibration import (
     partition_model,
     rank_step_ns,
 )
-from fsobs.analysis.whatif.priority import embedding_blocked_ms, pec_overlap, prioritize
+from fsobs.analysis.whatif.priority import embedding_ms, pec_overlap, prioritize
 from fsobs.analysis.whatif.replay import (
     BUSY,
     GAP,
@@ -67,9 +67,9 @@ from fsobs.analysis.whatif.replay import (
     Changes,
     SegmentGraph,
     build_graph,
-    replay,
     replay_batch,
     replay_error,
+    totals_table,
 )
 from fsobs.analysis.whatif.results import (
     FittedCost,
@@ -147,20 +147,12 @@ def whatif(
             planner_ns = 0.0
         split = resplit(setup.cal, model, balance_split, planner_ns)
         notes += _split_notes(split)
-    prio_graph = None
+    prio_graph, overlap = None, None
     if "priority_overlap" in toggles:
         overlap = pec_overlap(analysis.run.sidecar)
         prio_graph, prio_notes = prioritize(setup.graph, overlap)
         if overlap is None:
             prio_notes.insert(0, "no id_overlap in the step sidecars: PEC not modelled")
-        else:
-            before = embedding_blocked_ms(setup.graph)
-            after = embedding_blocked_ms(prio_graph)
-            cut = 1 - after / before if before > 0 else math.nan
-            prio_notes.append(
-                f"embedding wait + exposed (PEC's roles included) {before:.2f} -> {after:.2f} "
-                f"ms per rank and step ({cut:.1%} less), measured compute"
-            )
         notes += [f"priority_overlap: {n}" for n in prio_notes]
     combos = [c for n in range(1, len(toggles) + 1) for c in combinations(toggles, n)]
     num = _num_draws(setup.graph, draws, len(combos))
@@ -168,7 +160,9 @@ def whatif(
     etas = noise_draws(setup.cal, num, rng) if setup.cal is not None else None
     own_eta = setup.cal.eta if setup.cal is not None else None
     runs = _Runner(setup, split, prio_graph)
-    replays = runs.replay([(), *combos], [*_each(etas, num), own_eta], stages)
+    replays, walks = runs.replay([(), *combos], [*_each(etas, num), own_eta], stages)
+    if prio_graph is not None and overlap is not None:
+        notes.append(_pec_note(setup.graph, walks[False], prio_graph, walks[True]))
     *base, own = replays[()]
     predictions = []
     for combo in combos:
@@ -180,10 +174,10 @@ def whatif(
     result = WhatIf(
         run=_run_facts(analysis, setup),
         baseline=_baseline(analysis, setup.measured),
-        replay=_replay_check(setup, resampled),
+        replay=_replay_check(setup, walks[False].totals[0], resampled),
         calibration=_calibration(setup, split),
         predictions=predictions,
-        oracle=_oracle(setup, confidence, rng),
+        oracle=_oracle(setup, [_per_step(t) for t in walks[False].totals], confidence, rng),
         split_bound=_split_bound(analysis),
         notes=notes,
         draws=num,
@@ -247,6 +241,18 @@ def _each(etas: np.ndarray | None, num: int) -> list[np.ndarray | None]:
     return [None] * num if etas is None else list(etas)
 
 
+@dataclass
+class _Walk:
+    """What one walk of a graph gives beside the combinations' replays
+    (:meth:`_Runner.replay`)."""
+
+    totals: list[np.ndarray]
+    """Replayed ns ``[rank, step, class]``: the unchanged graph, then (on the baseline's
+    graph) the oracle's replays (:func:`_oracle_batch`)."""
+    blocked_ns: dict[int, float]
+    """Blocked ns per instance in the unchanged replay (``by_owner``)."""
+
+
 class _Runner:
     """Replays of the baseline and of toggle combinations for one residual draw."""
 
@@ -261,21 +267,29 @@ class _Runner:
         combos: list[tuple[str, ...]],
         etas: list[np.ndarray | None],
         stages: _Stages,
-    ) -> dict[tuple[str, ...], list[dict[str, np.ndarray]]]:
-        """Per combination, one replay per residual draw; the combinations that replay the
-        same graph share one walk of it (:func:`replay_batch`)."""
+    ) -> tuple[dict[tuple[str, ...], list[dict[str, np.ndarray]]], dict[bool, _Walk]]:
+        """Per combination, one replay per residual draw; and per graph (prioritized or not),
+        its :class:`_Walk`. Every replay of one graph shares one walk of it
+        (:func:`replay_batch`: each replay exactly what it gives alone): at 256 ranks a walk
+        costs seconds, whatever its width."""
         by_graph: dict[bool, list[tuple[str, ...]]] = {}
         for combo in combos:
             by_graph.setdefault("priority_overlap" in combo, []).append(combo)
-        out = {}
+        out, walks = {}, {}
         for prioritized, group in by_graph.items():
             graph = cast(SegmentGraph, self.prio_graph) if prioritized else self.setup.graph
             stages.next(f"{len(group) * len(etas)} replays{' with priority_overlap' * prioritized}")
-            batch = [self._changes(combo, eta) for combo in group for eta in etas]
-            totals = iter(replay_batch(graph, batch))
+            more = [Changes()] + ([] if prioritized else _oracle_batch(self.setup))
+            batch = [self._changes(combo, eta) for combo in group for eta in etas] + more
+            owners: dict[int, np.ndarray] = {}
+            replayed = replay_batch(graph, batch, owners)
+            first = len(batch) - len(more)  # the unchanged replay's place in the batch
+            blocked = {k: float(v[first]) for k, v in owners.items()}
+            walks[prioritized] = _Walk(list(replayed[first:]), blocked)
+            totals = iter(replayed)
             for combo in group:
                 out[combo] = [_per_step(next(totals)) for _ in etas]
-        return out
+        return out, walks
 
     def _changes(self, combo: tuple[str, ...], eta: np.ndarray | None) -> Changes:
         s = self.setup
@@ -385,14 +399,34 @@ def _interval(values: np.ndarray, alpha: float) -> tuple[float, float]:
     return (float(lo), float(hi))
 
 
-def _oracle(setup: _Setup, confidence: float, rng: np.random.Generator) -> Oracle:
-    """Equal compute on every rank in every step; and the wait from the data or noise alone."""
+def _pec_note(graph: SegmentGraph, walk: _Walk, prio_graph: SegmentGraph, prio: _Walk) -> str:
+    """The embedding collectives' blocked time before and after PEC (unchanged replays)."""
+    before, after = embedding_ms(graph, walk.blocked_ns), embedding_ms(prio_graph, prio.blocked_ns)
+    cut = 1 - after / before if before > 0 else math.nan
+    return (
+        f"priority_overlap: embedding wait + exposed (PEC's roles included) {before:.2f} -> "
+        f"{after:.2f} ms per rank and step ({cut:.1%} less), measured compute"
+    )
+
+
+def _oracle_batch(setup: _Setup) -> list[Changes]:
+    """The oracle's replays beside the unchanged one: every rank given the step's mean busy
+    time, then (with a calibration) only the data, only the noise, differing (:func:`_alone`)."""
     busy = setup.busy_ns
     mean = busy.mean(axis=0, keepdims=True)
     equal = np.broadcast_to(mean, busy.shape).copy()
-    alone = _alone(setup, mean)  # busy time with only the data, or only the noise, differing
-    batch = [Changes(), _busy_changes(busy, equal), *(_busy_changes(busy, b) for b in alone)]
-    m, e, *split = (_per_step(t) for t in replay_batch(setup.graph, batch))
+    return [_busy_changes(busy, b) for b in (equal, *_alone(setup, mean))]
+
+
+def _oracle(
+    setup: _Setup,
+    replayed: list[dict[str, np.ndarray]],
+    confidence: float,
+    rng: np.random.Generator,
+) -> Oracle:
+    """Equal compute on every rank in every step; and the wait from the data or noise alone.
+    ``replayed``: :func:`_per_step` of the unchanged replay, then of :func:`_oracle_batch`."""
+    m, e, *split = replayed
     base = m["bubble_ms"][None, :]
     pred = e["bubble_ms"][None, :]
     alpha = (1 - confidence) / 2
@@ -479,8 +513,9 @@ def _baseline(analysis: Analysis, measured: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def _replay_check(setup: _Setup, resampled_bubble_ms: float) -> ReplayCheck:
-    err = replay_error(setup.measured, replay(setup.graph))
+def _replay_check(setup: _Setup, unchanged: np.ndarray, resampled_bubble_ms: float) -> ReplayCheck:
+    """The unchanged replay (ns ``[rank, step, class]``) against the measured run."""
+    err = replay_error(setup.measured, totals_table(setup.graph, unchanged))
     return ReplayCheck(
         step_time_median=err["step_time_median"],
         step_time_p90=err["step_time_p90"],

@@ -422,6 +422,13 @@ def embedding_blocked_ms(graph: SegmentGraph, changes: Changes | None = None) ->
     masks included) in a replay of ``graph``, ms per rank and step."""
     owners: dict[int, float] = {}
     replay_totals(graph, changes, owners)
+    return embedding_ms(graph, owners)
+
+
+def embedding_ms(graph: SegmentGraph, owners: dict[int, float]) -> float:
+    """Of a replay's blocked ns per instance (``by_owner`` of
+    :func:`fsobs.analysis.whatif.replay.replay_totals`), those of the embedding collectives,
+    ms per rank and step."""
     roles = graph.instances.set_index("instance")["role"]
     mine = set(roles[roles.isin(EMBEDDING_ROLES)].index.astype(int))
     total = sum(ns for k, ns in owners.items() if k in mine)

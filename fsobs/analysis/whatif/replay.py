@@ -57,6 +57,7 @@ __all__ = [
     "replay_batch",
     "replay_error",
     "replay_totals",
+    "totals_table",
 ]
 
 
@@ -73,7 +74,7 @@ class Changes:
 def replay(graph: SegmentGraph, changes: Changes | None = None) -> pd.DataFrame:
     """Replay the graph; per rank and step, the windows and classes in ms (columns
     :data:`TABLE_COLUMNS`, like :func:`fsobs.analysis.bubbles.tables.bubble_table`)."""
-    return _table(graph, replay_totals(graph, changes))
+    return totals_table(graph, replay_totals(graph, changes))
 
 
 def replay_totals(
@@ -262,7 +263,8 @@ class _Run:
         return np.where(end < last, end, last) if kind == WAIT else end  # min(last, end)
 
 
-def _table(graph: SegmentGraph, totals: np.ndarray) -> pd.DataFrame:
+def totals_table(graph: SegmentGraph, totals: np.ndarray) -> pd.DataFrame:
+    """Replayed ns ``[rank, step, class]`` as :func:`replay`'s table."""
     rows = []
     for ri, rank in enumerate(graph.ranks):
         present = {p.step for p in graph.pieces[rank]}
