@@ -59,7 +59,7 @@ def known_facts(entry: RunEntry) -> str:
     steps = meta.workload.get("steps") if meta is not None else None
     if isinstance(steps, int):
         parts.append(f"{steps} step(s)")
-    parts.append(f"toggles applied: {toggles_summary(meta)}")
+    parts.append(f"toggles: {toggles_summary(meta)}")
     if meta is not None and meta.simulated:
         parts.append("simulated")
     return " · ".join(parts)
