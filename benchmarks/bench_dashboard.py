@@ -99,10 +99,10 @@ GOAL_SWITCH_S = 1.0
 NAV_LINK = '[data-testid="stSidebar"] a'
 
 
-def link_run(run_dir: Path, store: Path) -> Path:
-    """Hard-link (else copy) the run's trace files into ``store/RUN_ID`` (the store skips
+def link_run(run_dir: Path, store: Path, run_id: str = RUN_ID) -> Path:
+    """Hard-link (else copy) the run's trace files into ``store/run_id`` (the store skips
     symbolic links)."""
-    target = store / RUN_ID
+    target = store / run_id
     target.mkdir(parents=True)
     for path in sorted(run_dir.iterdir()):
         if path.is_file():

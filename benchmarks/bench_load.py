@@ -231,19 +231,23 @@ def _sizes(trace_dir: Path) -> tuple[int, int, int]:
     return len(files), on_disk, plain
 
 
-def ensure_synthetic(data_dir: Path) -> Path:
-    """The 8 x ~100 MB synthetic run, generated on first use (marker file outside the run dir)."""
-    run_dir = data_dir / "synthetic_8x100MB"
-    marker = data_dir / "synthetic_8x100MB.params.txt"
-    if marker.exists() and marker.read_text() == json.dumps(SYNTHETIC):
+def ensure_synthetic(data_dir: Path, num_ranks: int = 8, mb_per_rank: int = 100) -> Path:
+    """A synthetic run at :data:`SYNTHETIC`'s density (steps, seed) of ``num_ranks`` x
+    ``mb_per_rank`` MB (default: the 8 x ~100 MB run), generated on first use (marker file
+    outside the run dir)."""
+    params = SYNTHETIC | {"num_ranks": num_ranks, "target_bytes_per_rank": mb_per_rank * 10**6}
+    name = f"synthetic_{num_ranks}x{mb_per_rank}MB"
+    run_dir = data_dir / name
+    marker = data_dir / f"{name}.params.txt"
+    if marker.exists() and marker.read_text() == json.dumps(params):
         return run_dir
     from fsobs.simulate import write_gpu_run
 
     print(f"generating {run_dir} ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    write_gpu_run(run_dir, **SYNTHETIC)
+    write_gpu_run(run_dir, **params)
     print(f"  done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    marker.write_text(json.dumps(SYNTHETIC))
+    marker.write_text(json.dumps(params))
     return run_dir
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from dashboard import disk_cache
+from dashboard import background, disk_cache
+from dashboard.background import Job, Key, Progress, Result
 from dashboard.ops import bar_names, lane_places
 from dashboard.store import (
     RunEntry,
@@ -49,6 +51,9 @@ work, for every cached call on every rerun."""
 
 AUTO_ANALYZE_BYTES = 64 * 10**6
 """The runs table analyzes runs up to this size on disk by itself; bigger ones when opened."""
+INLINE_BYTES = 4 * 2**20
+"""A page opening a run up to this size of traces analyzes it in its own script run; a bigger
+one is analyzed in the background (:mod:`dashboard.background`) while the page shows progress."""
 
 
 @dataclass(frozen=True)
@@ -71,17 +76,32 @@ UNFINISHED = "a live run, not finished: its windows are on the Live page"
 
 def load(store: Location, entry: RunEntry) -> Loaded:
     """The analysis of one run (parsed at most once per signature; an unfinished live run is
-    not parsed: :data:`UNFINISHED`)."""
+    not parsed: :data:`UNFINISHED`). A run a background job analyzes (:func:`job_for`) is not
+    parsed again: the job's result is taken, waited for if the job still runs (pages that
+    must not wait go through :func:`dashboard.pending.loaded_runs`)."""
     if entry.unfinished:
         return Loaded(entry, None, UNFINISHED)
-    analysis, error = _analyze(str(store), entry.run_id, entry.signature)
+    key = _key(store, entry)
+    job = background.registry().find(key)
+    if job is None:
+        analysis, error = _analyze(*key)
+    else:
+        with st.spinner("Waiting for the run's analysis in the background..."):
+            analysis, error = _analyze(*key, _ready=job.wait())
+        background.registry().forget(key)
     return Loaded(entry, analysis, error)
+
+
+def is_running(store: Location, entry: RunEntry) -> bool:
+    """Whether a background job is analyzing this run now (queued or running)."""
+    job = background.registry().find(_key(store, entry))
+    return job is not None and not job.snapshot().finished
 
 
 def is_analyzed(store: Location, entry: RunEntry) -> bool:
     """Whether this version of the run was analyzed already (by any session, or by an earlier
     server: its analysis is in the disk cache, which a read-only URL store has not)."""
-    if (str(store), entry.run_id, entry.signature) in _done():
+    if _key(store, entry) in _done():
         return True
     return isinstance(store, Path) and disk_cache.is_fresh(store, entry.run_id, entry.signature)
 
@@ -96,9 +116,13 @@ def facts(
     store: Location, entry: RunEntry, state: tuple[str | None, str | None], *, analyze: bool
 ) -> dict[str, Any]:
     """The runs-table row (``state``: :func:`dashboard.store.run_state`); the analysis is run
-    only if ``analyze`` or it was already done, never for an unfinished live run."""
+    only if ``analyze`` or it was already done, never for an unfinished live run nor while a
+    background job analyzes it (the row says how far the job is)."""
     if entry.unfinished:
         return run_facts(entry, None, f"{state[0] or 'live'}: open it on the Live page", state)
+    job = background.registry().find(_key(store, entry))
+    if job is not None and not job.snapshot().finished:
+        return run_facts(entry, None, f"being analyzed: {job.snapshot().text}", state)
     if analyze or is_analyzed(store, entry):
         loaded = load(store, entry)
         return run_facts(entry, loaded.analysis, loaded.error, state)
@@ -107,8 +131,9 @@ def facts(
 
 def is_cheap(store: Location, entry: RunEntry) -> bool:
     """Small enough to analyze unasked (:data:`AUTO_ANALYZE_BYTES`), or analyzed already; an
-    unfinished live run never is (it is not parsed as a finished run)."""
-    if entry.unfinished:
+    unfinished live run never is (it is not parsed as a finished run), nor a run a background
+    job analyzes now (choosing a default never waits for it)."""
+    if entry.unfinished or is_running(store, entry):
         return False
     return entry.trace_bytes <= AUTO_ANALYZE_BYTES or is_analyzed(store, entry)
 
@@ -131,15 +156,31 @@ def first_with_data(
     return next((e.run_id for e in entries if e.run_id != skip), entries[0].run_id)
 
 
-@st.cache_resource(max_entries=32, show_spinner="Parsing the run's traces...")
-def _analyze(store: str, run_id: str, signature: Signature) -> tuple[Analysis | None, str | None]:
+def job_for(store: Location, entry: RunEntry) -> Job | None:
+    """The background job of this run: the one a session started already (running, or finished
+    and not yet taken), else a new one if the run is bigger than :data:`INLINE_BYTES` and not
+    analyzed yet; None: load it inline (:func:`load`)."""
+    key = _key(store, entry)
+    jobs = background.registry()
+    job = jobs.find(key)
+    big = not entry.unfinished and entry.trace_bytes > INLINE_BYTES
+    if job is None and big and not is_analyzed(store, entry):
+        job = jobs.submit(key, partial(analysis_of, *key))
+    return job
+
+
+def analysis_of(
+    store: str, run_id: str, signature: Signature, progress: Progress | None = None
+) -> Result:
+    """The run's analysis: from the disk cache, else parsed (``progress(done, total)`` as ranks
+    are) and written to it; or the one-line reason it cannot be analyzed."""
     location = as_location(store)
     path = location / run_id
     cached = isinstance(location, Path)  # a URL store has no cache folder (--read-only one has)
     try:
         analysis = disk_cache.read(Path(store), run_id, signature) if cached else None
         if analysis is None:
-            analysis = analyze_path(path)
+            analysis = analyze_path(path, progress=progress)
             if cached:
                 disk_cache.write(Path(store), run_id, signature, analysis)
     except FsobsError as exc:
@@ -147,9 +188,21 @@ def _analyze(store: str, run_id: str, signature: Signature) -> tuple[Analysis | 
     except Exception as exc:  # a bug must not take the whole app down: report it on the page
         logger.exception("analysis of %s failed", path)
         return None, f"unexpected error while analyzing ({type(exc).__name__}): {exc}"
+    return analysis, None
+
+
+@st.cache_resource(max_entries=32, show_spinner="Parsing the run's traces...")
+def _analyze(store: str, run_id: str, signature: Signature, _ready: Result | None = None) -> Result:
+    """:func:`analysis_of`, once per key; ``_ready``: what a background job found (not part of
+    the key)."""
+    try:
+        return _ready if _ready is not None else analysis_of(store, run_id, signature)
     finally:
         _done().add((store, run_id, signature))
-    return analysis, None
+
+
+def _key(store: Location, entry: RunEntry) -> Key:
+    return str(store), entry.run_id, entry.signature
 
 
 @st.cache_resource

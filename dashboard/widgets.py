@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import numbers, urlstate
-from dashboard.cache import UNFINISHED, first_with_data, load, runs
+from dashboard.cache import UNFINISHED, first_with_data, runs
+from dashboard.pending import loaded_runs
 from dashboard.store import (
     RunEntry,
     every_toggle_off,
@@ -128,7 +129,7 @@ def open_run(
         st.info(f"{code(entry.run_id)} is a live run, not finished: {UNFINISHED}.")
         st.page_link("app_pages/live.py", label="Open it live", query_params={"run": entry.run_id})
         st.stop()
-    loaded = load(store, entry)
+    (loaded,) = loaded_runs(store, [entry])
     if loaded.analysis is None:
         stop_on_error(loaded.error or "unknown error", f"Cannot analyze {code(entry.run_id)}")
     run_header(entry, loaded.analysis)

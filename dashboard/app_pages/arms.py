@@ -10,6 +10,7 @@ from dashboard import urlstate
 from dashboard.arms import arms_frame, control_among
 from dashboard.cache import comparison, is_cheap, load, runs
 from dashboard.figures.arms import arm_reductions
+from dashboard.pending import loaded_runs
 from dashboard.store import RunEntry, parent_of
 from dashboard.tables import has_data
 from dashboard.text import code, esc
@@ -85,7 +86,7 @@ def render() -> None:
     if urlstate.wanted("control") not in {None, *(a.run_id for a in arms)}:
         st.session_state["control"] = control_among(arms)  # the control is one of the arms
     control = pick_run("Control", "control", arms, lambda: control_among(arms))
-    loaded = {arm.run_id: load(store, arm) for arm in arms}
+    loaded = {arm.run_id: item for arm, item in zip(arms, loaded_runs(store, arms), strict=True)}
     for run_id, item in loaded.items():
         if item.error is not None:
             st.error(f"Cannot analyze {code(run_id)}: {esc(item.error)}")

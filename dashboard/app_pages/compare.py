@@ -18,6 +18,7 @@ from dashboard.cache import (
     runs,
     trace_diff,
 )
+from dashboard.pending import loaded_runs
 from dashboard.store import RunEntry, applied_toggles, every_toggle_off, find_run, parent_of
 from dashboard.tables import column_label, has_data
 from dashboard.text import code, esc
@@ -241,7 +242,8 @@ def render() -> None:
         control = pick_run("Control", "control", entries, lambda: pair()[0])
     with right:
         test = pick_run("Test", "test", entries, lambda: _other(pair(), control.run_id))
-    loaded = (load(store, control), load(store, test))
+    first, second = loaded_runs(store, [control, test])
+    loaded = (first, second)
     for role, item in zip(("control", "test"), loaded, strict=True):
         if item.error is not None:
             st.error(f"Cannot analyze the {role} run {code(item.entry.run_id)}: {esc(item.error)}")

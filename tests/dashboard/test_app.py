@@ -313,7 +313,11 @@ def test_an_analysis_outlives_the_server_in_the_disk_cache(app_env, monkeypatch)
 
     parsed = []
     with monkeypatch.context() as patch:
-        patch.setattr(cache, "analyze_path", lambda path: parsed.append(path) or analyze_path(path))
+        patch.setattr(
+            cache,
+            "analyze_path",
+            lambda path, progress=None: parsed.append(path) or analyze_path(path),
+        )
         at = _open("bubbles", run="sim/control")
     assert _metrics(at) == expected
     assert parsed == []
@@ -331,7 +335,9 @@ def test_a_run_in_the_url_is_the_only_one_analyzed(app_env, monkeypatch):
     st.cache_resource.clear()
     parsed: list[Path] = []
     monkeypatch.setattr(
-        cache, "analyze_path", lambda path: parsed.append(path) or analyze_path(path)
+        cache,
+        "analyze_path",
+        lambda path, progress=None: parsed.append(path) or analyze_path(path, progress=progress),
     )
     _open("bubbles", run="sim/test")
     _open("compare", control="sim/test", test=GLOO)
