@@ -191,7 +191,7 @@ def analysis_of(
     return analysis, None
 
 
-@st.cache_resource(max_entries=32, show_spinner="Parsing the run's traces...")
+@st.cache_resource(max_entries=32, show_spinner="Parsing the run's traces...", hash_funcs=BY_REPR)
 def _analyze(store: str, run_id: str, signature: Signature, _ready: Result | None = None) -> Result:
     """:func:`analysis_of`, once per key; ``_ready``: what a background job found (not part of
     the key)."""
@@ -215,7 +215,7 @@ def _relative(message: str, store: str) -> str:
     return message.replace(f"{store}/", "")
 
 
-@st.cache_data(max_entries=8, show_spinner="Comparing the ops of both runs...")
+@st.cache_data(max_entries=8, show_spinner="Comparing the ops of both runs...", hash_funcs=BY_REPR)
 def trace_diff(
     control: tuple[str, int, Signature], test: tuple[str, int, Signature], use_hta: bool
 ) -> OpDiff:
@@ -225,7 +225,7 @@ def trace_diff(
     )
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=BY_REPR)
 def comparison(
     store: str, control: tuple[str, Signature], test: tuple[str, Signature], _loaded: Pair
 ) -> Comparison:
@@ -286,7 +286,7 @@ def timeline_parts(
     return TimelineParts(bars, ops, bar_names(bars, ops, shifts), lane_places(bars, ops))
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=BY_REPR)
 def cost_fit(
     store: str, run_id: str, signature: Signature, _analysis: Analysis
 ) -> tuple[CostFit | None, str | None]:
@@ -297,7 +297,7 @@ def cost_fit(
         return None, _relative(str(exc), store)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@st.cache_data(max_entries=64, show_spinner=False, hash_funcs=BY_REPR)
 def step_lengths(run_dir: str, signature: Signature, step: int) -> dict[int, np.ndarray]:
     """Per rank, the per-sample lengths the sidecars logged for ``step``."""
     return read_step_lengths(run_dir, step)
