@@ -279,19 +279,28 @@ def straggler_steps(per_step: pd.DataFrame) -> go.Figure:
     )
 
 
+DENSITY_BINS = (40, 30)
+"""Bins (cost, lateness) of the data-attribution density above :data:`WEBGL_ABOVE` points."""
+
+
 def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
-    """Estimated cost of each rank's data against how late it arrived, one color per rank.
+    """Estimated cost of each rank's data against how late it arrived.
 
     ``lateness``: rank, step, cost, lateness_ms (see :func:`dashboard.tables.lateness_frame`).
-    Above :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks one trace, colored by rank (a legend
-    entry per rank would fill the screen), drawn with WebGL above
-    :data:`~dashboard.figures.optimizer.WEBGL_ABOVE` points.
+    One color per rank up to :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks; above, one trace
+    colored by rank (a legend entry per rank would fill the screen), or, with more than
+    :data:`~dashboard.figures.optimizer.WEBGL_ABOVE` points, their density
+    (:func:`_attribution_density`: 256 ranks x 20 steps drawn as points took the browser
+    about 1.5 s on every visit of the tab, even in WebGL).
     """
     unit = cost_unit(cost_source)
-    if lateness["rank"].nunique() > AGGREGATE_ABOVE:
-        scatter = go.Scattergl if len(lateness) > WEBGL_ABOVE else go.Scatter
+    many = lateness["rank"].nunique() > AGGREGATE_ABOVE
+    dense = many and len(lateness) > WEBGL_ABOVE
+    if dense:
+        fig = _attribution_density(lateness, unit)
+    elif many:
         fig = go.Figure(
-            scatter(
+            go.Scatter(
                 name="rank, step",
                 x=lateness["cost"].to_numpy(),
                 y=lateness["lateness_ms"].to_numpy(),
@@ -309,11 +318,35 @@ def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
         )
     else:
         fig = _attribution_by_rank(lateness, unit)
+    title = "Data cost against arrival at the step's collectives"
+    if dense:
+        title += f": density of the {len(lateness):,} (rank, step) points"
     return finish(
         fig,
-        "Data cost against arrival at the step's collectives",
+        title,
         f"estimated cost of the rank's data ({cost_source}: {unit})",
         "arrival after the first rank (ms)",
+    )
+
+
+def _attribution_density(lateness: pd.DataFrame, unit: str) -> go.Figure:
+    """How many (rank, step) points fall in each of :data:`DENSITY_BINS` cells of cost x
+    lateness (empty cells blank), counted here: the browser draws one heatmap."""
+    cost = lateness["cost"].to_numpy(dtype=float)
+    late = lateness["lateness_ms"].to_numpy(dtype=float)
+    counts, x_edges, y_edges = np.histogram2d(cost, late, bins=DENSITY_BINS)
+    z = np.where(counts > 0, counts, np.nan).T  # rows: lateness bins
+    return go.Figure(
+        go.Heatmap(
+            name="(rank, step) points",
+            x=(x_edges[:-1] + x_edges[1:]) / 2,
+            y=(y_edges[:-1] + y_edges[1:]) / 2,
+            z=z,
+            colorscale="Viridis",
+            colorbar={"title": {"text": "points"}},
+            hovertemplate=f"cost ~%{{x:{HOVER_NUMBER}}} ({unit}), late ~%{{y:.3f}} ms: "
+            "%{z} (rank, step) point(s)<extra></extra>",
+        )
     )
 
 

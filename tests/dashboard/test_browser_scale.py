@@ -9,8 +9,8 @@ into a temporary store, served by ``streamlit run`` and driven over the DevTools
   the mean of the other 240, and the title says so; its cost fit draws every (rank, step)
   point, with WebGL;
 - the Bubbles page's Stragglers tab names every rank on its axis only when the stragglers
-  span at most 32 ranks (else Plotly's few ticks), and its Data attribution tab draws every
-  (rank, step) point, with WebGL;
+  span at most 32 ranks (else Plotly's few ticks), and its Data attribution tab draws the
+  density of the (rank, step) points, each counted once;
 - the What-if page shows a progress bar while it predicts, and once done its caption and its
   draws selector name the same number of draws (fewer than the 50 asked: a run this big gets
   fewer, and the selector says so).
@@ -49,6 +49,15 @@ CHART_JS = """((start) => {
           x: Array.from(first.x).map(String), y: Array.from(first.y)};
 })"""
 BALANCE_JS = f"{CHART_JS}('Per-rank cost')"
+# The data-attribution density: its trace type and the points its cells count.
+DENSITY_JS = """(() => {
+  const plot = Array.from(document.querySelectorAll('.js-plotly-plot')).find((p) =>
+    ((p.querySelector('.gtitle') || {}).textContent || '').startsWith('Data cost against'));
+  const first = plot._fullData[0];
+  let points = 0;
+  for (const row of Array.from(first.z)) for (const v of Array.from(row)) points += v || 0;
+  return {type: first.type, points: points};
+})()"""
 # The stragglers chart's y axis: its tick mode and the tick labels Plotly drew.
 STRAGGLER_TICKS_JS = """(() => {
   const plot = Array.from(document.querySelectorAll('.js-plotly-plot')).find((p) =>
@@ -145,9 +154,10 @@ def test_the_bubbles_tabs_at_256_ranks(
         assert ticks["mode"] == "auto" and len(ticks["labels"]) < 32, ticks
         assert all(label.replace("\u2212", "-").lstrip("-").isdigit() for label in ticks["labels"])
     _open_tab(browser, "Data attribution", f"{CHART_JS}('Data cost against')")
-    points = browser.evaluate(f"{CHART_JS}('Data cost against')")
-    # one point per rank and step: 1024 > 1000, so WebGL
-    assert points["type"] == "scattergl" and len(points["x"]) == RANKS * STEPS, points["type"]
+    density = browser.evaluate(DENSITY_JS)
+    # one point per rank and step: 1024 > 1000, so their density, every point counted once
+    assert density["type"] == "heatmap", density
+    assert density["points"] == RANKS * STEPS, density
 
 
 def test_whatif_shows_progress_and_one_number_of_draws(

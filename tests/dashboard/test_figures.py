@@ -378,16 +378,28 @@ def test_straggler_ticks_name_every_rank_only_over_32_ranks():
     assert (axis(42).tickmode, axis(42).dtick, axis(42).tickformat) == (None, None, "d")
 
 
-def test_data_attribution_uses_webgl_above_1000_points():
-    """256 ranks x 4 steps (1024 points) in WebGL, x 3 steps (768) in SVG; every point kept."""
+def test_data_attribution_is_a_density_above_1000_points():
+    """256 ranks x 4 steps (1024 points): their density, every point counted once in its
+    cell; x 3 steps (768): every point, in SVG. The points: cost = rank (0..255), lateness =
+    step ms, so each of the 40 cost bins holds 6 or 7 ranks and each step its own row."""
 
     def frame(num_steps: int) -> pd.DataFrame:
         rank, step = np.divmod(np.arange(256 * num_steps), num_steps)
-        return pd.DataFrame({"rank": rank, "step": step, "cost": 1.0, "lateness_ms": 2.0})
+        return pd.DataFrame({"rank": rank, "step": step, "cost": rank * 1.0, "lateness_ms": step})
 
-    for num_steps, kind in ((4, "scattergl"), (3, "scatter")):
-        (trace,) = figures.data_attribution(frame(num_steps), "est_cost").data
-        assert (trace.type, len(trace.x)) == (kind, 256 * num_steps)
+    (trace,) = figures.data_attribution(frame(3), "est_cost").data
+    assert (trace.type, len(trace.x)) == ("scatter", 256 * 3)
+    fig = figures.data_attribution(frame(4), "est_cost")
+    (density,) = fig.data
+    z = np.nan_to_num(np.asarray(density.z, dtype=float))
+    assert density.type == "heatmap" and z.shape == (30, 40)  # lateness rows x cost columns
+    assert z.sum() == 256 * 4
+    # ranks 0..255 over 40 bins of width 255/40: bin k holds the ranks r with k <= r*40/255 < k+1
+    per_bin = np.bincount(np.minimum((np.arange(256) * 40 / 255).astype(int), 39), minlength=40)
+    assert z.sum(axis=0).tolist() == (per_bin * 4).tolist()
+    # steps 0..3 over 30 bins of width 3/30: the rows 0, 10, 20 and 29 (the last edge closed)
+    assert np.flatnonzero(z.sum(axis=1)).tolist() == [0, 10, 20, 29]
+    assert "density of the 1,024 (rank, step) points" in fig.layout.title.text
 
 
 def test_straggler_axis_is_whole_ranks_and_costs_have_units(runs):
