@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dashboard.figures._density import DENSITY_ABOVE, density
 from dashboard.figures._style import CLASS_COLORS, finish, label
-from dashboard.figures.optimizer import WEBGL_ABOVE
 from dashboard.numbers import HOVER_NUMBER, cost_unit
 from dashboard.ranks import AGGREGATE_ABOVE, top_and_rest
 from dashboard.tables import BUBBLE_CLASSES, TIMELINE_CLASSES, class_means_by_rank, wait_matrix
@@ -279,25 +279,28 @@ def straggler_steps(per_step: pd.DataFrame) -> go.Figure:
     )
 
 
-DENSITY_BINS = (40, 30)
-"""Bins (cost, lateness) of the data-attribution density above :data:`WEBGL_ABOVE` points."""
-
-
 def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
     """Estimated cost of each rank's data against how late it arrived.
 
     ``lateness``: rank, step, cost, lateness_ms (see :func:`dashboard.tables.lateness_frame`).
     One color per rank up to :data:`dashboard.ranks.AGGREGATE_ABOVE` ranks; above, one trace
     colored by rank (a legend entry per rank would fill the screen), or, with more than
-    :data:`~dashboard.figures.optimizer.WEBGL_ABOVE` points, their density
-    (:func:`_attribution_density`: 256 ranks x 20 steps drawn as points took the browser
-    about 1.5 s on every visit of the tab, even in WebGL).
+    :data:`~dashboard.figures._density.DENSITY_ABOVE` points, their density
+    (:mod:`dashboard.figures._density`).
     """
     unit = cost_unit(cost_source)
     many = lateness["rank"].nunique() > AGGREGATE_ABOVE
-    dense = many and len(lateness) > WEBGL_ABOVE
+    dense = many and len(lateness) > DENSITY_ABOVE
     if dense:
-        fig = _attribution_density(lateness, unit)
+        fig = go.Figure(
+            density(
+                lateness["cost"].to_numpy(),
+                lateness["lateness_ms"].to_numpy(),
+                name="(rank, step) points",
+                hovertemplate=f"cost ~%{{x:{HOVER_NUMBER}}} ({unit}), late ~%{{y:.3f}} ms: "
+                "%{z} (rank, step) point(s)<extra></extra>",
+            )
+        )
     elif many:
         fig = go.Figure(
             go.Scatter(
@@ -326,27 +329,6 @@ def data_attribution(lateness: pd.DataFrame, cost_source: str) -> go.Figure:
         title,
         f"estimated cost of the rank's data ({cost_source}: {unit})",
         "arrival after the first rank (ms)",
-    )
-
-
-def _attribution_density(lateness: pd.DataFrame, unit: str) -> go.Figure:
-    """How many (rank, step) points fall in each of :data:`DENSITY_BINS` cells of cost x
-    lateness (empty cells blank), counted here: the browser draws one heatmap."""
-    cost = lateness["cost"].to_numpy(dtype=float)
-    late = lateness["lateness_ms"].to_numpy(dtype=float)
-    counts, x_edges, y_edges = np.histogram2d(cost, late, bins=DENSITY_BINS)
-    z = np.where(counts > 0, counts, np.nan).T  # rows: lateness bins
-    return go.Figure(
-        go.Heatmap(
-            name="(rank, step) points",
-            x=(x_edges[:-1] + x_edges[1:]) / 2,
-            y=(y_edges[:-1] + y_edges[1:]) / 2,
-            z=z,
-            colorscale="Viridis",
-            colorbar={"title": {"text": "points"}},
-            hovertemplate=f"cost ~%{{x:{HOVER_NUMBER}}} ({unit}), late ~%{{y:.3f}} ms: "
-            "%{z} (rank, step) point(s)<extra></extra>",
-        )
     )
 
 

@@ -10,7 +10,6 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.figures._style import CLASS_COLORS, CONTROL_COLOR, TEST_COLOR, finish, label
-from dashboard.figures.optimizer import WEBGL_ABOVE
 
 STATE_MARKERS = {
     "pending": ("#7f7f7f", "circle-open", "pending (some rank has not published it)"),
@@ -20,11 +19,16 @@ STATE_MARKERS = {
 """Window state -> (color, marker symbol, legend name) for windows without a summary."""
 
 
+WEBGL_ABOVE = 1000
+"""A step-time trend with more steps is drawn with WebGL (Plotly Express's
+``render_mode="auto"`` rule)."""
+
+
 def step_time_trend(trend: pd.DataFrame, windows: pd.DataFrame) -> go.Figure:
     """Step time of every step read (``LiveRun.trend()``: ``step``, ``step_ms``; a reader
     starts near the sidecars' ends), and each closed window's mean step time at its first step
     (``dashboard.live.windows_frame``), which covers the run's whole life; WebGL above
-    :data:`~dashboard.figures.optimizer.WEBGL_ABOVE` steps."""
+    :data:`WEBGL_ABOVE` steps."""
     scatter = go.Scattergl if len(trend) > WEBGL_ABOVE else go.Scatter
     closed = windows[windows["state"] == "closed"]
     fig = go.Figure(

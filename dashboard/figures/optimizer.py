@@ -6,44 +6,52 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dashboard.figures._density import DENSITY_ABOVE, density
 from dashboard.figures._style import CONTROL_COLOR, TEST_COLOR, finish
 from dashboard.ranks import top_and_rest
-
-WEBGL_ABOVE = 1000
-"""Scatters with more points are drawn with WebGL (Plotly Express's ``render_mode="auto"``
-rule): 256 ranks x 20 steps in SVG took the browser ~0.4 s more to draw on every switch."""
 
 
 def cost_fit(points: pd.DataFrame) -> go.Figure:
     """Measured against predicted busy ms per (rank, step), with the y = x line
-    (``CostFit.points``); WebGL above :data:`WEBGL_ABOVE` points."""
+    (``CostFit.points``); above :data:`~dashboard.figures._density.DENSITY_ABOVE` points,
+    their density (:mod:`dashboard.figures._density`)."""
     measured = points["measured_ms"].to_numpy(dtype=float)
     predicted = points["predicted_ms"].to_numpy(dtype=float)
     top = float(max(measured.max(), predicted.max())) if len(points) else 1.0
-    scatter = go.Scattergl if len(points) > WEBGL_ABOVE else go.Scatter
-    fig = go.Figure(
-        [
-            scatter(
-                name="(rank, step)",
-                x=predicted,
-                y=measured,
-                mode="markers",
-                customdata=points[["rank", "step"]].to_numpy(),
-                hovertemplate="rank %{customdata[0]}, step %{customdata[1]}: "
-                "predicted %{x:.3f} ms, measured %{y:.3f} ms<extra></extra>",
-            ),
-            go.Scatter(
-                name="measured = predicted",
-                x=[0.0, top],
-                y=[0.0, top],
-                mode="lines",
-                line={"dash": "dash", "color": "#888888"},
-            ),
-        ]
+    line = go.Scatter(
+        name="measured = predicted",
+        x=[0.0, top],
+        y=[0.0, top],
+        mode="lines",
+        line={"dash": "dash", "color": "#888888"},
     )
-    return finish(
-        fig, "Cost model: measured against predicted busy time", "predicted ms", "measured ms"
-    )
+    title = "Cost model: measured against predicted busy time"
+    if len(points) > DENSITY_ABOVE:
+        cells = density(
+            predicted,
+            measured,
+            name="(rank, step) points",
+            hovertemplate="predicted ~%{x:.3f} ms, measured ~%{y:.3f} ms: %{z} (rank, step) "
+            "point(s)<extra></extra>",
+        )
+        fig = go.Figure([cells, line])
+        title += f": density of the {len(points):,} (rank, step) points"
+    else:
+        fig = go.Figure(
+            [
+                go.Scatter(
+                    name="(rank, step)",
+                    x=predicted,
+                    y=measured,
+                    mode="markers",
+                    customdata=points[["rank", "step"]].to_numpy(),
+                    hovertemplate="rank %{customdata[0]}, step %{customdata[1]}: "
+                    "predicted %{x:.3f} ms, measured %{y:.3f} ms<extra></extra>",
+                ),
+                line,
+            ]
+        )
+    return finish(fig, title, "predicted ms", "measured ms")
 
 
 def balance_bars(per_rank: pd.DataFrame, unit: str) -> go.Figure:

@@ -486,3 +486,18 @@ def test_no_page_has_a_bare_string_that_streamlit_would_draw():
     assert bare == []
     config = tomllib.loads((app.parent / ".streamlit" / "config.toml").read_text())
     assert config["runner"]["magicEnabled"] is False
+
+
+def test_cost_fit_above_1000_points_is_their_density_and_the_line():
+    """1200 (rank, step) points on measured = 2 x predicted (predicted 0..1199 ms): every
+    point counted once, the y = x line kept, the title says how many points."""
+    predicted = np.arange(1200, dtype=float)
+    points = pd.DataFrame(
+        {"rank": np.arange(1200) % 300, "step": np.arange(1200) // 300}
+        | {"predicted_ms": predicted, "measured_ms": 2 * predicted}
+    )
+    fig = figures.cost_fit(points)
+    cells, line = fig.data
+    assert cells.type == "heatmap" and np.nansum(np.asarray(cells.z, dtype=float)) == 1200
+    assert list(line.x) == [0.0, 2398.0] and list(line.y) == [0.0, 2398.0]
+    assert "density of the 1,200 (rank, step) points" in _title(fig)
