@@ -98,8 +98,12 @@ def test_a_big_run_analyzes_in_the_background(
     assert _progress(first) is None  # gone once the page renders
 
     stages = {text for text in seen if text}
+    # the bar was seen; the page refreshes it every 0.5 s, so a fast parse can pass between two
+    # looks (the totals the job reports are tested in test_background.py): any count seen
+    # counts this run's ranks
+    assert stages, seen
     totals = {int(m.group(1)) for t in stages if (m := re.search(r" of (\d+)$", t))}
-    assert totals == {RANKS}, stages
+    assert totals <= {RANKS}, stages
     assert stages <= {f"parsing rank traces: {k} of {RANKS}" for k in range(RANKS)} | {
         LAST_STAGE,
         "looking for the run's traces",
