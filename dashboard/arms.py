@@ -1,8 +1,8 @@
 """Several runs (arms) against one control, side by side (plain functions, no Streamlit).
 
 Each test arm is its own :func:`fsobs.analysis.ab.compare` against the control, so each
-reduction has that pair's bootstrap interval over steps (DESIGN §5); the control's row has the
-runs' numbers and no reduction.
+reduction has that pair's bootstrap interval over steps (docs/design.md §5); the control's
+row has the runs' numbers and no reduction.
 """
 
 from __future__ import annotations

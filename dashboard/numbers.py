@@ -27,7 +27,7 @@ COST_UNITS = {
 """What the data-attribution cost is measured in, by its source."""
 
 KPI_HELP = {
-    "bubble_ratio": "Σ bubble / Σ step window over every rank and step (DESIGN §5).",
+    "bubble_ratio": "Σ bubble / Σ step window over every rank and step (docs/design.md §5).",
     "bubble_ms_per_step": "Step window minus busy time, mean over ranks and steps.",
     "straggler_wait_ms_per_step": "Blocked in a collective before the last rank arrived.",
     "exposed_comm_ms_per_step": "Blocked in a collective after every rank arrived: the "

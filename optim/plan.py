@@ -1,7 +1,7 @@
 """The ``balance`` toggle's config and the per-step plan that assigns a global batch to the ranks
 (numpy only, no torch).
 
-Both modes of DESIGN §6 use :func:`plan_step` on the costs of one global batch, listed in
+Both modes of docs/design.md §6 use :func:`plan_step` on the costs of one global batch, listed in
 *global-batch order* (position ``p`` is the ``p``-th sample of the global batch):
 
 - **plan** mode: every rank knows all lengths up front and calls :func:`plan_step` itself: the

@@ -1,6 +1,6 @@
 """Shuffle-mode balancing and the run-time plan check, over a ``torch.distributed`` group.
 
-Shuffle mode (DESIGN §6) is for loaders that learn the lengths only after loading: each rank
+Shuffle mode (docs/design.md §6) is for loaders that learn the lengths only after loading: each rank
 holds its random-split share of a global batch as int64 *rows* (any packing of a sample)::
 
     rank 0: rows a b c      costs ca cb cc   --all_gather costs-->  [ca cb cc | cd ce cf]

@@ -1,4 +1,4 @@
-"""Bubble classes (DESIGN §5) on hand-built multi-rank traces, with exact expected values.
+"""Bubble classes (docs/design.md §5) on hand-built multi-rank traces, with exact expected values.
 
 Every scenario draws its timeline in the test docstring (not to scale: every boundary has its
 own column); times are µs relative to the traces' ``baseTimeNanoseconds`` and the expected

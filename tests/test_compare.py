@@ -1,4 +1,4 @@
-"""A/B comparison (DESIGN §5 "Bubble reduction") and ``fsobs compare`` / ``dashboard``.
+"""A/B comparison (docs/design.md §5 "Bubble reduction") and ``fsobs compare`` / ``dashboard``.
 
 Two kinds of input:
 

@@ -6,7 +6,7 @@ rule worked out here from the raw JSON, without fsobs: the k-th NCCL kernel of e
 collective instance (each set's ranks launch the same kernels in the same order), it arrives on a
 rank when its kernel starts, the wait of a rank is its kernel time before the last rank's
 arrival and the exposed communication its kernel time after it, less what compute kernels cover
-(DESIGN §5).
+(docs/design.md §5).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def test_classes_sum_to_the_window(folder: str) -> None:
     np.testing.assert_allclose(bubble, steps["bubble_ms"], atol=1e-9)
     np.testing.assert_allclose(steps["busy_ms"] + bubble, steps["window_ms"], atol=1e-9)
     assert (steps["unattributed_comm_ms"] == 0).all()  # every rank of the group is present
-    assert (steps["other_ms"] < 0.01 * steps["window_ms"]).all()  # "near zero" (DESIGN §5)
+    assert (steps["other_ms"] < 0.01 * steps["window_ms"]).all()  # "near zero" (docs/design.md §5)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Bubbles: where one run's step time goes (DESIGN §5), rank by rank and step by step."""
+"""Bubbles: where one run's step time goes (docs/design.md §5), rank by rank and step by step."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compare: a test run against a control run (bubble reduction, DESIGN §5)."""
+"""Compare: a test run against a control run (bubble reduction, docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A/B comparison of two analyzed runs: bubble reduction of *test* against *control* (DESIGN §5).
+"""A/B comparison of two analyzed runs: bubble reduction of *test* against *control*
+(docs/design.md §5).
 
 The headline number, overall and per bubble class::
 

@@ -1,4 +1,4 @@
-"""Clock alignment: which ranks share a clock, and each clock's offset (DESIGN §5).
+"""Clock alignment: which ranks share a clock, and each clock's offset (docs/design.md §5).
 
 Synchronising collectives end within microseconds of each other on every rank of an instance,
 so the end times of the matched instances (:mod:`fsobs.analysis.matching`) show the clocks::

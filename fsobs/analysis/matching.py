@@ -1,4 +1,4 @@
-"""Cross-rank collective matching and clock alignment (DESIGN §5).
+"""Cross-rank collective matching and clock alignment (docs/design.md §5).
 
 Matching: every synchronising communication event of every rank gets an instance key
 

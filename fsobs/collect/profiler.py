@@ -1,4 +1,4 @@
-"""Per-rank ``torch.profiler`` wrapper that writes ``rank<R>.trace.json.gz`` (DESIGN §3).
+"""Per-rank ``torch.profiler`` wrapper that writes ``rank<R>.trace.json.gz`` (docs/design.md §3).
 
 Usage in a training loop (the ``ProfilerStep#N`` ranges come from torch.profiler itself)::
 

@@ -490,7 +490,7 @@ _NEXT_STEPS = {
         "time that is neither compute nor communication",
     ),
 }
-"""Per bubble class, the toggle that removes it (DESIGN §7: what what-if replays each toggle
+"""Per bubble class, the toggle that removes it (docs/design.md §7: what what-if replays each toggle
 as) or, where no toggle does, where the time goes."""
 _SYNC_GC = NextStep(
     "sync_gc",

@@ -1,4 +1,4 @@
-"""The run format (DESIGN §3): one home for the files a run is made of, without torch.
+"""The run format (docs/design.md §3): one home for the files a run is made of, without torch.
 
 A training loop that is not ours writes a run with this package alone::
 

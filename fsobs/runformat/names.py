@@ -1,4 +1,4 @@
-"""The names of a run directory's files (DESIGN §3), written once.
+"""The names of a run directory's files (docs/design.md §3), written once.
 
 ::
 

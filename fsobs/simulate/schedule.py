@@ -44,7 +44,7 @@ no previous batch), only ``o`` of each embedding all-to-all stays on the critica
   next batch's other IDs looked up a step ahead, both under the embedding update (slowed by
   ``gamma``); the rank blocks on them only after the update.
 
-The truth of every class follows from these times (DESIGN §5, the GPU window runs from the
+The truth of every class follows from these times (docs/design.md §5, the GPU window runs from the
 step's input copy to the next step's)::
 
     busy      = K1 + c... + K2 + u... + opt  (+ L)   other = cp

@@ -1,4 +1,4 @@
-"""Write a simulated run in the run format (DESIGN §3): one small GPU Kineto trace per rank,
+"""Write a simulated run in the run format (docs/design.md §3): one small GPU Kineto trace per rank,
 the step sidecars, ``run.json`` (``simulated: true``) and ``truth.json`` (no torch).
 
 A rank's step is about 40 events: the ``ProfilerStep#N`` range, one launch per GPU activity

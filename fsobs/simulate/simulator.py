@@ -1,5 +1,5 @@
-"""The N-rank simulator (DESIGN §7): play a job on N ranks through S steps and write it in the
-run format, with the truth of every bubble class (no torch).
+"""The N-rank simulator (docs/design.md §7): play a job on N ranks through S steps and write
+it in the run format, with the truth of every bubble class (no torch).
 
     cfg = SimConfig(world_size=256, steps=20)          # or calibrate(analyze_path(RUN))
     sched = simulate(cfg, {"balance"})                  # the schedule and its truth, in memory
@@ -47,8 +47,8 @@ def simulate(cfg: SimConfig, toggles: Iterable[str] = ()) -> Schedule:
 
 
 def truth_frame(sched: Schedule) -> pd.DataFrame:
-    """The truth as a table: ``rank, step, window_ms`` and ``<class>_ms`` (DESIGN §5 classes,
-    ``contention_ms`` beside), like ``Analysis.steps``."""
+    """The truth as a table: ``rank, step, window_ms`` and ``<class>_ms`` (the classes of
+    docs/design.md §5, ``contention_ms`` beside), like ``Analysis.steps``."""
     return pd.DataFrame(truth_json(sched)["steps"])
 
 

@@ -43,7 +43,7 @@ def kpis(sched: Schedule) -> dict[str, float]:
     for name in TRUTH_CLASSES[1:]:
         out[f"{name}_ms_per_step"] = float(t[name].mean() / 1e6)
     out["contention_ms_per_step"] = float(t["contention"].mean() / 1e6)
-    # the paper's taxonomy counts slowed compute as a bubble class; DESIGN §5 puts it beside
+    # the paper's taxonomy counts slowed compute as a bubble class; docs/design.md §5 puts it beside
     out["bubble_with_contention_ms_per_step"] = (
         out["bubble_ms_per_step"] + out["contention_ms_per_step"]
     )

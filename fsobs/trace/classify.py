@@ -1,4 +1,4 @@
-"""Event classification: what each Kineto event is (DESIGN §4).
+"""Event classification: what each Kineto event is (docs/design.md §4).
 
 ``kind`` is decided from the category and the name alone, once per distinct (cat, name) pair:
 

@@ -189,7 +189,7 @@ class Run(Generic[R]):
     world_size: int
     ranks: dict[int, R]
     meta: RunMeta | None
-    """The run's ``run.json`` when present (DESIGN §3), else None."""
+    """The run's ``run.json`` when present (docs/design.md §3), else None."""
     warnings: list[str] = field(default_factory=list)
     sidecar: pd.DataFrame | None = None
     """The step sidecars (:func:`fsobs.runformat.steps.read_sidecars`), None without any."""

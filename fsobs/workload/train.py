@@ -8,10 +8,10 @@ launcher: ``fsobs.workload.config``) and writes the run into ``RUN_DIR``. Every 
 same dataset and global batches (same seed), takes its random-split share of each step's global
 batch (or, with the ``balance`` toggle, its part of a cost-balanced plan:
 ``fsobs.workload.inputs``), and trains ``SeqRecModel`` under torchrec DMP with
-``TrainPipelineSparseDist`` (gloo on CPU, nccl on GPU). It writes the run format of DESIGN §3:
-``rank<R>.trace.json.gz`` (torch.profiler), ``steps.rank<R>.jsonl`` (what data each step got,
-its estimated cost, wall-clock bounds and the embedding-ID overlap with the previous global
-batch) and, from rank 0, ``run.json``.
+``TrainPipelineSparseDist`` (gloo on CPU, nccl on GPU). It writes the run format of
+docs/design.md §3: ``rank<R>.trace.json.gz`` (torch.profiler), ``steps.rank<R>.jsonl`` (what
+data each step got, its estimated cost, wall-clock bounds and the embedding-ID overlap with the
+previous global batch) and, from rank 0, ``run.json``.
 
 The sidecar's step numbers are the profiler's ``ProfilerStep#N`` numbers: step N is the N-th
 call of ``TrainPipelineSparseDist.progress``, which trains batch N.

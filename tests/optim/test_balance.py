@@ -73,7 +73,7 @@ def _all_plans(costs: list[float], k: int) -> list[list[list[int]]]:
 
 
 def test_deterministic_across_processes():
-    """Every rank plans alone (DESIGN §6): two fresh interpreters with different hash seeds
+    """Every rank plans alone (docs/design.md §6): two fresh interpreters with different hash seeds
     (and this one) must give the same plans, ties and zeros included."""
     rng = np.random.default_rng(7)
     costs = np.concatenate([rng.integers(1, 30, 300), np.zeros(20)]).astype(float)

@@ -1,4 +1,4 @@
-"""Bubble taxonomy per rank and step (DESIGN §5).
+"""Bubble taxonomy per rank and step (docs/design.md §5).
 
 For every rank r and step s the **window** is split exactly into
 

@@ -1,4 +1,4 @@
-"""Data attribution: how much of the straggler wait the input data explains (DESIGN §3, §5).
+"""Data attribution: how much of the straggler wait the input data explains (docs/design.md §3, §5).
 
 With the step sidecars, every rank's estimated compute cost per step is known. Per step with a
 straggler (:mod:`fsobs.analysis.stragglers`): the straggler's cost against the mean over ranks

@@ -1,5 +1,5 @@
 """The segment graph of an analyzed run: per rank, the chain of pieces between its matched
-collectives (DESIGN §7; what :mod:`fsobs.analysis.whatif.replay` replays).
+collectives (docs/design.md §7; what :mod:`fsobs.analysis.whatif.replay` replays).
 
 Per rank, the analyzed steps (:mod:`fsobs.analysis.bubbles`) are cut at the matched
 collectives into a chain of pieces, and every matched collective instance becomes one joint

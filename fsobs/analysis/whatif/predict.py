@@ -1,8 +1,9 @@
 """What-if: predict each FreeScale toggle, and every combination, from one baseline run.
 
-Method (DESIGN §7). The run is cut into a segment graph (:mod:`fsobs.analysis.whatif.graph`): per
-rank and step, local pieces (busy, host idle, ...) between the matched collectives, which are
-joint events with the ranks' arrivals and a transfer time::
+Method (docs/design.md §7). The run is cut into a segment graph
+(:mod:`fsobs.analysis.whatif.graph`): per rank and step, local pieces (busy, host idle, ...)
+between the matched collectives, which are joint events with the ranks' arrivals and a
+transfer time::
 
     rank 0  |--busy------|a|====wait====|xx|--busy------|a|xx|--busy--|
     rank 1  |--busy-------------------|a|xx|--busy--|a|=wait=|xx|--busy--|
