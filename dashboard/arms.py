@@ -37,6 +37,11 @@ def arms_frame(control: RunEntry, tests: Sequence[tuple[RunEntry, Comparison]]) 
     return pd.DataFrame(rows)
 
 
+def kpi(comp: Comparison, name: str, column: str) -> float:
+    """One KPI of the comparison's table (``column``: control, test, delta, ...)."""
+    return float(comp.kpis[column].astype(float)[name])
+
+
 def _row(entry: RunEntry, role: str, comp: Comparison, column: str) -> dict[str, object]:
     test = role == "test"
     lo, hi = comp.bubble_reduction_ci if test else (math.nan, math.nan)
@@ -44,8 +49,8 @@ def _row(entry: RunEntry, role: str, comp: Comparison, column: str) -> dict[str,
         "arm": entry.run_id,
         "role": role,
         "toggles": ", ".join(applied_toggles(entry.meta)) or "none",
-        "bubble_ms": float(comp.kpis.loc["bubble_ms_per_step", column]),
-        "step_time_ms": float(comp.kpis.loc["step_time_ms_p50", column]),
+        "bubble_ms": kpi(comp, "bubble_ms_per_step", column),
+        "step_time_ms": kpi(comp, "step_time_ms_p50", column),
         "reduction": comp.bubble_reduction if test else math.nan,
         "ci_lo": lo,
         "ci_hi": hi,

@@ -354,5 +354,5 @@ def relocate(analysis: Analysis, folder: Path) -> Analysis:
     run = analysis.run
     run.path = folder
     for summary in run.ranks.values():
-        summary.path = folder / Path(summary.path).name
+        summary.path = folder / summary.path.name
     return analysis

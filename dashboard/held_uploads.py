@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import streamlit as st
 from streamlit.runtime import Runtime
+from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 from streamlit.runtime.state import SessionState
 from streamlit.runtime.uploaded_file_manager import UploadedFile
@@ -60,8 +61,12 @@ def release(files: Sequence[UploadedFile]) -> None:
     ctx = get_script_run_ctx()
     if ctx is None:
         return
+    manager = ctx.uploaded_file_mgr
+    if not isinstance(manager, MemoryUploadedFileManager):  # the only kind Streamlit runs
+        logger.warning("cannot release uploads held by %s", type(manager).__name__)
+        return
     for file in files:
-        ctx.uploaded_file_mgr.remove_file(ctx.session_id, file.file_id)
+        manager.remove_file(ctx.session_id, file.file_id)
 
 
 def clear_uploader() -> None:

@@ -74,7 +74,7 @@ def pct(value: float | None, digits: int = 1) -> str:
 
 def points(value: float | None) -> str:
     """A difference of two fractions in percentage points: ``0.012`` -> ``+1.2 pp``."""
-    return NA if _missing(value) else f"{100 * value:+.1f} pp"
+    return NA if value is None or _missing(value) else f"{100 * value:+.1f} pp"
 
 
 def ratio(value: float | None) -> str:
@@ -108,7 +108,8 @@ def tidy_array(values: np.ndarray) -> np.ndarray:
     scale = 10.0**decimals
     out = np.round(values * scale) / scale
     out[noise] = 0.0
-    return out + 0.0  # -0.0 -> 0.0
+    tidied: np.ndarray = out + 0.0  # -0.0 -> 0.0
+    return tidied
 
 
 def tidy(frame: pd.DataFrame) -> pd.DataFrame:

@@ -14,6 +14,7 @@ Streamlit here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -127,7 +128,8 @@ def bar_names(bars: pd.DataFrame, ops: pd.DataFrame, shifts_ns: dict[int, int]) 
     op_start, op_end = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     self_ms = ops["self_ns"].to_numpy(np.float64) / 1e6
     bar_start, bar_end = bars["start_ms"].to_numpy(), bars["end_ms"].to_numpy()
-    for (rank, lane), rows in bars.groupby(["rank", "lane"], sort=False).indices.items():
+    for group, rows in bars.groupby(["rank", "lane"], sort=False).indices.items():
+        rank, lane = cast("tuple[int, str]", group)
         mine = np.flatnonzero((rank_of == rank) & np.isin(kind_of, LANE_KINDS[str(lane)]))
         if not len(mine):
             continue

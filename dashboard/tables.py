@@ -164,8 +164,8 @@ def lateness_frame(analysis: Analysis) -> pd.DataFrame | None:
         return None
     first = inst.groupby("instance")["start_ns"].transform("min")
     late = inst.assign(lateness_ms=(inst["start_ns"] - first) / 1e6)
-    late = late.groupby(["rank", "step"], as_index=False)["lateness_ms"].mean()
-    cost = sidecar.groupby(["rank", "step"], as_index=False)[attr.cost_source].sum()
+    late = late.groupby(["rank", "step"], as_index=False)[["lateness_ms"]].mean()
+    cost = sidecar.groupby(["rank", "step"], as_index=False)[[attr.cost_source]].sum()
     cost = cost.rename(columns={attr.cost_source: "cost"})
     return cost.merge(late, on=["rank", "step"], how="inner")
 

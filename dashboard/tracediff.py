@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs import load_rank
+from fsobs.storage import Location
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ COLUMNS = (
     "counts_change_categories",
 )
 
-RankFile = tuple[Path, int]
+RankFile = tuple[Location, int]
 """A trace file and the rank it holds."""
 
 
@@ -79,7 +80,7 @@ def fsobs_table(control: RankFile, test: RankFile) -> pd.DataFrame:
     return _diff(_op_summary(control[0]), _op_summary(test[0]))
 
 
-def _op_summary(path: Path) -> pd.DataFrame:
+def _op_summary(path: Location) -> pd.DataFrame:
     events = load_rank(path).events
     steps = events.loc[events["kind"] == "step", "step"]
     if len(steps):
@@ -105,6 +106,8 @@ def _diff(control: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
 
 
 def _hta_table(control: RankFile, test: RankFile) -> pd.DataFrame:
+    if not (isinstance(control[0], Path) and isinstance(test[0], Path)):
+        raise ValueError("HTA reads local files only")
     from hta.common.trace import Trace
     from hta.trace_diff import LabeledTrace, TraceDiff
 
@@ -117,4 +120,5 @@ def _hta_table(control: RankFile, test: RankFile) -> pd.DataFrame:
     table = TraceDiff.compare_traces(labeled[0], labeled[1])
     table.index = table.index.astype(str)
     table.index.name = "name"
-    return table[list(COLUMNS)].sort_index()
+    ordered: pd.DataFrame = table[list(COLUMNS)].sort_index()
+    return ordered

@@ -469,6 +469,11 @@ class _TarInfo(tarfile.TarInfo):
     :data:`MAX_TAR_GLOBAL_BYTES`, :data:`MAX_TAR_HEADERS_IN_A_ROW`; no negative size, no GNU
     sparse member. ``_proc_member`` is the hook tarfile documents for subclasses."""
 
+    def _base_member(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+        """tarfile's own ``_proc_member`` (typeshed leaves the documented hook out)."""
+        member: tarfile.TarInfo = super()._proc_member(archive)  # type: ignore[misc]
+        return member
+
     def _proc_member(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
         assert isinstance(archive, _TarFile)
         if self.size < 0:  # base-256 sizes can be negative: tarfile would then read to the end
@@ -477,7 +482,7 @@ class _TarInfo(tarfile.TarInfo):
             raise _sparse(self.name)
         kind = _TAR_EXTENSIONS.get(self.type)
         if kind is None:
-            return super()._proc_member(archive)
+            return self._base_member(archive)
         archive.metadata += self.size
         if self.type == tarfile.XGLTYPE:
             archive.global_metadata += self.size
@@ -497,7 +502,7 @@ class _TarInfo(tarfile.TarInfo):
                     f"archive member {self.name!r}: more than {MAX_TAR_HEADERS_IN_A_ROW} "
                     "long-name or pax headers in a row"
                 )
-            return super()._proc_member(archive)
+            return self._base_member(archive)
         finally:
             archive.in_a_row -= 1
 

@@ -6,7 +6,6 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 import pandas as pd
@@ -47,7 +46,7 @@ KPIS = (
 KPI_LABELS = {key: label for key, label, _ in KPIS}
 
 
-def init_store() -> Path:
+def init_store() -> Location:
     """Resolve the store once per rerun (``--store`` after ``--``, ``FSOBS_STORE``, ``traces``)."""
     store = resolve_store(sys.argv[1:], os.environ)
     st.session_state[STORE_KEY] = str(store)
@@ -90,6 +89,7 @@ def pick_run(
         chosen = None  # remembered, deleted since
     st.session_state[key] = chosen or default()
     choice = st.selectbox(label, ids, key=key)
+    assert choice is not None  # the store has runs (stop_without_runs), one is chosen
     urlstate.keep(key, choice)
     entry = find_run(entries, choice)
     assert entry is not None  # the options are the store's ids
@@ -123,8 +123,8 @@ def open_run(
     store = current_store()
     entries = runs(store)
     stop_without_runs(entries)
-    kwargs = {} if want is None else {"want": want}
-    entry = pick_run(label, "run", entries, lambda: first_with_data(store, entries, **kwargs))
+    wanted = has_data if want is None else want
+    entry = pick_run(label, "run", entries, lambda: first_with_data(store, entries, want=wanted))
     if entry.unfinished:
         st.info(f"{code(entry.run_id)} is a live run, not finished: {UNFINISHED}.")
         st.page_link("app_pages/live.py", label="Open it live", query_params={"run": entry.run_id})

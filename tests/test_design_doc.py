@@ -34,4 +34,6 @@ def test_every_citation_names_a_section_of_the_design() -> None:
 def test_no_citation_points_outside_the_repo() -> None:
     """The blueprint in the team's shared folder is not the design of record."""
     stale = re.compile(r"\bDESIGN(?: §|\.md)")
-    assert sorted(p.relative_to(ROOT).as_posix() for p, t in _texts().items() if stale.search(t)) == []
+    assert (
+        sorted(p.relative_to(ROOT).as_posix() for p, t in _texts().items() if stale.search(t)) == []
+    )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
 from dashboard import urlstate
@@ -25,13 +23,14 @@ from dashboard.widgets import (
     table,
 )
 from fsobs.analysis.ab import Comparison
+from fsobs.storage import Location
 
 ARMS_KEY = "runs"
 MAX_DEFAULT_ARMS = 8
 PERCENT = st.column_config.NumberColumn(format="percent")
 
 
-def _default_arms(store: Path, entries: list[RunEntry], control: str) -> list[str]:
+def _default_arms(store: Location, entries: list[RunEntry], control: str) -> list[str]:
     """The control and the runs of its folder that have data (at most :data:`MAX_DEFAULT_ARMS`,
     cheap ones only: choosing a default never parses a big run)."""
     folder = parent_of(control)
@@ -46,7 +45,7 @@ def _default_arms(store: Path, entries: list[RunEntry], control: str) -> list[st
     return [control, *others][:MAX_DEFAULT_ARMS]
 
 
-def _pick_arms(store: Path, entries: list[RunEntry]) -> list[RunEntry]:
+def _pick_arms(store: Location, entries: list[RunEntry]) -> list[RunEntry]:
     """The arms: a multiselect whose choice is the ``runs`` query parameter (ids joined by
     ``,``; default: the control and its folder's runs)."""
     ids = [e.run_id for e in entries]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -304,6 +305,7 @@ def _download(analysis: Analysis, entry: RunEntry, drawn: list[int]) -> None:
     st.markdown("**The trace, with the bubbles drawn in it**")
     left, right = st.columns([1, 3], vertical_alignment="bottom")
     rank = left.selectbox("Rank", drawn, key=f"export_rank:{entry.run_id}")
+    assert rank is not None  # the drawn ranks are never empty
     trace = analysis.run[rank]
     file = f"{entry.run_id.replace('/', '-')}-rank{rank}.trace.json.gz"
     if not isinstance(trace.path, Path):
@@ -522,7 +524,13 @@ def render() -> None:
     timeline = partial(_timeline, entry=entry, ranks=choice.ranks)
     stragglers = partial(_stragglers, entry=entry)
     a2a = partial(_all_to_all, run_id=entry.run_id)
-    sections = (timeline, stragglers, _attribution, a2a, _hta)
+    sections: tuple[Callable[[Analysis], None], ...] = (
+        timeline,
+        stragglers,
+        _attribution,
+        a2a,
+        _hta,
+    )
     for tab, section in zip(tabs, sections, strict=True):
         if tab.open:
             with tab:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
 
 import streamlit as st
 
 from dashboard import figures, numbers
+from dashboard.arms import kpi
 from dashboard.cache import (
     Loaded,
     comparison,
@@ -19,7 +19,14 @@ from dashboard.cache import (
     trace_diff,
 )
 from dashboard.pending import loaded_runs
-from dashboard.store import RunEntry, applied_toggles, every_toggle_off, find_run, parent_of
+from dashboard.store import (
+    RunEntry,
+    Signature,
+    applied_toggles,
+    every_toggle_off,
+    find_run,
+    parent_of,
+)
 from dashboard.tables import column_label, has_data
 from dashboard.text import code, esc
 from dashboard.tracediff import change_counts
@@ -36,6 +43,7 @@ from fsobs.analysis.ab import Comparison
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL
 from fsobs.report import toggles_line
 from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
+from fsobs.storage import Location
 
 HEADLINE = (
     ("bubble_ratio", "Bubble ratio", numbers.pct, numbers.points),
@@ -58,11 +66,10 @@ def _headline(comp: Comparison) -> None:
     )
     columns[0].caption(f"{comp.confidence:.0%} CI: {numbers.pct(lo)} to {numbers.pct(hi)}")
     for column, (key, label, value_fmt, delta_fmt) in zip(columns[1:], HEADLINE, strict=True):
-        row = comp.kpis.loc[key]
         column.metric(
             label,
-            value_fmt(row["test"]),
-            delta=delta_fmt(row["delta"]),
+            value_fmt(kpi(comp, key, "test")),
+            delta=delta_fmt(kpi(comp, key, "delta")),
             delta_color="inverse",
             help=numbers.KPI_HELP[key],
         )
@@ -151,7 +158,7 @@ def _roles(comp: Comparison) -> None:
         st.caption(EMBEDDING_TOTAL_NOTE)
 
 
-def _first_rank_file(loaded: Loaded) -> tuple[str, int, tuple]:
+def _first_rank_file(loaded: Loaded) -> tuple[str, int, Signature]:
     assert loaded.analysis is not None
     run = loaded.analysis.run
     rank = run.rank_ids[0]
@@ -179,7 +186,7 @@ def _op_diff(control: Loaded, test: Loaded) -> None:
     table(diff.table.reset_index())
 
 
-def _default_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str]:
+def _default_pair(store: Location, entries: list[RunEntry]) -> tuple[str, str]:
     """The control has every toggle off (:func:`dashboard.widgets.default_control`) and the
     test is the run of its folder with the most toggles applied (else of the store). Without
     such a control: a ``<dir>/control`` + ``<dir>/test`` pair with data, else the first two runs
@@ -196,7 +203,7 @@ def _default_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str]:
     return control, first_with_data(store, entries, skip=control)
 
 
-def _most_toggles(store: Path, entries: list[RunEntry], control: str) -> str | None:
+def _most_toggles(store: Location, entries: list[RunEntry], control: str) -> str | None:
     """The cheap run with data and applied toggles that is most like a test of ``control``:
     in its folder first, then with the most toggles applied, then by id."""
     folder = parent_of(control)
@@ -207,7 +214,7 @@ def _most_toggles(store: Path, entries: list[RunEntry], control: str) -> str | N
     return next((e.run_id for e in candidates if has_data(load(store, e).analysis)), None)
 
 
-def _named_pair(store: Path, entries: list[RunEntry]) -> tuple[str, str] | None:
+def _named_pair(store: Location, entries: list[RunEntry]) -> tuple[str, str] | None:
     """A ``<dir>/control`` + ``<dir>/test`` pair whose runs both have data."""
     ids = {e.run_id for e in entries}
     for entry in entries:

@@ -80,6 +80,7 @@ def _plan_section(entry: RunEntry, analysis: Analysis, choices: list[CostChoice]
     method = middle.selectbox("Partitioner", METHODS, key="method")
     sources = [c.source for c in choices]
     source = right.selectbox("Cost model", sources, key="cost_source")
+    assert step is not None and method is not None and source is not None  # non-empty options
     choice = choices[sources.index(source)]
     if choice.source == UNTRAINED:
         st.caption("Untrained default cost model: relative costs only.")

@@ -28,6 +28,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
 
@@ -130,7 +131,8 @@ def free_port() -> int:
     """A TCP port that was free a moment ago (the OS picks it)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
@@ -281,7 +283,8 @@ class Browser:
                 url = f"http://127.0.0.1:{self._port}/json/list"
                 with urllib.request.urlopen(url, timeout=2) as resp:
                     targets = json.load(resp)
-                return next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+                page: str = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+                return page
             except (OSError, StopIteration, ValueError):
                 if time.monotonic() > deadline:
                     raise
@@ -305,7 +308,7 @@ class Browser:
         assert self._proc is not None, "use Browser as a context manager"
         return self._proc.pid
 
-    def call(self, method: str, **params: object) -> dict:
+    def call(self, method: str, **params: object) -> dict[str, Any]:
         """Send one CDP command and return its result, skipping events until the reply."""
         assert self._ws is not None, "use Browser as a context manager"
         self._next_id += 1
@@ -315,7 +318,8 @@ class Browser:
             if msg.get("id") == self._next_id:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
+                result: dict[str, Any] = msg.get("result", {})
+                return result
 
     def evaluate(self, js: str) -> object:
         """Value of a JavaScript expression in the page (JSON-serializable values only)."""
