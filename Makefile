@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.install-stamp
 BROWSER_STAMP := $(VENV)/.browser-stamp
 
-.PHONY: install browser test demo screenshots lint format bench clean
+.PHONY: install browser test test-fast demo screenshots lint format bench clean
 
 install: $(STAMP)
 
@@ -18,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml Makefile
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# Headless Chromium for the dashboard's browser tests (tests/dashboard/test_browser.py), from the
+# Headless Chromium for the dashboard's browser tests (tests/integration/dashboard/test_browser.py), from the
 # Debian package when it is missing (about 20 s and 480 MB the first time). sudo only when not root.
 # Without apt-get (or root / sudo) it says so and the browser tests skip (they fail under CI=true).
 browser: $(BROWSER_STAMP)
@@ -38,6 +38,9 @@ $(BROWSER_STAMP): $(STAMP)
 	  fi; \
 	fi
 	@if command -v chromium >/dev/null; then touch $@; fi
+
+test-fast: install
+	$(BIN)/python -m pytest -q -n auto tests/unit  # the unit lane: no torchrun, process group, browser or server
 
 test: install browser
 	$(BIN)/python -m pytest -q --durations=25  # the slowest tests named at the end, for the fast lane

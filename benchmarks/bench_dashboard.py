@@ -18,7 +18,7 @@ Without it:
 The run is the synthetic 8 x ~100 MB NCCL run of ``bench_load.py`` (written once to
 ``bench_data/`` by its ``ensure_synthetic``), linked into a temporary run store. The app is
 served by ``streamlit run`` and driven in headless Chromium over the DevTools Protocol
-(``tests/dashboard/cdp.py``). Measured, each from the command to the condition:
+(``tests/support/cdp.py``). Measured, each from the command to the condition:
 
 - **cold open**: fresh server (empty in-memory cache), no disk cache (the store's
   ``.fsobs-cache`` removed) and a fresh browser profile, navigate to ``/bubbles?run=<id>``
@@ -84,7 +84,7 @@ from bench_load import (  # noqa: E402  (benchmarks/ is this script's directory)
 )
 
 from dashboard.disk_cache import CACHE_DIR  # noqa: E402
-from tests.dashboard.cdp import (  # noqa: E402
+from tests.support.cdp import (  # noqa: E402
     Browser,
     StreamlitServer,
     find_chromium,

@@ -63,7 +63,7 @@ from bench_load import (  # noqa: E402
 )
 
 from dashboard.disk_cache import CACHE_DIR  # noqa: E402
-from tests.dashboard.cdp import Browser, StreamlitServer, find_chromium, page_ready_js  # noqa: E402
+from tests.support.cdp import Browser, StreamlitServer, find_chromium, page_ready_js  # noqa: E402
 
 PROGRESS_JS = "!!document.querySelector('[data-testid=\"stProgress\"]')"
 RUNS_READY = page_ready_js("Runs", 0)

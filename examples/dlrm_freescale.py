@@ -17,7 +17,7 @@ over that step's own samples.
 
 The lines marked ``# FreeScale`` are all that switching FreeScale on takes (``--plain`` runs
 the same loop without them: plain torchrec, each rank its contiguous share). With every toggle
-off the losses equal ``--plain``'s bit for bit (``tests/optim/test_example.py``).
+off the losses equal ``--plain``'s bit for bit (``tests/integration/optim/test_example.py``).
 
 ``--run-dir`` writes what ``fsobs analyze`` and ``fsobs whatif`` read, through
 ``fsobs.collect.RunRecorder`` (the lines marked ``# recorder``): a Kineto trace per rank of

@@ -18,7 +18,8 @@ The lines marked ``# FreeScale`` are all that FreeScale takes; ``--plain`` runs 
 without them (``DistributedSampler``, each rank's own mean over its candidates, which weighs
 the ranks' candidates unequally when their counts differ; ``--plain --global-mean`` makes it
 the global batch's mean by an all-reduce of the candidate counts every step: the reference of
-``tests/optim/test_ranker_example.py``). With FreeScale the loader deals each global batch by
+``tests/integration/optim/test_ranker_example.py``). With FreeScale the loader deals each global
+batch by
 cost (``--balance``) and each batch carries its share of the global batch, whose
 ``loss_weight("token_mean")`` over the loss terms given to ``fs.loader`` (``loss_counts``: the
 candidates, while the histories' lengths drive the cost) makes every step's averaged gradient

@@ -10,7 +10,8 @@ adds:
 
 Without compression the hook does what DDP does without one: the bucket times ``1 / world_size``
 (the same float multiply DDP's reducer applies), then an all-reduce sum; the gradients are
-bit-identical (``tests/optim/test_freescale.py``).
+bit-identical (``tests/integration/optim/test_example.py``: the dense order after the
+embedding all-to-all changes no number).
 
 The gate holds each step's dense buckets back until the step's backward embedding all-to-all is
 issued (:mod:`optim.comm` tells it), so on a shared link the all-to-all the next step waits for

@@ -41,7 +41,7 @@ the order the gradient arrives in (the permutation torchrec's ``RWOverlapHandler
 applies to the masks), and its gradient is divided by the group size when gradient division is
 on. Both are exact (a permutation and one division per element, as plain torchrec does them),
 so predictions, losses and tables are bit-identical to a plain row-wise ``EmbeddingCollection``
-trained with ``TrainPipelineSparseDist`` (``tests/optim/test_pec.py``).
+trained with ``TrainPipelineSparseDist`` (``tests/integration/optim/test_pec.py``).
 
 A step's NOL gradient is applied during the next step; :meth:`ExactTrainPipelinePEC.drain`
 applies it now (before a checkpoint, and when a run stops before its data ends). PEC's module

@@ -1,7 +1,7 @@
 """Plotly figures as plain functions: DataFrames (or dicts) in, ``go.Figure`` out, each titled.
 
 No Streamlit here, so every figure is tested on its trace data
-(``tests/dashboard/test_figures.py``).
+(``tests/unit/dashboard/test_figures.py``).
 """
 
 from dashboard.figures.bubbles import (

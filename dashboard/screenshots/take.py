@@ -5,7 +5,7 @@
 The pictures show what a user sees on real runs: the demo's store (``make demo``: the
 reference job on 2 gloo ranks in four arms with real toggles, 3 interleaved pairs), served as
 ``fsobs dashboard --store out/demo`` serves it, and driven over the DevTools Protocol
-(``tests/dashboard/cdp.py``, the browser tests' method):
+(``tests/support/cdp.py``, the browser tests' method):
 
 - ``bubbles.png``: Bubbles of ``baseline-0``, the first view (the answer first);
 - ``bubbles-classes.png``: the same page scrolled to its classes per rank and the
@@ -38,7 +38,7 @@ from fsobs import analyze_path
 from fsobs.analysis.ab import compare
 from fsobs.cli import main as fsobs_main
 from fsobs.runformat import read_run_json, write_run_json
-from tests.dashboard.cdp import Browser, StreamlitServer, find_chromium, page_ready_js
+from tests.support.cdp import Browser, StreamlitServer, find_chromium, page_ready_js
 
 ROOT = Path(__file__).resolve().parents[2]
 ARMS = ("balanced", "pec", "freescale")

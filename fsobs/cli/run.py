@@ -1,6 +1,7 @@
 """``fsobs run``: the reference job on N ranks with torchrun (torch imported only to launch).
 
-The flags are a frozen set (``tests/test_cli_run.py``): :func:`job_config` turns them into
+The flags are a frozen set (``tests/integration/cli/test_cli_run.py``): :func:`job_config` turns
+them into
 the :class:`~fsobs.workload.config.JobConfig` that the launcher writes to ``<out>/job.json`` and
 the ranks read; the defaults are the config's. A new knob goes into its component's config.
 """

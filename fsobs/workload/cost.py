@@ -14,7 +14,7 @@ n = ``num_blocks``, M = the MLP head's layer widths 5D -> ... -> 1):
   - per sample: the MLP head: ``c0_mm = 3 · 2·Σ(m_i·m_{i+1})``.
 
   ``torch.utils.flop_counter.FlopCounterMode`` counts exactly these for a single-sample step
-  (``tests/workload/test_model.py``).
+  (``tests/unit/workload/test_model.py``).
 - **elementwise ops** (one per element per pass, forward; backward counted as twice that):
   layer norms, SiLU, bias, gate, residual: ``7·D + 27·I`` per event and block; the embedding
   gathers, sum and mean pool: ``9·D`` per event; SiLU and mask: ``5·H`` per pair of events and

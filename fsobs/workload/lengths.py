@@ -24,7 +24,7 @@ dataset (its mean/median ratio, and its max/median ratio as the cap) and scales 
 
 Draws above the cap are clipped to it (as a data pipeline truncates a history to its most recent
 events), so a small spike sits at the cap. The ``median``/``p99``/``max`` fields of each preset were
-measured on 100,000 draws with seed 0 and ``length_scale=1`` (``tests/workload/test_data.py``
+measured on 100,000 draws with seed 0 and ``length_scale=1`` (``tests/unit/workload/test_data.py``
 re-measures them).
 """
 
