@@ -1,6 +1,14 @@
-"""fsobs: FreeScale observability — computational bubbles in distributed training traces."""
+"""fsobs: FreeScale observability — computational bubbles in distributed training traces.
 
-from fsobs.analysis import Analysis, BubbleConfig, Comparison, analyze, analyze_path, compare
+The analysis and trace names load on first use (PEP 562 ``__getattr__``), so that importing a
+light submodule such as :mod:`fsobs.cli` or :mod:`fsobs.errors` does not import pandas.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from fsobs.errors import (
     DuplicateRankError,
     EmptyRunError,
@@ -11,7 +19,10 @@ from fsobs.errors import (
     TraceReadError,
     WorldSizeMismatchError,
 )
-from fsobs.trace import LoadConfig, RankTrace, Run, load_rank, load_run
+
+if TYPE_CHECKING:
+    from fsobs.analysis import Analysis, BubbleConfig, Comparison, analyze, analyze_path, compare
+    from fsobs.trace import LoadConfig, RankTrace, Run, load_rank, load_run
 
 __all__ = [
     "Analysis",
@@ -34,3 +45,30 @@ __all__ = [
     "load_rank",
     "load_run",
 ]
+
+_LAZY = {
+    "Analysis": "fsobs.analysis",
+    "BubbleConfig": "fsobs.analysis",
+    "Comparison": "fsobs.analysis",
+    "analyze": "fsobs.analysis",
+    "analyze_path": "fsobs.analysis",
+    "compare": "fsobs.analysis",
+    "LoadConfig": "fsobs.trace",
+    "RankTrace": "fsobs.trace",
+    "Run": "fsobs.trace",
+    "load_rank": "fsobs.trace",
+    "load_run": "fsobs.trace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fsobs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,6 +1,39 @@
-"""Kineto trace loading: JSON(.gz) files -> :class:`Run` of per-rank event tables (no torch)."""
+"""Kineto trace loading: JSON(.gz) files -> :class:`Run` of per-rank event tables (no torch).
 
-from fsobs.trace.loader import LoadConfig, load_rank, load_run
-from fsobs.trace.schema import KINDS, ProcessGroup, RankTrace, Run
+The names load on first use (PEP 562 ``__getattr__``), so that importing a light submodule such
+as :mod:`fsobs.trace.cluster` does not import pandas.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fsobs.trace.loader import LoadConfig, load_rank, load_run
+    from fsobs.trace.schema import KINDS, ProcessGroup, RankTrace, Run
 
 __all__ = ["KINDS", "LoadConfig", "ProcessGroup", "RankTrace", "Run", "load_rank", "load_run"]
+
+_LAZY = {
+    "LoadConfig": "fsobs.trace.loader",
+    "load_rank": "fsobs.trace.loader",
+    "load_run": "fsobs.trace.loader",
+    "KINDS": "fsobs.trace.schema",
+    "ProcessGroup": "fsobs.trace.schema",
+    "RankTrace": "fsobs.trace.schema",
+    "Run": "fsobs.trace.schema",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fsobs.trace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
