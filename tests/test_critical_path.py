@@ -1,0 +1,170 @@
+"""The critical path across ranks (:mod:`fsobs.analysis.critical_path`): hand-built traces with
+the path worked out by hand, and the simulator, whose schedule knows who arrived last."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from fsobs.analysis import analyze, analyze_path
+from fsobs.analysis.critical_path.path import CriticalPath
+from fsobs.simulate.simulator import SimConfig, simulate, write_run
+from tests.bubble_rows import load_docs
+from tests.kineto import BASE_NS, allreduce, gemm, gpu_doc
+
+
+def _ns(us: float) -> int:
+    return BASE_NS + int(us * 1000)
+
+
+def _segments(path: CriticalPath, step: int) -> list[tuple[int, str, str, int, int]]:
+    rows = path.segments[path.segments["step"] == step]
+    columns = ["rank", "kind", "name", "start_ns", "end_ns"]
+    return [tuple(r) for r in rows[columns].itertuples(index=False)]
+
+
+def assert_tiles(path: CriticalPath) -> None:
+    """Every step's segments are contiguous, non-empty and cover its window exactly."""
+    for step, start, end in path.steps[["step", "start_ns", "end_ns"]].itertuples(index=False):
+        rows = path.segments[path.segments["step"] == step]
+        lo, hi = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
+        assert lo[0] == start and hi[-1] == end
+        assert (hi > lo).all()
+        assert (lo[1:] == hi[:-1]).all()
+
+
+def test_two_ranks_the_path_jumps_to_the_late_rank(tmp_path: Path) -> None:
+    """Rank 1's forward kernel is 30 µs longer; both meet in an all_reduce, then run bwd::
+
+        t (µs)   10        40     60     80      100
+        rank 0   |==fwd====|[AR wait....|xx]|=bwd=|       arrives at 30
+        rank 1   |==fwd===============|[xx]|=bwd=|       arrives last, at A = 60
+
+    Both windows are [10, 100); rank 0 (the lower of the two ending at 100) starts the walk:
+    bwd on rank 0 [80, 100); the all_reduce on rank 0 after the last arrival [60, 80); at A the
+    path jumps to rank 1 (rank 0's wait [30, 60) is not on it): rank 1's fwd [10, 60).
+    Root rank: rank 1 (50 µs outside collectives against rank 0's 20)."""
+    docs = [
+        gpu_doc(0, {1: (0, 200)}, [(1, gemm(10, 20, name="fwd")), (1, allreduce(30, 50, 1))]),
+        gpu_doc(1, {1: (0, 200)}, [(1, gemm(10, 50, name="fwd")), (1, allreduce(60, 20, 1))]),
+    ]
+    for doc in docs:
+        doc["traceEvents"] += gpu_doc(0, {1: (0, 200)}, [(1, gemm(80, 20, name="bwd"))])[
+            "traceEvents"
+        ][1:]
+    path = analyze(load_docs(tmp_path, docs)).critical_path
+    assert _segments(path, 1) == [
+        (1, "kernel", "fwd", _ns(10), _ns(60)),
+        (0, "collective", "all_reduce", _ns(60), _ns(80)),
+        (0, "kernel", "bwd", _ns(80), _ns(100)),
+    ]
+    assert path.steps.set_index("step").loc[1, "root_rank"] == 1
+    assert_tiles(path)
+
+
+def test_three_ranks_each_late_at_another_collective(tmp_path: Path) -> None:
+    """Rank 1 is late at the first all_reduce, rank 2 at the second::
+
+        t (µs)  10          40 50   70   90  100      130  150  160
+        rank 0  |fwd=======|[AR1 ........|xx]|mid|[AR2 ......|xx]|tail|
+        rank 1  |fwd====================|[xx]|mid|[AR2 ......|xx]|tail|
+        rank 2  |fwd===========|[AR1 ...|xx]|mid===========|[xx]|tail|
+
+    AR1: last arrival A1 = 70 (rank 1), ends at 90; AR2: A2 = 130 (rank 2), ends at 150.
+    From rank 0's end (160): tail [150, 160) on 0; AR2 after A2 [130, 150) on 0, jump to 2;
+    rank 2's mid [90, 130); AR1 after A1 on rank 2 [70, 90), jump to 1; rank 1's fwd [10, 70).
+    Outside collectives: rank 1 60 µs, rank 2 40, rank 0 10: root rank 1."""
+    plan = {0: (30, 10), 1: (60, 10), 2: (40, 40)}  # rank -> (fwd, mid) durations in µs
+    docs = []
+    for rank, (fwd, mid) in plan.items():
+        work = [
+            (1, gemm(10, fwd, name="fwd")),
+            (1, allreduce(10 + fwd, 80 - fwd, 1)),
+            (1, gemm(90, mid, name="mid")),
+            (1, allreduce(90 + mid, 60 - mid, 2)),
+            (1, gemm(150, 10, name="tail")),
+        ]
+        docs.append(gpu_doc(rank, {1: (0, 200)}, work, world_size=3))
+    path = analyze(load_docs(tmp_path, docs)).critical_path
+    assert _segments(path, 1) == [
+        (1, "kernel", "fwd", _ns(10), _ns(70)),
+        (2, "collective", "all_reduce", _ns(70), _ns(90)),
+        (2, "kernel", "mid", _ns(90), _ns(130)),
+        (0, "collective", "all_reduce", _ns(130), _ns(150)),
+        (0, "kernel", "tail", _ns(150), _ns(160)),
+    ]
+    facts = path.steps.set_index("step").loc[1]
+    assert (facts["root_rank"], facts["end_rank"]) == (1, 0)
+    assert facts["phase"] == "other"  # no marker, no group description: the fallback role
+    assert_tiles(path)
+
+
+def test_idle_time_is_on_the_path_and_counts_for_the_root(tmp_path: Path) -> None:
+    """Rank 1 has a 30 µs GPU gap (a late launch) before the same work as rank 0::
+
+        t (µs)   10    30       60    70    80
+        rank 0   |=k=|[AR wait.........|xx]|
+        rank 1   |=k=|   (idle)   |=k2=|[xx]|       arrives last, at 70
+
+    The window of each is [10, 80). Walk from rank 0 (lower of the two ending at 80): the
+    all_reduce on 0 [70, 80), jump to 1 at 70: k2 [60, 70), idle [30, 60), k [10, 30).
+    Root rank 1 (60 µs outside collectives; rank 0: 0)."""
+    docs = [
+        gpu_doc(0, {1: (0, 200)}, [(1, gemm(10, 20, name="k")), (1, allreduce(30, 50, 1))]),
+        gpu_doc(
+            1,
+            {1: (0, 200)},
+            [(1, gemm(10, 20, name="k")), (1, gemm(60, 10, name="k2")), (1, allreduce(70, 10, 1))],
+        ),
+    ]
+    path = analyze(load_docs(tmp_path, docs)).critical_path
+    assert _segments(path, 1) == [
+        (1, "kernel", "k", _ns(10), _ns(30)),
+        (1, "idle", "", _ns(30), _ns(60)),
+        (1, "kernel", "k2", _ns(60), _ns(70)),
+        (0, "collective", "all_reduce", _ns(70), _ns(80)),
+    ]
+    assert path.steps.set_index("step").loc[1, "root_rank"] == 1
+
+
+def test_the_simulated_slow_rank_is_the_root_and_the_path_jumps_where_the_schedule_says(
+    tmp_path: Path,
+) -> None:
+    """A 4-rank job whose rank 2 computes 4x slower (enough to outweigh the data: with
+    2.5x, the data makes rank 3 the last in step 0): every step's root rank is rank 2. The
+    schedule knows each step's last arrival at the embedding all-to-all (``max k1_end``) and
+    at the dense all-reduce (``max k2_end``): the path crosses each collective there, coming
+    from the rank that arrived last."""
+    cfg = SimConfig(world_size=4, steps=3, seed=1, batch_per_rank=8, slow_rank=2, slow_factor=4.0)
+    sched = simulate(cfg)
+    write_run(sched, tmp_path / "run", workers=1)
+    path = analyze_path(tmp_path / "run").critical_path
+    assert_tiles(path)
+    assert path.steps["root_rank"].tolist() == [2, 2, 2]
+    for i, step in enumerate(path.steps["step"].tolist()):
+        assert path.steps.loc[i, "root_rank"] == int(np.argmax(sched.t["k2_end"][i]))
+        rows = path.segments[path.segments["step"] == step].reset_index(drop=True)
+        for arrivals in (sched.t["k1_end"][i], sched.t["k2_end"][i]):
+            at = int(arrivals.max())
+            cross = rows.index[(rows["kind"] == "collective") & (rows["start_ns"] == at)]
+            assert len(cross) == 1
+            before = rows.loc[cross[0] - 1]
+            assert before["rank"] == int(np.argmax(arrivals))
+            assert (before["kind"], before["end_ns"]) == ("kernel", at)
+
+
+def test_a_run_without_collectives_is_one_rank_s_chain(tmp_path: Path) -> None:
+    """One rank, no collective: the path is its own kernels and gaps, rooted there::
+
+    t (µs)  10   20    25   35
+    rank 0  |=a=|      |=b=|"""
+    doc = gpu_doc(0, {1: (0, 100)}, [(1, gemm(10, 10, name="a")), (1, gemm(25, 10, name="b"))])
+    doc["distributedInfo"]["world_size"] = 1
+    path = analyze(load_docs(tmp_path, [doc])).critical_path
+    assert _segments(path, 1) == [
+        (0, "kernel", "a", _ns(10), _ns(20)),
+        (0, "idle", "", _ns(20), _ns(25)),
+        (0, "kernel", "b", _ns(25), _ns(35)),
+    ]
+    assert path.steps["root_rank"].tolist() == [0]
