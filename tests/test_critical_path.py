@@ -34,10 +34,10 @@ def assert_tiles(path: CriticalPath) -> None:
         assert (lo[1:] == hi[:-1]).all()
 
 
-def test_two_ranks_the_path_jumps_to_the_late_rank(tmp_path: Path) -> None:
+def two_rank_docs() -> list[dict]:
     """Rank 1's forward kernel is 30 µs longer; both meet in an all_reduce, then run bwd::
 
-        t (µs)   10        40     60     80      100
+        t (µs)   10        30     60     80      100
         rank 0   |==fwd====|[AR wait....|xx]|=bwd=|       arrives at 30
         rank 1   |==fwd===============|[xx]|=bwd=|       arrives last, at A = 60
 
@@ -45,14 +45,23 @@ def test_two_ranks_the_path_jumps_to_the_late_rank(tmp_path: Path) -> None:
     bwd on rank 0 [80, 100); the all_reduce on rank 0 after the last arrival [60, 80); at A the
     path jumps to rank 1 (rank 0's wait [30, 60) is not on it): rank 1's fwd [10, 60).
     Root rank: rank 1 (50 µs outside collectives against rank 0's 20)."""
-    docs = [
-        gpu_doc(0, {1: (0, 200)}, [(1, gemm(10, 20, name="fwd")), (1, allreduce(30, 50, 1))]),
-        gpu_doc(1, {1: (0, 200)}, [(1, gemm(10, 50, name="fwd")), (1, allreduce(60, 20, 1))]),
+    return [
+        gpu_doc(
+            rank,
+            {1: (0, 200)},
+            [
+                (1, gemm(10, fwd, name="fwd")),
+                (1, allreduce(10 + fwd, 70 - fwd, 1)),
+                (1, gemm(80, 20, name="bwd")),
+            ],
+        )
+        for rank, fwd in ((0, 20), (1, 50))
     ]
-    for doc in docs:
-        doc["traceEvents"] += gpu_doc(0, {1: (0, 200)}, [(1, gemm(80, 20, name="bwd"))])[
-            "traceEvents"
-        ][1:]
+
+
+def test_two_ranks_the_path_jumps_to_the_late_rank(tmp_path: Path) -> None:
+    """:func:`two_rank_docs`."""
+    docs = two_rank_docs()
     path = analyze(load_docs(tmp_path, docs)).critical_path
     assert _segments(path, 1) == [
         (1, "kernel", "fwd", _ns(10), _ns(60)),
