@@ -33,6 +33,9 @@ def test_analyze_json_has_the_path_in_the_documented_shape(
     ``gpu_active``."""
     assert main(["analyze", str(run_dir), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)["critical_path"]
+    keys = ("rank", "kind", "name", "start_ns", "end_ns")
+    segments = [(1, "kernel", "fwd", 10, 60), (0, "collective", "all_reduce", 60, 80)]
+    segments.append((0, "kernel", "bwd", 80, 100))
     assert got == {
         "steps": [
             {
@@ -41,15 +44,18 @@ def test_analyze_json_has_the_path_in_the_documented_shape(
                 "end_rank": 0,
                 "start_ns": _ns(10),
                 "end_ns": _ns(100),
-                "charged": {"bubble_ms": pytest.approx(0.070), "phase": "other", "cause": "gpu_active"},
+                "charged": {
+                    "bubble_ms": pytest.approx(0.070),
+                    "phase": "other",
+                    "cause": "gpu_active",
+                },
                 "segments": [
-                    {"rank": 1, "kind": "kernel", "name": "fwd", "start_ns": _ns(10), "end_ns": _ns(60)},
-                    {"rank": 0, "kind": "collective", "name": "all_reduce", "start_ns": _ns(60), "end_ns": _ns(80)},
-                    {"rank": 0, "kind": "kernel", "name": "bwd", "start_ns": _ns(80), "end_ns": _ns(100)},
+                    dict(zip(keys, (r, k, n, _ns(lo), _ns(hi)), strict=True))
+                    for r, k, n, lo, hi in segments
                 ],
             }
         ]
-    }  # fmt: skip
+    }
 
 
 def test_report_names_the_root_rank_and_the_top_three_segments(
