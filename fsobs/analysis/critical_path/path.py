@@ -18,7 +18,7 @@ and **cause**: see :mod:`.charge`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,14 +73,14 @@ def step_paths(
     """The segments (:data:`SEGMENT_COLUMNS`) and the per-step facts (:data:`STEP_COLUMNS`)
     of the path of each of ``steps`` (module docstring); ``chains`` and ``windows`` per rank in
     its own clock, everything returned on the aligned clock."""
-    lanes = _lanes(chains, colls)
+    lanes = _Lanes(chains, colls)
     rows: list[tuple[object, ...]] = []
     facts = []
     for step in steps:
         spans = {
             r: (w[step][0] - colls.offsets_ns.get(r, 0), w[step][1] - colls.offsets_ns.get(r, 0))
             for r, w in windows.items()
-            if step in w and r in lanes
+            if step in w and r in chains
         }
         if not spans:
             continue
@@ -108,11 +108,33 @@ def root_rank(path: list[Segment], end_rank: int) -> int:
     return min(r for r, ns in time.items() if ns == most)
 
 
-def _lanes(chains: Mapping[int, Chain], colls: Collectives) -> dict[int, Lane]:
-    inst = colls.instances
-    by_rank = dict(iter(inst.groupby("rank", sort=False))) if len(inst) else {}
-    empty = inst.iloc[:0]
-    return {
-        r: Lane.of(r, chain, colls.offsets_ns.get(r, 0), by_rank.get(r, empty))
-        for r, chain in chains.items()
-    }
+class _Lanes(Mapping[int, Lane]):
+    """The :class:`Lane` of every rank, each built the first time the walk visits the rank
+    (a path visits few of a run's ranks)."""
+
+    _COLUMNS = ("start_ns", "end_ns", "arrival_last_ns", "last_rank", "instance", "coll")
+
+    def __init__(self, chains: Mapping[int, Chain], colls: Collectives) -> None:
+        self._chains, self._offsets = chains, colls.offsets_ns
+        inst = colls.instances
+        rank = inst["rank"].to_numpy(np.int64)
+        order = np.lexsort((inst["start_ns"].to_numpy(np.int64), rank))
+        self._rank = rank[order]
+        self._columns = {
+            c: inst[c].to_numpy(object if c == "coll" else np.int64)[order] for c in self._COLUMNS
+        }
+        self._built: dict[int, Lane] = {}
+
+    def __getitem__(self, rank: int) -> Lane:
+        if rank not in self._built:
+            lo, hi = np.searchsorted(self._rank, [rank, rank + 1])
+            mine = {c: v[lo:hi] for c, v in self._columns.items()}
+            chain, offset = self._chains[rank], self._offsets.get(rank, 0)
+            self._built[rank] = Lane.of(rank, chain, offset, mine)
+        return self._built[rank]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._chains)
+
+    def __len__(self) -> int:
+        return len(self._chains)

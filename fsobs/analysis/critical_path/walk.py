@@ -30,10 +30,10 @@ this ``t``, so the walk ends::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from fsobs.analysis.critical_path.chain import KINDS, Chain, Pieces
 
@@ -63,10 +63,10 @@ class Lane:
     """The running maximum of ``end``."""
 
     @staticmethod
-    def of(rank: int, chain: Chain, offset_ns: int, colls: pd.DataFrame) -> Lane:
-        """``colls``: this rank's rows of :attr:`Collectives.instances`."""
-        mine = colls.sort_values("start_ns", kind="stable")
-        a, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
+    def of(rank: int, chain: Chain, offset_ns: int, colls: dict[str, np.ndarray]) -> Lane:
+        """``colls``: this rank's rows of :attr:`Collectives.instances`, by column, sorted by
+        ``start_ns``."""
+        a, end = colls["start_ns"], colls["end_ns"]
         return Lane(
             rank=rank,
             busy=chain.busy.shifted(offset_ns),
@@ -74,10 +74,10 @@ class Lane:
             names=chain.names,
             a=a,
             end=end,
-            last=mine["arrival_last_ns"].to_numpy(np.int64),
-            last_rank=mine["last_rank"].to_numpy(np.int64),
-            instance=mine["instance"].to_numpy(np.int64),
-            coll=mine["coll"].to_numpy(object),
+            last=colls["arrival_last_ns"],
+            last_rank=colls["last_rank"],
+            instance=colls["instance"],
+            coll=colls["coll"],
             longest=int((end - a).max(initial=0)),
             end_max=np.maximum.accumulate(end) if len(end) else end,
         )
@@ -113,7 +113,7 @@ Segment = tuple[int, int, str, int, int, int]
 """rank, kind (position in KINDS), name, start_ns, end_ns, instance (-1: none)."""
 
 
-def walk(lanes: dict[int, Lane], start_rank: int, t: int, stop: int) -> list[Segment]:
+def walk(lanes: Mapping[int, Lane], start_rank: int, t: int, stop: int) -> list[Segment]:
     """The segments from ``stop`` to ``t`` back-traced from ``(start_rank, t)``, in time
     order (module docstring)."""
     out: list[Segment] = []
