@@ -12,6 +12,7 @@ from fsobs.analysis.critical_path.path import CriticalPath
 from fsobs.simulate.simulator import SimConfig, simulate, write_run
 from tests.bubble_rows import load_docs
 from tests.kineto import BASE_NS, allreduce, gemm, gpu_doc
+from tests.test_bubbles import _gloo_doc
 
 
 def _ns(us: float) -> int:
@@ -177,3 +178,31 @@ def test_a_run_without_collectives_is_one_rank_s_chain(tmp_path: Path) -> None:
         (0, "kernel", "b", _ns(25), _ns(35)),
     ]
     assert path.steps["root_rank"].tolist() == [0]
+
+
+def test_gloo_ranks_the_path_follows_the_training_threads_ops(tmp_path: Path) -> None:
+    """The CPU run of ``tests.test_bubbles.test_cpu_op_waiting_inside_a_collective_is_a_bubble``::
+
+        t (µs)    0    10   20   22   60   70        100
+        r0 main   |=mm=|All2All_Seq_ReqBackward-------|     child c10d [20, 22)
+        r0 gloo             |~~~~~~~~~~~~~~|xxx|            [20, 70); rank 1 arrives at 60
+        r1 main   |==========aten::mm========|               [0, 60)
+        r1 gloo                            |xxx|            [60, 70)
+
+    Both windows are the ProfilerStep [0, 100); the walk starts on rank 0: the glue op around
+    the collective after its end [70, 100) (other tier, from the collective's end), the
+    all_reduce after the last arrival [60, 70), then rank 1's mm [0, 60). Root rank 1."""
+    main0 = [
+        ("aten::mm", "cpu_op", 0, 10),
+        ("All2All_Seq_ReqBackward", "cpu_op", 10, 90),
+        ("c10d::alltoall_base_", "cpu_op", 20, 2),
+    ]
+    main1 = [("aten::mm", "cpu_op", 0, 60)]
+    docs = [_gloo_doc(0, main0, (20, 50)), _gloo_doc(1, main1, (60, 10))]
+    path = analyze(load_docs(tmp_path, docs)).critical_path
+    assert _segments(path, 1) == [
+        (1, "op", "aten::mm", _ns(0), _ns(60)),
+        (0, "collective", "all_reduce", _ns(60), _ns(70)),
+        (0, "op", "All2All_Seq_ReqBackward", _ns(70), _ns(100)),
+    ]
+    assert path.steps["root_rank"].tolist() == [1]

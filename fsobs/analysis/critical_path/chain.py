@@ -141,5 +141,5 @@ def _merged(lo: np.ndarray, hi: np.ndarray, kind: np.ndarray, name: np.ndarray) 
     join = np.zeros(len(lo), bool)
     join[1:] = (lo[1:] == hi[:-1]) & (name[1:] == name[:-1])
     first = np.flatnonzero(~join)
-    last = np.concatenate((first[1:], [len(lo)])) - 1
+    last = np.concatenate((first[1:], [len(lo)]))[: len(first)] - 1  # none without pieces
     return Pieces(lo[first], hi[last], kind[first], name[first].astype(np.int64))
