@@ -11,7 +11,7 @@ from fsobs.analysis import analyze, analyze_path
 from fsobs.analysis.critical_path.path import CriticalPath
 from fsobs.simulate.simulator import SimConfig, simulate, write_run
 from tests.bubble_rows import load_docs
-from tests.kineto import BASE_NS, allreduce, gemm, gpu_doc
+from tests.kineto import BASE_NS, allreduce, gemm, gpu_doc, x
 from tests.test_bubbles import _gloo_doc
 
 
@@ -136,6 +136,36 @@ def test_idle_time_is_on_the_path_and_counts_for_the_root(tmp_path: Path) -> Non
         (0, "collective", "all_reduce", _ns(70), _ns(80)),
     ]
     assert path.steps.set_index("step").loc[1, "root_rank"] == 1
+
+
+def test_where_the_gpu_idles_the_path_follows_the_host_op(tmp_path: Path) -> None:
+    """The run of :func:`test_idle_time_is_on_the_path_and_counts_for_the_root` with a host op
+    ``aten::copy_`` [25, 55) on rank 1's training thread: where rank 1's GPU idles, the op is
+    what it waits for::
+
+        t (µs)   10    25 30       55  60    70    80
+        rank 1 GPU |=k=|    (idle)     |=k2=|[xx]|
+        rank 1 CPU     |==aten::copy_==|
+
+    Back from rank 1 at 70: k2 [60, 70); the GPU idles before 60 and the op ended at 55: idle
+    [55, 60); the op [30, 55) (from the end of k, the GPU's last work before it); k [10, 30)."""
+    docs = [
+        gpu_doc(0, {1: (0, 200)}, [(1, gemm(10, 20, name="k")), (1, allreduce(30, 50, 1))]),
+        gpu_doc(
+            1,
+            {1: (0, 200)},
+            [(1, gemm(10, 20, name="k")), (1, gemm(60, 10, name="k2")), (1, allreduce(70, 10, 1))],
+        ),
+    ]
+    docs[1]["traceEvents"].append(x("aten::copy_", "cpu_op", 25, 30))
+    path = analyze(load_docs(tmp_path, docs)).critical_path
+    assert _segments(path, 1) == [
+        (1, "kernel", "k", _ns(10), _ns(30)),
+        (1, "op", "aten::copy_", _ns(30), _ns(55)),
+        (1, "idle", "", _ns(55), _ns(60)),
+        (1, "kernel", "k2", _ns(60), _ns(70)),
+        (0, "collective", "all_reduce", _ns(70), _ns(80)),
+    ]
 
 
 def test_the_simulated_slow_rank_is_the_root_and_the_path_jumps_where_the_schedule_says(

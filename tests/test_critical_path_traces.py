@@ -29,25 +29,27 @@ def test_segments_tile_every_step(analyzed: tuple[Analysis, fsobs.Run]) -> None:
     assert_tiles(path)
 
 
-def test_kernel_segments_lie_inside_a_kernel_of_that_name_on_that_rank(
-    analyzed: tuple[Analysis, fsobs.Run],
+@pytest.mark.parametrize("kind", ["kernel", "op"])
+def test_kernel_and_op_segments_lie_inside_an_event_of_that_name_on_that_rank(
+    analyzed: tuple[Analysis, fsobs.Run], kind: str
 ) -> None:
+    """Kernels inside a GPU event, ops (the host where the GPU idles) inside a CPU op."""
     analysis, run = analyzed
     segments = analysis.critical_path.segments
-    kernels = segments[segments["kind"] == "kernel"].reset_index()
-    assert len(kernels)
-    for rank, mine in kernels.groupby("rank"):
+    chosen = segments[segments["kind"] == kind].reset_index()
+    assert len(chosen)
+    for rank, mine in chosen.groupby("rank"):
         ev = run[rank].events
-        gpu = ev[ev["stream"] >= 0]
+        real = ev[ev["stream"] >= 0] if kind == "kernel" else ev[ev["cat"] == "cpu_op"]
         shift = analysis.collectives.offsets_ns[rank]
-        real = pd.DataFrame(
+        spans = pd.DataFrame(
             {
-                "name": gpu["name"].astype(str).to_numpy(),
-                "lo": gpu["ts_ns"].to_numpy() - shift,
-                "hi": (gpu["ts_ns"] + gpu["dur_ns"]).to_numpy() - shift,
+                "name": real["name"].astype(str).to_numpy(),
+                "lo": real["ts_ns"].to_numpy() - shift,
+                "hi": (real["ts_ns"] + real["dur_ns"]).to_numpy() - shift,
             }
         )
-        pairs = mine.merge(real, on="name")
+        pairs = mine.merge(spans, on="name")
         inside = pairs[(pairs["lo"] <= pairs["start_ns"]) & (pairs["end_ns"] <= pairs["hi"])]
         assert set(inside["index"]) == set(mine["index"])
 

@@ -1,14 +1,16 @@
 """One rank's chain: what occupies its resource at every instant, as disjoint named pieces.
 
 The rank-side half of the critical path (:mod:`fsobs.analysis.critical_path`), computed where
-each rank is reduced (:func:`fsobs.analysis.summary.summarize_rank`). Two tiers of pieces, each
+each rank is reduced (:func:`fsobs.analysis.summary.summarize_rank`). Tiers of pieces, each
 a sorted set of disjoint ``[start, end)`` with a kind and a name:
 
 - ``busy``: GPU: the compute kernels; CPU: the instants whose innermost op on the training
   thread is a compute op (the busy rule of :mod:`fsobs.analysis.bubbles`);
 - ``other``: GPU: every other GPU event (memcpy, memset, sync, communication kernels: a
   matched collective is taken from the matching instead, so only unmatched ones are read
-  here); CPU: the instants whose innermost op is any other op (glue, enqueues).
+  here); CPU: the instants whose innermost op is any other op (glue, enqueues);
+- ``host`` (GPU ranks only): the training thread's innermost op at each instant, compute or
+  not: where the GPU is idle, the host is what it waits for (a late launch, data loading).
 
 Overlapping events of one tier (kernels on several streams) become disjoint pieces by
 clipping each event's start to the latest end of the events that started before it; an event
@@ -51,6 +53,9 @@ class Pieces:
         return Pieces(self.start - offset_ns, self.end - offset_ns, self.kind, self.name)
 
 
+_NO_PIECES = Pieces(*(np.zeros(0, t) for t in (np.int64, np.int64, np.int8, np.int64)))
+
+
 @dataclass(frozen=True)
 class Chain:
     """One rank's :class:`Pieces` of both tiers (module docstring), in its own clock."""
@@ -58,13 +63,18 @@ class Chain:
     busy: Pieces
     other: Pieces
     names: tuple[str, ...]
+    host: Pieces = _NO_PIECES
+    """GPU ranks: the training thread's innermost ops (kind ``op``), what the path follows
+    where the GPU is idle (the host had not launched the work yet); empty on CPU ranks."""
 
 
 def rank_chain(trace: RankTrace, config: BubbleConfig | None = None) -> Chain:
     """The chain of one rank (module docstring)."""
+    config = config or BubbleConfig()
     if trace.device == "gpu":
-        return _gpu_chain(trace)
-    return _cpu_chain(trace, config or BubbleConfig())
+        return _gpu_chain(trace, config)
+    busy, other = _thread_ops(trace, config)
+    return Chain(busy, other, _names(trace))
 
 
 def disjoint(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,7 +93,11 @@ def _pieces(start: np.ndarray, end: np.ndarray, kind: np.ndarray, name: np.ndarr
     return Pieces(clipped, end[kept], kind[kept].astype(np.int8), name[kept].astype(np.int64))
 
 
-def _gpu_chain(trace: RankTrace) -> Chain:
+def _names(trace: RankTrace) -> tuple[str, ...]:
+    return tuple(str(n) for n in trace.events["name"].cat.categories)
+
+
+def _gpu_chain(trace: RankTrace, config: BubbleConfig) -> Chain:
     ev = trace.events
     rows = np.flatnonzero((ev["stream"].to_numpy() >= 0) & is_in(ev["kind"], _GPU_WORK))
     start = ev["ts_ns"].to_numpy()[rows].astype(np.int64)
@@ -93,13 +107,25 @@ def _gpu_chain(trace: RankTrace) -> Chain:
     kind = np.where(
         is_in(ev["kind"], ("comm",))[rows], KINDS.index("collective"), KINDS.index("kernel")
     )
-    names = tuple(str(n) for n in ev["name"].cat.categories)
     busy = _pieces(start[is_compute], end[is_compute], kind[is_compute], name[is_compute])
     other = _pieces(start[~is_compute], end[~is_compute], kind[~is_compute], name[~is_compute])
-    return Chain(busy, other, names)
+    compute_ops, other_ops = _thread_ops(trace, config)
+    host = _pieces(
+        *(
+            np.concatenate((a, b))
+            for a, b in zip(_fields(compute_ops), _fields(other_ops), strict=True)
+        )
+    )
+    return Chain(busy, other, _names(trace), host)
 
 
-def _cpu_chain(trace: RankTrace, config: BubbleConfig) -> Chain:
+def _fields(p: Pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return p.start, p.end, p.kind, p.name
+
+
+def _thread_ops(trace: RankTrace, config: BubbleConfig) -> tuple[Pieces, Pieces]:
+    """The instants of the training thread whose innermost op is a compute op, and those whose
+    innermost op is another op (kind ``op``)."""
     ev = trace.events
     tid = main_thread(ev, step_marks(ev))
     ops = ev[(ev["tid"] == tid) & is_in(ev["device"], ("cpu",)) & is_in(ev["cat"], ("cpu_op",))]
@@ -110,13 +136,14 @@ def _cpu_chain(trace: RankTrace, config: BubbleConfig) -> Chain:
     is_compute_name = np.array([str(n).startswith(config.compute_op_prefixes) for n in categories])
     name = codes(ops["name"])[tree.rows]
     bounds, owner = _innermost(tree)
-    lo, hi, code = bounds[:-1][owner >= 0], bounds[1:][owner >= 0], name[owner[owner >= 0]]
+    found = owner >= 0
+    lo, hi, op = bounds[:-1][found], bounds[1:][found], owner[found]
+    code = name[op]
     compute = is_compute_name[code] if len(code) else np.zeros(0, bool)
     kind = np.full(len(code), KINDS.index("op"), np.int8)
-    names = tuple(str(n) for n in categories)
-    busy = _merged(lo[compute], hi[compute], kind[compute], code[compute])
-    other = _merged(lo[~compute], hi[~compute], kind[~compute], code[~compute])
-    return Chain(busy, other, names)
+    busy = _merged(lo[compute], hi[compute], kind[compute], code[compute], op[compute])
+    other = _merged(lo[~compute], hi[~compute], kind[~compute], code[~compute], op[~compute])
+    return busy, other
 
 
 def _innermost(tree: OpTree) -> tuple[np.ndarray, np.ndarray]:
@@ -136,10 +163,13 @@ def _innermost(tree: OpTree) -> tuple[np.ndarray, np.ndarray]:
     return bounds, owner
 
 
-def _merged(lo: np.ndarray, hi: np.ndarray, kind: np.ndarray, name: np.ndarray) -> Pieces:
-    """Sorted disjoint pieces with the contiguous ones of one name joined."""
+def _merged(
+    lo: np.ndarray, hi: np.ndarray, kind: np.ndarray, name: np.ndarray, op: np.ndarray
+) -> Pieces:
+    """Sorted disjoint pieces with the contiguous ones of one op (``op``: its index) joined:
+    an op's instants, cut apart by the boundaries of ops that own none (a zero-length child)."""
     join = np.zeros(len(lo), bool)
-    join[1:] = (lo[1:] == hi[:-1]) & (name[1:] == name[:-1])
+    join[1:] = (lo[1:] == hi[:-1]) & (op[1:] == op[:-1])
     first = np.flatnonzero(~join)
     last = np.concatenate((first[1:], [len(lo)]))[: len(first)] - 1  # none without pieces
     return Pieces(lo[first], hi[last], kind[first], name[first].astype(np.int64))

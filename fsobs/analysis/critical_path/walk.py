@@ -16,7 +16,9 @@ stands at ``(rank, t)`` and asks what the rank was doing just before ``t``, firs
      when ``L`` was already visited at ``t``: circular waits of overlapping collectives);
 3. another piece (``other`` tier) covering ``t``: segment ``[b, t)`` with ``b`` its start or
    the latest end before ``t`` of any busy piece or collective, whichever is later;
-4. else ``idle`` from the latest end before ``t`` of anything on the rank.
+4. on a GPU rank whose GPU is idle, the training thread's op covering ``t`` (``host`` tier):
+   segment ``op`` from its start or the latest end of any GPU piece or collective;
+5. else ``idle`` from the latest end before ``t`` of anything on the rank.
 
 Every segment starts where the next one (in time) ends and is clipped at the step's start, so
 the segments tile the step's window; each move lowers ``t`` or jumps to a rank not visited at
@@ -50,6 +52,7 @@ class Lane:
     rank: int
     busy: Pieces
     other: Pieces
+    host: Pieces
     names: tuple[str, ...]
     a: np.ndarray
     end: np.ndarray
@@ -71,6 +74,7 @@ class Lane:
             rank=rank,
             busy=chain.busy.shifted(offset_ns),
             other=chain.other.shifted(offset_ns),
+            host=chain.host.shifted(offset_ns),
             names=chain.names,
             a=a,
             end=end,
@@ -128,11 +132,11 @@ def walk(lanes: Mapping[int, Lane], start_rank: int, t: int, stop: int) -> list[
         out.append(seg)  # it starts before t: a new instant, nobody visited there yet
         t, rank, visited = seg[3], jump, {jump}
     out.reverse()
-    return _joined(out)
+    return out
 
 
 def _step_back(lane: Lane, t: int, stop: int, visited: set[int]) -> tuple[Segment | None, int]:
-    """The segment that ends at ``t`` on ``lane`` and the rank to go on from (rules 1-4)."""
+    """The segment that ends at ``t`` on ``lane`` and the rank to go on from (rules 1-5)."""
     here = lane.rank
     i, busy_end = _covering(lane.busy, t)
     if i >= 0:
@@ -157,16 +161,10 @@ def _step_back(lane: Lane, t: int, stop: int, visited: set[int]) -> tuple[Segmen
         start = max(int(lane.other.start[j]), floor)
         kind, name = int(lane.other.kind[j]), lane.names[lane.other.name[j]]
         return (here, kind, name, start, t, -1), here
-    return (here, IDLE, "", max(floor, other_end), t, -1), here
-
-
-def _joined(segments: list[Segment]) -> list[Segment]:
-    """Contiguous segments of one rank, kind, name and instance joined into one."""
-    out: list[Segment] = []
-    for seg in segments:
-        prev = out[-1] if out else None
-        if prev is not None and prev[:3] == seg[:3] and prev[5] == seg[5] and prev[4] == seg[3]:
-            out[-1] = (*prev[:4], seg[4], prev[5])
-        else:
-            out.append(seg)
-    return out
+    floor = max(floor, other_end)
+    h, host_end = _covering(lane.host, t)
+    if h >= 0:
+        start = max(int(lane.host.start[h]), floor)
+        kind, name = int(lane.host.kind[h]), lane.names[lane.host.name[h]]
+        return (here, kind, name, start, t, -1), here
+    return (here, IDLE, "", max(floor, host_end), t, -1), here
