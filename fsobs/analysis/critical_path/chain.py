@@ -128,13 +128,13 @@ def _thread_ops(trace: RankTrace, config: BubbleConfig) -> tuple[Pieces, Pieces]
     innermost op is another op (kind ``op``)."""
     ev = trace.events
     tid = main_thread(ev, step_marks(ev))
-    ops = ev[(ev["tid"] == tid) & is_in(ev["device"], ("cpu",)) & is_in(ev["cat"], ("cpu_op",))]
-    ops = ops[~is_in(ops["kind"], ("step",))]
-    start = ops["ts_ns"].to_numpy().astype(np.int64)
-    tree = op_tree(start, start + ops["dur_ns"].to_numpy())
-    categories = ops["name"].cat.categories
+    on_thread = (ev["tid"] == tid).to_numpy(bool) & is_in(ev["device"], ("cpu",))
+    rows = np.flatnonzero(on_thread & is_in(ev["cat"], ("cpu_op",)) & ~is_in(ev["kind"], ("step",)))
+    start = ev["ts_ns"].to_numpy()[rows].astype(np.int64)
+    tree = op_tree(start, start + ev["dur_ns"].to_numpy()[rows])
+    categories = ev["name"].cat.categories
     is_compute_name = np.array([str(n).startswith(config.compute_op_prefixes) for n in categories])
-    name = codes(ops["name"])[tree.rows]
+    name = codes(ev["name"])[rows][tree.rows]
     bounds, owner = _innermost(tree)
     found = owner >= 0
     lo, hi, op = bounds[:-1][found], bounds[1:][found], owner[found]
