@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from fsobs.analysis import analyze, analyze_path
+from fsobs.analysis.critical_path.chain import KINDS, Chain, Pieces
 from fsobs.analysis.critical_path.path import CriticalPath
+from fsobs.analysis.critical_path.walk import Lane, walk
 from fsobs.simulate.simulator import SimConfig, simulate, write_run
 from tests.bubble_rows import load_docs
 from tests.kineto import BASE_NS, allreduce, gemm, gpu_doc, x
@@ -236,3 +238,28 @@ def test_gloo_ranks_the_path_follows_the_training_threads_ops(tmp_path: Path) ->
         (0, "op", "All2All_Seq_ReqBackward", _ns(70), _ns(100)),
     ]
     assert path.steps["root_rank"].tolist() == [1]
+
+
+def _lane(rank: int, colls: list[tuple[int, int, int, int, int]]) -> Lane:
+    """A rank with no kernels or ops and the collectives ``(instance, a, end, last, last_rank)``."""
+    names = ("instance", "start_ns", "end_ns", "arrival_last_ns", "last_rank")
+    values = (np.array(c, np.int64) for c in zip(*colls, strict=True))
+    columns = dict(zip(names, values, strict=True))
+    columns["coll"] = np.array(["all_reduce"] * len(colls), object)
+    empty = np.zeros(0, np.int64)
+    nothing = Pieces(empty, empty, empty.astype(np.int8), empty)
+    return Lane.of(rank, Chain(nothing, nothing, ()), 0, columns)
+
+
+def test_a_circular_wait_is_a_wait_segment_on_the_rank_where_it_closes() -> None:
+    """Two overlapping collectives wait for each other's rank (a pair the matching would not
+    keep, but the walk must end)::
+
+        t      0          40   50   60        100
+        rank 0 [X  waits for rank 1 |.....]          X: last arrival 50 (rank 1)
+        rank 1 [Y  waits for rank 0 ......|...]      Y: last arrival 60 (rank 0)
+
+    From (rank 0, 40): inside X's wait, jump to rank 1 at 40; inside Y's wait for rank 0,
+    already visited at 40: a wait segment on rank 1 from Y's arrival, [0, 40)."""
+    lanes = {0: _lane(0, [(0, 0, 100, 50, 1)]), 1: _lane(1, [(1, 0, 100, 60, 0)])}
+    assert walk(lanes, 0, 40, 0) == [(1, KINDS.index("wait"), "all_reduce", 0, 40, 1)]
