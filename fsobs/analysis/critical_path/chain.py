@@ -74,7 +74,7 @@ def rank_chain(trace: RankTrace, config: BubbleConfig | None = None) -> Chain:
     if trace.device == "gpu":
         return _gpu_chain(trace, config)
     busy, other = _thread_ops(trace, config)
-    return Chain(busy, other, _names(trace))
+    return _named(trace, busy, other, _NO_PIECES)
 
 
 def disjoint(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,8 +93,18 @@ def _pieces(start: np.ndarray, end: np.ndarray, kind: np.ndarray, name: np.ndarr
     return Pieces(clipped, end[kept], kind[kept].astype(np.int8), name[kept].astype(np.int64))
 
 
-def _names(trace: RankTrace) -> tuple[str, ...]:
-    return tuple(str(n) for n in trace.events["name"].cat.categories)
+def _named(trace: RankTrace, busy: Pieces, other: Pieces, host: Pieces) -> Chain:
+    """The chain with only the names its pieces use (a trace names thousands of events; the
+    chain travels to the analysis and stays there), its pieces' codes renumbered."""
+    tiers = (busy, other, host)
+    used, code = np.unique(np.concatenate([p.name for p in tiers]), return_inverse=True)
+    categories = trace.events["name"].cat.categories
+    cuts = np.cumsum([0, *(len(p.name) for p in tiers)])
+    busy, other, host = (
+        Pieces(p.start, p.end, p.kind, code[lo:hi].astype(np.int64))
+        for p, lo, hi in zip(tiers, cuts[:-1], cuts[1:], strict=True)
+    )
+    return Chain(busy, other, tuple(str(categories[c]) for c in used.tolist()), host)
 
 
 def _gpu_chain(trace: RankTrace, config: BubbleConfig) -> Chain:
@@ -116,7 +126,7 @@ def _gpu_chain(trace: RankTrace, config: BubbleConfig) -> Chain:
             for a, b in zip(_fields(compute_ops), _fields(other_ops), strict=True)
         )
     )
-    return Chain(busy, other, _names(trace), host)
+    return _named(trace, busy, other, host)
 
 
 def _fields(p: Pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
