@@ -55,6 +55,19 @@ MAX_TIMELINE_BARS = 2000
 TIMELINE_COLUMNS = ["rank", "lane", "start_ms", "end_ms", "class_ms", "intervals"]
 
 
+PATH_COLUMNS = ["step", "rank", "kind", "name", "start_ms", "end_ms"]
+
+
+def path_frame(segments: pd.DataFrame, steps: Sequence[int], origin_ns: int) -> pd.DataFrame:
+    """The critical path's segments of ``steps`` (``Analysis.critical_path.segments``, clock
+    aligned) in the timeline's ms (``origin_ns``: its 0, ``timeline_frame``'s
+    ``attrs["origin_ns"]``), in step and time order."""
+    chosen = segments[segments["step"].isin(list(steps))]
+    return chosen.assign(
+        start_ms=(chosen["start_ns"] - origin_ns) / 1e6, end_ms=(chosen["end_ns"] - origin_ns) / 1e6
+    )[PATH_COLUMNS].reset_index(drop=True)
+
+
 def timeline_frame(
     bubbles: list[StepBubbles],
     steps: Sequence[int],

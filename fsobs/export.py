@@ -33,8 +33,10 @@ import msgspec
 
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.store import BubbleStore
+from fsobs.analysis.critical_path.path import CriticalPath
 from fsobs.analysis.summary import RankSummary
 from fsobs.errors import ExportError, TraceFormatError
+from fsobs.export_path import path_events
 from fsobs.runformat.atomic import publish, temp_path
 from fsobs.runformat.names import JOB_JSON, RUN_JSON, sidecar_file_name, trace_file_name
 from fsobs.simulate.kineto_writer import us
@@ -56,8 +58,12 @@ def export_run(
     *,
     overwrite: bool = False,
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
+    critical_path: CriticalPath | None = None,
+    offsets_ns: dict[int, int] | None = None,
 ) -> list[Path]:
     """Write every rank's trace with bubble tracks to ``out_dir``; return the written paths.
+    With ``critical_path`` (and the matching's clock ``offsets_ns``), every trace also gets
+    the path (:mod:`fsobs.export_path`).
 
     Refuses (:class:`ExportError`) when ``out_dir`` holds the run's own files, or when files it
     would write already exist (unless ``overwrite``), before writing anything.
@@ -70,6 +76,8 @@ def export_run(
         trace = run[rank]
         target = out_dir / trace_file_name(rank)
         extra = bubble_events(trace, bubbles.of_rank(rank))
+        if critical_path is not None:
+            extra += path_events(trace, critical_path, (offsets_ns or {}).get(rank, 0))
         _atomic_write(
             target,
             partial(_write_trace, trace=trace, extra=extra, max_bytes=max_trace_bytes),

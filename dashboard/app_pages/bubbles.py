@@ -28,6 +28,7 @@ from dashboard.tables import (
     TIMELINE_STEPS,
     all_to_all_frame,
     lateness_frame,
+    path_frame,
 )
 from dashboard.text import code, esc
 from dashboard.widgets import (
@@ -229,8 +230,14 @@ def _timeline(analysis: Analysis, *, entry: RunEntry, ranks: list[int]) -> None:
         partial(_drawn_ops, analysis, entry, drawn),
     )
     bars, ops = parts.bars, parts.ops
+    path = path_frame(analysis.critical_path.segments, window, bars.attrs["origin_ns"])
     fig = figures.step_timeline(
-        bars, window, num_ranks=len(analysis.run.ranks), names=parts.names, places=parts.places
+        bars,
+        window,
+        num_ranks=len(analysis.run.ranks),
+        names=parts.names,
+        places=parts.places,
+        path=path,
     )
     chart(fig, "timeline")
     _timeline_caption(bars)

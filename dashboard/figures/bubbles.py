@@ -95,6 +95,7 @@ def step_timeline(
     num_ranks: int | None = None,
     names: Sequence[str] | None = None,
     places: dict[tuple[int, str], str] | None = None,
+    path: pd.DataFrame | None = None,
 ) -> go.Figure:
     """The chosen steps across ranks: per rank, one lane per class in the legend's order
     (:data:`dashboard.tables.TIMELINE_CLASSES`), horizontal bars; a merged bar is as opaque as
@@ -106,7 +107,8 @@ def step_timeline(
     and, with ``places``, where its ops ran (``stream 7`` / ``thread 12``); the hover names
     rank, class and, with ``names`` (one text per bar, :func:`dashboard.ops.bar_names`), the
     ops or kernels inside the bar. ``num_ranks``: the run's ranks, when ``bars`` holds only
-    some of them (the title says how many are shown).
+    some of them (the title says how many are shown). ``path``: the critical path of the steps
+    (:func:`dashboard.tables.path_frame`), drawn over the lanes (:func:`_path_line`).
     """
     ranks = sorted(int(r) for r in bars["rank"].unique())
     lanes = [lane for lane in TIMELINE_CLASSES if lane in set(bars["lane"])]
@@ -116,6 +118,8 @@ def step_timeline(
         _timeline_lane(bars[bars["lane"] == lane], lane, offset, group, text, names is not None)
         for offset, lane in enumerate(lanes)
     ]
+    if path is not None and len(path):
+        traces.append(_path_line(path, group, (len(lanes) - 1) / 2))
     fig = go.Figure(traces)
     first, last = min(steps), max(steps)
     which = f"Step {first}" if first == last else f"Steps {first}–{last}"
@@ -209,6 +213,47 @@ def _timeline_lane(
         "%{x:.3f} ms long<br>"
         f"{name} %{{customdata[1]:.3f}} ms (%{{customdata[3]:.0f}}% of the bar) "
         f"in %{{customdata[2]}} interval(s){ops}<extra></extra>",
+    )
+
+
+PATH_COLOR = "#111111"
+
+
+def _path_line(path: pd.DataFrame, group: dict[int, int], middle: float) -> go.Scatter:
+    """The critical path as one line: along the middle of a rank's lanes for each segment,
+    vertical where it jumps to another rank; broken between steps and where it runs on a rank
+    that is not drawn::
+
+        rank 0   ----------+           +------      segment on rank 0, jump, ...
+        rank 1             +-----------+
+    """
+    x: list[float | None] = []
+    y: list[float | None] = []
+    text: list[str | None] = []
+    prev_step = None
+    for step, rank, kind, name, lo, hi in path[
+        ["step", "rank", "kind", "name", "start_ms", "end_ms"]
+    ].itertuples(index=False):
+        if int(rank) not in group or (prev_step is not None and step != prev_step):
+            x.append(None)  # a break in the line
+            y.append(None)
+            text.append(None)
+        prev_step = step
+        if int(rank) not in group:
+            continue
+        row = group[int(rank)] + middle
+        what = f"step {step} · rank {rank} · {kind} {name}".rstrip()
+        x += [float(lo), float(hi)]
+        y += [row, row]
+        text += [what, what]
+    return go.Scatter(
+        name="critical path",
+        x=x,
+        y=y,
+        mode="lines",
+        line={"color": PATH_COLOR, "width": 2},
+        hovertext=text,
+        hovertemplate="%{hovertext}: %{x:.3f} ms<extra>critical path</extra>",
     )
 
 

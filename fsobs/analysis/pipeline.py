@@ -12,6 +12,8 @@ from fsobs.analysis.bubbles.coverage import WINDOW_COLUMNS, window_row
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES, BubbleConfig
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import StepTables, run_roles, step_times
+from fsobs.analysis.bubbles.windows import Windows
+from fsobs.analysis.critical_path.path import CriticalPath, critical_path
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta
 from fsobs.analysis.matching import Collectives, match_collectives
 from fsobs.analysis.partial import (
@@ -70,6 +72,9 @@ class Analysis:
     leave out; see :mod:`fsobs.analysis.bubbles.coverage`."""
     gaps: Gaps = field(default_factory=Gaps)
     """What the run lacks, rank by rank, and what was left out for it."""
+    critical_path: CriticalPath = field(default_factory=CriticalPath)
+    """Each step's critical path across ranks and its root rank
+    (:mod:`fsobs.analysis.critical_path`)."""
 
     @property
     def whole_trace(self) -> bool:
@@ -103,10 +108,12 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
     overview = pd.DataFrame([run[r].overview for r in run.rank_ids])
     run, gaps = _usable(run)
     colls = match_collectives(run)
-    bubbles, steps, roles, caused, windows = _classify_ranks(run, colls)
+    bubbles, steps, roles, caused, windows, spans = _classify_ranks(run, colls)
     stragglers = find_stragglers(caused, step_times(steps), colls.lateness, run.rank_ids)
     comparable = gaps.sidecar.comparable if gaps.sidecar is not None else None
     hta = {r: s.hta for r, s in run.ranks.items() if s.hta is not None}
+    causes = straggler_causes(steps, comparable, stragglers)
+    chains = {r: s.read_chain() for r, s in run.ranks.items()}
     return Analysis(
         run=run,
         overview=overview,
@@ -116,12 +123,13 @@ def analyze_summary(run: Run[RankSummary]) -> Analysis:
         caused=caused,
         stragglers=stragglers,
         attribution=(attribute(comparable, stragglers, colls) if comparable is not None else None),
-        causes=straggler_causes(steps, comparable, stragglers),
+        causes=causes,
         summary=kpis(steps, colls),
         roles=roles,
         hta=combine_hta(hta) if hta else None,
         windows=windows,
         gaps=gaps,
+        critical_path=critical_path(chains, colls, spans, steps, causes),
     )
 
 
@@ -141,22 +149,24 @@ def _usable(run: Run[RankSummary]) -> tuple[Run[RankSummary], Gaps]:
 
 def _classify_ranks(
     run: Run[RankSummary], colls: Collectives
-) -> tuple[BubbleStore, pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+) -> tuple[BubbleStore, pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[int, Windows]]:
     """Classify the steps common to all ranks (``run.steps``), a rank at a time: the class
     interval sets go to a :class:`BubbleStore`, and only the numbers of the per-step tables
     stay in memory (:class:`~fsobs.analysis.bubbles.StepTables`), with each rank's row of the
-    window table (:func:`~fsobs.analysis.bubbles.coverage.window_row`)."""
+    window table (:func:`~fsobs.analysis.bubbles.coverage.window_row`) and its step windows."""
     wanted = set(run.steps)
     waits = RankWaits.of_ranks(colls, run.rank_ids)
     store, tables = BubbleStore(), StepTables(role_names=run_roles(colls.instances))
-    windows = []
+    windows, spans = [], {}
     for rank, summary in run.ranks.items():
         parts = summary.take_parts()
         windows.append(window_row(rank, summary.device, parts, run.steps))
         classes = classify([p for p in parts if p.step in wanted], waits[rank])
         tables.add(classes)
         store.put(rank, classes)
-    return store, *tables.frames(), pd.DataFrame(windows, columns=list(WINDOW_COLUMNS))
+        spans[rank] = {sb.step: sb.window for sb in classes}
+    frame = pd.DataFrame(windows, columns=list(WINDOW_COLUMNS))
+    return store, *tables.frames(), frame, spans
 
 
 def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from fsobs.analysis.bubbles import packing
 from fsobs.analysis.bubbles.parts import BubbleConfig, StepParts, step_parts
+from fsobs.analysis.critical_path.chain import Chain, rank_chain
 from fsobs.analysis.hta_compat import RankHta, rank_hta
 from fsobs.analysis.matching import rank_collectives
 from fsobs.analysis.spill import Spilled, SpillFile
@@ -52,6 +53,9 @@ class RankSummary:
     sync_collectives: bytes
     """:func:`fsobs.analysis.matching.rank_collectives`, pickled: a few rows, but as a
     frame of its own several times their size, for every rank (the matching opens them)."""
+    chain: bytes
+    """:func:`fsobs.analysis.critical_path.chain.rank_chain`, pickled (the critical path
+    opens them)."""
     parts: bytes | Spilled | None
     """The per-step interval sets (:func:`~fsobs.analysis.bubbles.parts.step_parts`), pickled
     (:func:`fsobs.analysis.bubbles.packing.pack`), or the file they were spilled to
@@ -65,6 +69,11 @@ class RankSummary:
         if isinstance(self.parts, bytes):
             self.parts = to.put(self.parts)
         return self
+
+    def read_chain(self) -> Chain:
+        """The rank's chain (:mod:`fsobs.analysis.critical_path.chain`)."""
+        chain: Chain = pickle.loads(self.chain)
+        return chain
 
     def take_parts(self) -> list[StepParts]:
         """Hand the step parts over and drop them here: the analysis classifies each rank once,
@@ -93,6 +102,7 @@ def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> Rank
         step_source=trace.step_source,
         overview=overview_row(trace),
         sync_collectives=pickle.dumps(rank_collectives(trace), pickle.HIGHEST_PROTOCOL),
+        chain=pickle.dumps(rank_chain(trace, config), pickle.HIGHEST_PROTOCOL),
         parts=packing.pack(step_parts(trace, config)),
         hta=rank_hta(trace) if device == "gpu" else None,
         warnings=list(trace.warnings),

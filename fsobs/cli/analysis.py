@@ -154,6 +154,8 @@ def _export(args: argparse.Namespace) -> int:
         out,
         overwrite=args.overwrite,
         max_trace_bytes=config.max_trace_bytes,
+        critical_path=analysis.critical_path,
+        offsets_ns=analysis.collectives.offsets_ns,
     )
     traces = [p for p in written if TRACE_RE.match(p.name)]
     print(f"wrote {len(traces)} trace(s) with bubble tracks to {out}/:")
@@ -161,7 +163,8 @@ def _export(args: argparse.Namespace) -> int:
         print(f"  {path.name}")
     print(
         "open one in https://ui.perfetto.dev (Open trace file) or chrome://tracing (Load); "
-        'the "fsobs bubbles" process on top has one track per bubble class'
+        'the "fsobs bubbles" process on top has one track per bubble class, '
+        '"fsobs critical path" under it each step\'s path, with arrows from rank to rank'
     )
     return 0
 

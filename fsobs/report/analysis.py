@@ -18,6 +18,7 @@ from fsobs.analysis.locality import comm_locality, intra_share
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
 from fsobs.analysis.stragglers.whales import run_bounds
 from fsobs.report._alltoall import all_to_all_findings, all_to_all_json, all_to_all_tables
+from fsobs.report._critical_path import critical_path_json, critical_path_lines
 from fsobs.report._format import duration, print_table, short_list, table, time_unit
 from fsobs.report._json import plain, records
 from fsobs.report._stragglers import (
@@ -90,6 +91,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "data_attribution": attribution_json(analysis),
         "split_bound": bounds_json(run_bounds(analysis)),
         "next_step": _next_step_json(analysis),
+        "critical_path": critical_path_json(analysis),
         "collectives": {
             "matched_instances": int(analysis.collectives.instances["instance"].nunique()),
             "unmatched": records(analysis.collectives.problems),
@@ -326,6 +328,7 @@ SECTIONS: tuple[Section, ...] = (
     _bubble_section,
     _role_section,
     straggler_table,
+    critical_path_lines,
     all_to_all_tables,
     _rank_section,
     _hta_section,

@@ -172,7 +172,7 @@ def _sums_by_step(step: np.ndarray, values: np.ndarray, steps: list[int]) -> lis
     return cast(list[int], (right - total[np.searchsorted(ordered, wanted, "left")]).tolist())
 
 
-def _main_thread(ev: pd.DataFrame, marks: np.ndarray) -> object:
+def main_thread(ev: pd.DataFrame, marks: np.ndarray) -> object:
     """The training thread: the one with the step marks (rows), else the one with the most
     ops."""
     if len(marks):
@@ -188,7 +188,7 @@ def _length(window: tuple[int, int] | None) -> int:
 def _cpu_parts(trace: RankTrace, config: BubbleConfig) -> list[StepParts]:
     ev = trace.events
     marks = step_marks(ev)
-    main_tid = _main_thread(ev, marks)
+    main_tid = main_thread(ev, marks)
     main = ev[(ev["tid"] == main_tid) & (ev["device"] == "cpu")]
     comm_all = ev[(ev["kind"] == "comm") & (ev["device"] == "cpu")]
     colls = trace.collectives.set_index("row").reindex(comm_all.index)

@@ -118,7 +118,8 @@ def test_timeline_names_its_lanes_ops_and_steps(browser: Browser, server: Stream
     _open(browser, server, f"bubbles?run={CONTROL}", "Bubbles", 4)
     timeline = _plot("Steps 10–11 across ranks")
     legend = browser.evaluate(f"{timeline}.data.map((t) => t.name)")
-    assert legend == ["busy", "exposed comm", "straggler wait", "host idle", "other"]
+    classes = ["busy", "exposed comm", "straggler wait", "host idle", "other"]
+    assert legend == [*classes, "critical path"]  # the steps' critical path over the lanes
     lanes = browser.evaluate(f"{timeline}._fullLayout.annotations.map((a) => a.text)")
     assert lanes[:5] == [  # rank 0's lanes: the sim's kernels on stream 7, NCCL on stream 20
         "busy · stream 7",
