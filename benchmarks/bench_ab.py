@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis import Analysis, analyze_path
-from fsobs.analysis.ab import bootstrap_reduction
+from fsobs.analysis.comparison.ab import bootstrap_reduction
 from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.whatif.predict import TOGGLES
 from fsobs.workload.pairs import pair_order, predicted_reductions

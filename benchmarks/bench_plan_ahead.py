@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.ab import bootstrap_reduction
+from fsobs.analysis.comparison.ab import bootstrap_reduction
 from fsobs.trace import load_run
 from fsobs.workload.train import PLAN_AHEAD_ENV
 from optim.markers import BALANCE_CHECK_MARKER, BALANCE_MARKER, BALANCE_WAIT_MARKER

@@ -1,6 +1,6 @@
 """Several runs (arms) against one control, side by side (plain functions, no Streamlit).
 
-Each test arm is its own :func:`fsobs.analysis.ab.compare` against the control, so each
+Each test arm is its own :func:`fsobs.analysis.comparison.ab.compare` against the control, so each
 reduction has that pair's bootstrap interval over steps (docs/design.md §5); the control's
 row has the runs' numbers and no reduction.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from dashboard.store import RunEntry, applied_toggles, every_toggle_off
-from fsobs.analysis.ab import Comparison
+from fsobs.analysis.comparison.ab import Comparison
 
 CLASS_COLUMNS = ("straggler_wait", "exposed_comm", "host_idle")
 """Bubble classes whose reduction gets a column (the others are in the Compare page)."""

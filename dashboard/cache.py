@@ -32,9 +32,9 @@ from dashboard.store import (
 from dashboard.tables import has_data, run_facts, timeline_frame
 from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
-from fsobs.analysis.ab import Comparison, compare
+from fsobs.analysis.comparison.ab import Comparison, compare
 from fsobs.analysis.costfit import CostFit, fit_cost
-from fsobs.analysis.stragglers.whales import SplitBounds, run_bounds
+from fsobs.analysis.whatif.bounds import SplitBounds, run_bounds
 from fsobs.report import findings
 from fsobs.runformat.steps import read_step_lengths
 from fsobs.storage import Location, as_location
@@ -229,7 +229,8 @@ def trace_diff(
 def comparison(
     store: str, control: tuple[str, Signature], test: tuple[str, Signature], _loaded: Pair
 ) -> Comparison:
-    """:func:`fsobs.analysis.ab.compare` of two loaded runs (keyed on ids + signatures)."""
+    """:func:`fsobs.analysis.comparison.ab.compare` of two loaded runs (keyed on ids +
+    signatures)."""
     return compare(_loaded[0], _loaded[1])
 
 
@@ -244,7 +245,7 @@ def findings_of(store: str, run_id: str, signature: Signature, _analysis: Analys
 def split_bounds_of(
     store: str, run_id: str, signature: Signature, _analysis: Analysis
 ) -> SplitBounds | None:
-    """:func:`fsobs.analysis.stragglers.whales.run_bounds` of a run, once per signature (the
+    """:func:`fsobs.analysis.whatif.bounds.run_bounds` of a run, once per signature (the
     Stragglers tab reran it on every visit: a partition per step at 256 ranks)."""
     return run_bounds(_analysis)
 

@@ -39,7 +39,7 @@ from dashboard.widgets import (
     stop_without_runs,
     table,
 )
-from fsobs.analysis.ab import Comparison
+from fsobs.analysis.comparison.ab import Comparison
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL
 from fsobs.report import toggles_line
 from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE

@@ -431,7 +431,8 @@ def all_to_all_matrix(
     ranks: Sequence[int], matrix: np.ndarray, instance: int, step: int
 ) -> go.Figure:
     """One all_to_all(v) instance: MB each rank (row) sent to each rank (column), from the
-    split sizes (:attr:`fsobs.analysis.alltoall.AllToAll.matrices`); the scale starts at 0."""
+    split sizes (:attr:`fsobs.analysis.collectives.alltoall.AllToAll.matrices`); the scale starts
+    at 0."""
     mb = np.asarray(matrix, dtype=float) / 1e6
     top = float(np.nanmax(mb)) if mb.size else 0.0
     fig = go.Figure(

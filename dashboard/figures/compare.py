@@ -1,4 +1,5 @@
-"""Figures of a control / test comparison (:class:`fsobs.analysis.ab.Comparison` parts)."""
+"""Figures of a control / test comparison (:class:`fsobs.analysis.comparison.ab.Comparison`
+parts)."""
 
 from __future__ import annotations
 

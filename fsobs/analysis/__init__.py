@@ -2,8 +2,8 @@
 
 Their JSON objects and text reports live in :mod:`fsobs.report`."""
 
-from fsobs.analysis.ab import Comparison, compare
 from fsobs.analysis.bubbles.parts import BubbleConfig
+from fsobs.analysis.comparison.ab import Comparison, compare
 from fsobs.analysis.costfit import CostFit, fit_cost, fit_points
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta, rank_hta
 from fsobs.analysis.pipeline import Analysis, analyze, analyze_path, analyze_summary, kpis

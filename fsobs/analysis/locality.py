@@ -1,8 +1,8 @@
 """Communication inside a host and across hosts: per collective class, how much of the
 communication time and bytes belonged to collectives whose ranks all ran on one host.
 
-A matched collective instance (:attr:`fsobs.analysis.matching.Collectives.instances`: one row
-per member rank) is **intra-node** when every member rank's trace names the same host
+A matched collective instance (:attr:`fsobs.analysis.collectives.matching.Collectives.instances`:
+one row per member rank) is **intra-node** when every member rank's trace names the same host
 (``host_name``), **inter-node** when they name two or more, and **unknown** when a member's
 trace names none. The members are the ranks that took part in the instance, which are the
 process group's ranks (a group's collective is matched across exactly its members)::

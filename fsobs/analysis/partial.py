@@ -6,9 +6,9 @@ rank and what it lacks (:attr:`Gaps.lines`), and the rest is analyzed.
 Traces (:func:`left_out_ranks`): a rank whose trace has no events, or no steps while other
 ranks' traces have them, cannot be split into steps. It is left out of the analysis as if its
 trace were missing: the process groups it belongs to then give no waits
-(:mod:`fsobs.analysis.matching`), since it may be the rank the others waited for. A rank whose
-trace lacks some steps the others have is kept; those steps are left out (``Run.steps`` holds
-the steps of every rank).
+(:mod:`fsobs.analysis.collectives.matching`), since it may be the rank the others waited for.
+A rank whose trace lacks some steps the others have is kept; those steps are left out
+(``Run.steps`` holds the steps of every rank).
 
 Step sidecars (:func:`check_sidecar`), per (rank, step) of the analyzed ranks and steps:
 

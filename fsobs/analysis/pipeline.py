@@ -13,9 +13,9 @@ from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES, BubbleConfig
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import StepTables, run_roles, step_times
 from fsobs.analysis.bubbles.windows import Windows
+from fsobs.analysis.collectives.matching import Collectives, match_collectives
 from fsobs.analysis.critical_path.path import CriticalPath, critical_path
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta
-from fsobs.analysis.matching import Collectives, match_collectives
 from fsobs.analysis.partial import (
     Gaps,
     check_sidecar,

@@ -21,9 +21,9 @@ from typing import Any
 
 from fsobs.analysis.bubbles import packing
 from fsobs.analysis.bubbles.parts import BubbleConfig, StepParts, step_parts
+from fsobs.analysis.collectives.matching import rank_collectives
 from fsobs.analysis.critical_path.chain import Chain, rank_chain
 from fsobs.analysis.hta_compat import RankHta, rank_hta
-from fsobs.analysis.matching import rank_collectives
 from fsobs.analysis.spill import Spilled, SpillFile
 from fsobs.storage import Location
 from fsobs.trace.categorical import is_in
@@ -51,7 +51,7 @@ class RankSummary:
     overview: dict[str, Any]
     """Row of the per-rank overview table (see :func:`overview_row`)."""
     sync_collectives: bytes
-    """:func:`fsobs.analysis.matching.rank_collectives`, pickled: a few rows, but as a
+    """:func:`fsobs.analysis.collectives.matching.rank_collectives`, pickled: a few rows, but as a
     frame of its own several times their size, for every rank (the matching opens them)."""
     chain: bytes
     """:func:`fsobs.analysis.critical_path.chain.rank_chain`, pickled (the critical path

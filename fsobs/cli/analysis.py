@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 
 from fsobs.analysis import CostFit, compare, fit_cost
+from fsobs.analysis.comparison.pairs import summarize_pairs
 from fsobs.analysis.costfit import FIT_SHAPES
-from fsobs.analysis.pairs import summarize_pairs
 from fsobs.cli.common import (
     Commands,
     add_load_options,

@@ -92,6 +92,7 @@ import torch
 import torch.distributed as dist
 
 from fsobs.collect.batch_ids import IntArray, gather_ids, int_array
+from fsobs.collect.id_overlap import TableIds, id_overlaps
 from fsobs.collect.pauses import StepMonitor
 from fsobs.collect.profiler import ProfilerConfig, StepProfiler
 from fsobs.runformat import (
@@ -103,7 +104,6 @@ from fsobs.runformat import (
     mark_incomplete,
     write_run_json,
 )
-from fsobs.workload.overlap import TableIds, id_overlaps
 from optim.config import TOGGLES
 from optim.padded import rank_cost
 

@@ -1,5 +1,5 @@
-"""The all_to_all(v) imbalance in ``fsobs analyze`` (:mod:`fsobs.analysis.alltoall`): its JSON,
-its tables and its finding."""
+"""The all_to_all(v) imbalance in ``fsobs analyze``
+(:mod:`fsobs.analysis.collectives.alltoall`): its JSON, its tables and its finding."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 from rich.table import Table
 
 from fsobs.analysis import Analysis
-from fsobs.analysis.alltoall import with_data
+from fsobs.analysis.collectives.alltoall import with_data
 from fsobs.report._format import cell, table
 from fsobs.report._json import clean, records
 

@@ -6,9 +6,9 @@ The findings say who was late and why, each from its own evidence and each once:
    straggler; otherwise that there are too few, and the collectives speak instead. Every rank
    that caused a large share of the wait is named with its share;
 2. why, from the trace: what the late rank's GPU and CPU did while the others waited
-   (:mod:`fsobs.analysis.stragglers.lateness`), host-bound ranks named with their share;
+   (:mod:`fsobs.analysis.collectives.lateness`), host-bound ranks named with their share;
 3. why, from the step sidecars: the input data (:mod:`fsobs.analysis.stragglers.attribution`),
-   whether a whale made the step unbalanceable (:mod:`fsobs.analysis.stragglers.whales`), then
+   whether a whale made the step unbalanceable (:mod:`fsobs.analysis.whatif.bounds`), then
    GC and preemption (:mod:`fsobs.analysis.stragglers.causes`). Without sidecars one line
    says what cannot be checked.
 """
@@ -22,7 +22,7 @@ from rich.table import Table
 
 from fsobs.analysis import Analysis
 from fsobs.analysis.stragglers.causes import CAUSES, missing_inputs
-from fsobs.analysis.stragglers.whales import run_bounds
+from fsobs.analysis.whatif.bounds import run_bounds
 from fsobs.report._format import short_list, table
 from fsobs.report._json import plain, records
 from fsobs.report._whales import whale_findings

@@ -1,4 +1,4 @@
-"""The split bound in the reports (:mod:`fsobs.analysis.stragglers.whales`): its JSON, and the
+"""The split bound in the reports (:mod:`fsobs.analysis.whatif.bounds`): its JSON, and the
 findings that tell a whale (one sample costlier than the mean rank load, which no split can
 balance) from a bad split."""
 
@@ -8,7 +8,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from fsobs.analysis.stragglers.whales import BoundSummary, SplitBounds
+from fsobs.analysis.whatif.bounds import BoundSummary, SplitBounds
 from fsobs.report._format import short_list
 from fsobs.report._json import clean, records
 

@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import Analysis
-from fsobs.analysis.clocks import SHARED_CLOCK_NS, Clock
+from fsobs.analysis.collectives.clocks import SHARED_CLOCK_NS, Clock
 from fsobs.analysis.locality import comm_locality, intra_share
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
-from fsobs.analysis.stragglers.whales import run_bounds
+from fsobs.analysis.whatif.bounds import run_bounds
 from fsobs.report._alltoall import all_to_all_findings, all_to_all_json, all_to_all_tables
 from fsobs.report._critical_path import critical_path_json, critical_path_lines
 from fsobs.report._format import duration, print_table, short_list, table, time_unit
@@ -390,7 +390,7 @@ def findings(analysis: Analysis) -> list[str]:
 
 def clock_findings(analysis: Analysis) -> list[str]:
     """Hosts whose ranks turned out to have several clocks, and clocks that could not be
-    aligned (:mod:`fsobs.analysis.clocks`)."""
+    aligned (:mod:`fsobs.analysis.collectives.clocks`)."""
     clocks = analysis.collectives.clocks
     lines = []
     by_host: dict[str, list[Clock]] = {}

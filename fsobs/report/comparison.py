@@ -1,6 +1,7 @@
 """``fsobs compare``: a :class:`~fsobs.analysis.Comparison` for machines (:func:`compare_json`)
 and for people (:func:`render_comparison`); several pairs with their summary
-(:class:`~fsobs.analysis.pairs.PairSummary`) as :func:`pairs_json` and :func:`render_pairs`."""
+(:class:`~fsobs.analysis.comparison.pairs.PairSummary`) as :func:`pairs_json` and
+:func:`render_pairs`."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import Comparison
-from fsobs.analysis.ab import MIN_STEPS_FOR_CI, BatchCheck
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
-from fsobs.analysis.pairs import MIN_PAIRS, PairSummary
+from fsobs.analysis.comparison.ab import MIN_STEPS_FOR_CI, BatchCheck
+from fsobs.analysis.comparison.pairs import MIN_PAIRS, PairSummary
 from fsobs.analysis.pipeline import EMBEDDING_TOTAL
 from fsobs.report._format import number, percent
 from fsobs.report._json import plain, records

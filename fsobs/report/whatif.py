@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fsobs.analysis import WhatIf
-from fsobs.analysis.stragglers.whales import BoundSummary
+from fsobs.analysis.whatif.bounds import BoundSummary
 from fsobs.analysis.whatif.results import (
     Oracle,
     Prediction,

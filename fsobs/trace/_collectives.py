@@ -41,7 +41,8 @@ DDP record ranges of their own around the issue (:func:`fsobs.trace.classify.fra
 torchrec's input dist, pooled and sequence all-to-alls, reduce-scatter and their backward are
 ``embedding``, DDP's gradient all-reduce ``dense``). The innermost such range around the launch
 gives the role when neither PEC's range nor a marker does; a collective none of them encloses
-has no role here (the analysis then looks at its group, :mod:`fsobs.analysis.matching`)::
+has no role here (the analysis then looks at its group,
+:mod:`fsobs.analysis.collectives.matching`)::
 
     main   |## sparse_data_dist ##-------------------------------|
              |## all2all_data:kjt splits ##|  |cudaLaunchKernel|       -> embedding

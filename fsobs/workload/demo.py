@@ -13,7 +13,7 @@
    bubble tracks (``fsobs analyze``, ``fit-cost``, ``export``), as one run of each arm did before.
 3. Each test arm against the baseline over the pairs: what ``fsobs compare --control
    baseline-0 baseline-1 ... --test arm-0 arm-1 ...`` prints (each pair, then the mean
-   reduction with a Student t interval over the pairs, :mod:`fsobs.analysis.pairs`).
+   reduction with a Student t interval over the pairs, :mod:`fsobs.analysis.comparison.pairs`).
 4. Per arm, what-if's predicted bubble reduction for the toggles the arm's runs applied
    (``run.json``; ``sync_gc`` is not modelled) from each baseline run, the mean over them
    (:func:`fsobs.workload.pairs.predicted_reductions`, as ``benchmarks/bench_ab.py --whatif``).
@@ -39,7 +39,7 @@ from pathlib import Path
 from rich.console import Console
 
 from fsobs.analysis import Analysis, analyze_path, compare
-from fsobs.analysis.pairs import PairSummary, mean_interval, summarize_pairs
+from fsobs.analysis.comparison.pairs import PairSummary, mean_interval, summarize_pairs
 from fsobs.report.comparison import render_pairs
 from fsobs.workload.pairs import interleaved, predicted_reductions, whatif_toggles
 

@@ -1,28 +1,16 @@
-"""How much of each global batch's embedding IDs the previous global batch already had.
-
-torchrec's Prioritized Embedding Communication (PEC) looks up the IDs batch N+1 shares with
-batch N with fresh weights and the other IDs one step ahead, so this share is what PEC can put
-on the overlapped path. Per embedding table ``t`` and step ``s`` (the step sidecar's
-``id_overlap``, :mod:`fsobs.runformat.steps`)::
-
-    ids_t(s)   the IDs of every feature table t looks up, over all samples of global batch s
-               (with repeats: one entry per occurrence)
-    share_t(s) = |{occurrences in ids_t(s) whose ID is in ids_t(s - 1)}| / |ids_t(s)|
-
-    batch s-1   item ids  3 3 8            batch s   item ids  3 5 8 8 9
-    share = |{3, 8, 8}| / 5 = 0.6          (3 and 8 were in s-1; 5 and 9 were not)
-
-The first step has no previous batch (no share), nor has a table without any ID in batch ``s``.
-Every rank computes the same shares from the same global batches (no communication). No torch
-here: the tables come as ``{table: features}`` (``fsobs.workload.model``).
+"""The reference job's ID overlap (the step sidecar's ``id_overlap``): the IDs each table looks
+up over a global batch of the job's samples, and their shares against the batch before
+(the rule is :mod:`fsobs.collect.id_overlap`'s). No torch here: the tables come as
+``{table: features}`` (``fsobs.workload.model``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from fsobs.collect.id_overlap import TableIds, id_overlaps
 from fsobs.workload.data import Sample, SyntheticHistories
 
 FEATURE_IDS: dict[str, Callable[[Sample], np.ndarray]] = {
@@ -33,15 +21,6 @@ FEATURE_IDS: dict[str, Callable[[Sample], np.ndarray]] = {
     "target_item": lambda s: np.array([s.target_item], dtype=np.int64),
 }
 """Feature -> the IDs of one sample (the KJT keys of ``fsobs.workload.batch.collate``)."""
-TableIds = dict[str, np.ndarray]
-
-
-def overlap_share(current: np.ndarray, previous: np.ndarray) -> float:
-    """The share of the entries of ``current`` whose value occurs in ``previous`` (module
-    docstring); ``current`` must not be empty."""
-    if not len(current):
-        raise ValueError("current: no ids, no share")
-    return float(np.isin(current, previous).mean())
 
 
 def table_ids(samples: Sequence[Sample], tables: Mapping[str, Sequence[str]]) -> TableIds:
@@ -53,29 +32,12 @@ def table_ids(samples: Sequence[Sample], tables: Mapping[str, Sequence[str]]) ->
     }
 
 
-def id_overlaps(batches: Iterable[TableIds]) -> list[dict[str, float] | None]:
-    """The shares of each batch against the one before it (None for the first; a table with
-    no ID in a batch is left out, and a batch with no such table gives None)."""
-    out: list[dict[str, float] | None] = []
-    previous: dict[str, np.ndarray] | None = None
-    for ids in batches:
-        shares = {}
-        if previous is not None:
-            shares = {
-                table: overlap_share(values, previous.get(table, values[:0]))
-                for table, values in ids.items()
-                if len(values)
-            }
-        out.append(shares or None)
-        previous = {table: np.unique(values) for table, values in ids.items()}
-    return out
-
-
 def global_batch_overlaps(
     data: SyntheticHistories,
     batches: Sequence[np.ndarray],
     tables: Mapping[str, Sequence[str]],
 ) -> list[dict[str, float] | None]:
-    """:func:`id_overlaps` of the run's global batches (sample indices per step), every sample
-    materialized once (about 0.1 ms each on a CPU: compute this before the profiled loop)."""
+    """:func:`~fsobs.collect.id_overlap.id_overlaps` of the run's global batches (sample
+    indices per step), every sample materialized once (about 0.1 ms each on a CPU: compute
+    this before the profiled loop)."""
     return id_overlaps(table_ids([data.sample(int(i)) for i in b], tables) for b in batches)

@@ -7,8 +7,8 @@ For every rank r and step s the **window** is split exactly into
 and ``contention`` is reported beside it. Each class is computed once, here, as an interval set
 (so that ``fsobs export`` can draw it) and then summed. A collective is *matched* when every
 rank of its process group recorded it and the ranks agree on it
-(:mod:`fsobs.analysis.matching`); its wait interval on rank r is ``[a_r, min(A, end_r))``
-with ``A`` the last rank's arrival.
+(:mod:`fsobs.analysis.collectives.matching`); its wait interval on rank r is
+``[a_r, min(A, end_r))`` with ``A`` the last rank's arrival.
 
 GPU traces (the resource is the GPU; the window runs from the first GPU event launched in step s
 to the first one of the next step, or is the step's CPU range when no step launched GPU work;

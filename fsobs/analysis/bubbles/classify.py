@@ -11,7 +11,7 @@ import pandas as pd
 
 from fsobs.analysis import intervals as iv
 from fsobs.analysis.bubbles.parts import CLASSES, StepParts
-from fsobs.analysis.matching import Collectives
+from fsobs.analysis.collectives.matching import Collectives
 from optim.markers import ALL_ROLES
 
 EXPOSED_ORDER = (

@@ -12,7 +12,7 @@ import pandas as pd
 from fsobs.analysis import intervals as iv
 from fsobs.analysis.bubbles.optree import op_tree
 from fsobs.analysis.bubbles.windows import GpuCoverage, cpu_windows, gpu_coverage, gpu_windows
-from fsobs.analysis.matching import SYNC_COLLECTIVES, arrivals, step_marks
+from fsobs.analysis.collectives.matching import SYNC_COLLECTIVES, arrivals, step_marks
 from fsobs.trace.categorical import codes, is_in
 from fsobs.trace.classify import KERNEL_CATS
 from fsobs.trace.schema import RankTrace

@@ -29,7 +29,7 @@ import numpy as np
 
 from fsobs.analysis.bubbles.optree import OpTree, op_tree
 from fsobs.analysis.bubbles.parts import BubbleConfig, main_thread
-from fsobs.analysis.matching import step_marks
+from fsobs.analysis.collectives.matching import step_marks
 from fsobs.trace.categorical import codes, is_in
 from fsobs.trace.schema import RankTrace
 

@@ -9,16 +9,16 @@ For step ``s`` with root rank ``R`` (:mod:`.path`):
 - ``cause``: why ``R`` was late, in the straggler analysis' labels: the largest part of
   :data:`fsobs.analysis.stragglers.causes.CAUSES` when the step sidecars split ``R``'s
   lateness in that step, else the largest part of that collective's lateness
-  (:data:`fsobs.analysis.stragglers.lateness.LATENESS_PARTS`, GPU ranks), else None.
+  (:data:`fsobs.analysis.collectives.lateness.LATENESS_PARTS`, GPU ranks), else None.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from fsobs.analysis.matching import Collectives
+from fsobs.analysis.collectives.lateness import LATENESS_PARTS
+from fsobs.analysis.collectives.matching import Collectives
 from fsobs.analysis.stragglers.causes import CAUSES, Causes
-from fsobs.analysis.stragglers.lateness import LATENESS_PARTS
 
 CHARGED_COLUMNS = ["bubble_ms", "phase", "cause", "instance"]
 """Added to the per-step facts of the path (``instance``: the collective of ``phase``, -1)."""

@@ -25,10 +25,10 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.bubbles.windows import Windows
+from fsobs.analysis.collectives.matching import Collectives
 from fsobs.analysis.critical_path.chain import KINDS, Chain
 from fsobs.analysis.critical_path.charge import CHARGED_COLUMNS, charged
 from fsobs.analysis.critical_path.walk import Lane, Segment, walk
-from fsobs.analysis.matching import Collectives
 from fsobs.analysis.stragglers.causes import Causes
 
 SEGMENT_COLUMNS = ["step", "rank", "kind", "name", "start_ns", "end_ns", "instance"]

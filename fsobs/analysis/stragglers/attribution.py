@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.matching import Collectives
+from fsobs.analysis.collectives.matching import Collectives
 from fsobs.analysis.stragglers.identify import Stragglers
 
 EXPLAINS_SHARE = 2 / 3

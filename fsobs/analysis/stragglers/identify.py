@@ -26,7 +26,7 @@ speak instead. ``none``: no straggler and no culprit.
 Whatever the number of steps, the **culprits** are the ranks that caused at least
 ``culprit_share`` of the run's straggler wait (and at least ``min_wait_ms``), the largest
 first; per rank the report counts how often it arrived last at a collective that kept someone
-waiting and what it was doing meanwhile (:mod:`.lateness`).
+waiting and what it was doing meanwhile (:mod:`fsobs.analysis.collectives.lateness`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.stragglers.lateness import LATENESS_PARTS
+from fsobs.analysis.collectives.lateness import LATENESS_PARTS
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -55,7 +55,7 @@ class StragglerConfig:
     """Share of the run's straggler wait that makes a rank a culprit."""
     host_bound_share: float = 0.5
     """A culprit is host-bound when, for at least this share of the wait it caused, its GPU
-    was idle while its CPU thread was busy (:mod:`.lateness`)."""
+    was idle while its CPU thread was busy (:mod:`fsobs.analysis.collectives.lateness`)."""
 
     def __post_init__(self) -> None:
         for name in ("stable_share", "culprit_share", "min_wait_share", "host_bound_share"):
@@ -75,7 +75,8 @@ class Stragglers:
     ``per_rank``: rank, times_last (steps it was the straggler), wait_caused_ms (all steps),
     wait_share (of the run's straggler wait), times_arrived_last (collectives it arrived last
     at while someone waited), and what it did while they waited, as shares of that wait:
-    gpu_active_share, host_bound_share, idle_share (:mod:`.lateness`; NaN on CPU ranks and for
+    gpu_active_share, host_bound_share, idle_share (:mod:`fsobs.analysis.collectives.lateness`; NaN
+    on CPU ranks and for
     ranks nobody waited for).
     """
 
@@ -108,7 +109,7 @@ def find_stragglers(
     """Straggler per step and per rank, culprits and verdict (see the module docstring), from
     the :func:`~fsobs.analysis.bubbles.tables.caused_table` of the run, the time of each step
     (ms, indexed by step: :func:`fsobs.analysis.bubbles.tables.step_times`) and the
-    :attr:`~fsobs.analysis.matching.Collectives.lateness` of its collectives."""
+    :attr:`~fsobs.analysis.collectives.matching.Collectives.lateness` of its collectives."""
     config = config or StragglerConfig()
     by_step = caused.groupby(["step", "culprit"])["wait_ns"].sum()
     items = cast("Iterable[tuple[int, float]]", step_ms.items())  # labels: the steps

@@ -6,5 +6,6 @@ to its data (the cost model, the ranks' speeds, the residual noise) and re-split
 with optim's planner, :mod:`.priority` rewrites each step as torchrec's PEC (from the sidecars'
 ``id_overlap``) and reorders communication for ``priority_overlap``, and :mod:`.predict`
 applies the toggles, replays every combination and gives the intervals, as the typed
-:class:`~.results.WhatIf` of :mod:`.results`.
+:class:`~.results.WhatIf` of :mod:`.results`. :mod:`.bounds` is the floor under any split:
+the imbalance no re-split can beat (a whale sample), the bound beside each prediction.
 """

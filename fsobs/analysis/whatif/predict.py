@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.pipeline import Analysis
-from fsobs.analysis.stragglers.whales import BoundSummary, run_bounds
+from fsobs.analysis.whatif.bounds import BoundSummary, run_bounds
 from fsobs.analysis.whatif.calibration import (
     Calibration,
     calibrate,
@@ -450,7 +450,7 @@ def _oracle(
 
 
 def _split_bound(analysis: Analysis) -> BoundSummary | None:
-    """The imbalance no split inside a step can beat (:mod:`fsobs.analysis.stragglers.whales`),
+    """The imbalance no split inside a step can beat (:mod:`fsobs.analysis.whatif.bounds`),
     over the run's steps; None without the per-sample lengths or a cost model."""
     bounds = run_bounds(analysis)
     return None if bounds is None or bounds.per_step.empty else bounds.summary()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fsobs.analysis.stragglers.whales import BoundSummary
+from fsobs.analysis.whatif.bounds import BoundSummary
 from optim.balance import CostModel
 
 

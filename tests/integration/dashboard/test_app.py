@@ -21,7 +21,7 @@ from dashboard.text import esc
 from dashboard.upload import MAX_UPLOAD_BYTES
 from dashboard.widgets import KPIS, format_kpi
 from fsobs import analyze_path
-from fsobs.analysis.ab import compare
+from fsobs.analysis.comparison.ab import compare
 from fsobs.analysis.costfit import fit_cost
 from fsobs.runformat import read_step_lengths
 from tests.support.stores import (

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from fsobs import analyze_path
-from fsobs.analysis.ab import compare
+from fsobs.analysis.comparison.ab import compare
 from fsobs.runformat import RunMeta, ToggleStatus, write_run_json
 from fsobs.simulate import write_gpu_run
 from tests.support.cdp import PAGE_STATE_JS, Browser, StreamlitServer

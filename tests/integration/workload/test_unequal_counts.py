@@ -29,7 +29,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fsobs.analysis.ab import batch_check  # noqa: E402
+from fsobs.analysis.comparison.ab import batch_check  # noqa: E402
 from fsobs.runformat import read_run_json, read_sidecars  # noqa: E402
 from fsobs.workload.config import JobConfig, ModelSpec, data_config_for, job_profiler  # noqa: E402
 from fsobs.workload.data import SyntheticHistories, global_batches  # noqa: E402

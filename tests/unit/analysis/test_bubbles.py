@@ -21,7 +21,7 @@ import pytest
 import fsobs
 from fsobs.analysis import analyze
 from fsobs.analysis.bubbles.packing import unpack
-from fsobs.analysis.matching import Collectives
+from fsobs.analysis.collectives.matching import Collectives
 from tests.support.bubble_rows import TOL_MS, checked_table, expect_row, load_docs
 from tests.support.kineto import (
     BASE_NS,

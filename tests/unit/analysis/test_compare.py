@@ -24,11 +24,11 @@ import pytest
 from rich.console import Console
 
 from fsobs.analysis import Analysis, analyze_path, compare, kpis
-from fsobs.analysis.ab import batch_check, bootstrap_reduction
 from fsobs.analysis.bubbles.coverage import WINDOW_COLUMNS
 from fsobs.analysis.bubbles.store import BubbleStore
 from fsobs.analysis.bubbles.tables import caused_table
-from fsobs.analysis.matching import Collectives
+from fsobs.analysis.collectives.matching import Collectives
+from fsobs.analysis.comparison.ab import batch_check, bootstrap_reduction
 from fsobs.cli import main
 from fsobs.cli.dashboard import dashboard_app
 from fsobs.report import compare_json

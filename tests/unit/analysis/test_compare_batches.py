@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fsobs.analysis import compare
-from fsobs.analysis.ab import batch_check
+from fsobs.analysis.comparison.ab import batch_check
 from fsobs.report import compare_json
 from fsobs.report.comparison import batch_line
 from fsobs.runformat import StepRecord, read_sidecars, write_sidecar

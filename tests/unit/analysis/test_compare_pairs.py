@@ -1,6 +1,6 @@
-"""Several control / test pairs (:mod:`fsobs.analysis.pairs`) and ``fsobs compare --control
-... --test ...``: the mean of the pairs' reductions and its Student t interval, computed here
-from the formula with t taken from a printed table."""
+"""Several control / test pairs (:mod:`fsobs.analysis.comparison.pairs`) and
+``fsobs compare --control ... --test ...``: the mean of the pairs' reductions and its Student t
+interval, computed here from the formula with t taken from a printed table."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 import pytest
 
 from fsobs.analysis import compare
-from fsobs.analysis.pairs import summarize_pairs, t_cdf, t_quantile
+from fsobs.analysis.comparison.pairs import summarize_pairs, t_cdf, t_quantile
 from fsobs.cli import main
 from tests.support.kineto import write_allreduce_run
 from tests.unit.analysis.test_compare import WORKLOAD, _analysis, _sidecar, _steps, _uniform

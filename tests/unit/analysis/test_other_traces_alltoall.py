@@ -12,7 +12,7 @@ from rich.console import Console
 
 import fsobs
 from fsobs.analysis import analyze
-from fsobs.analysis.alltoall import _splits
+from fsobs.analysis.collectives.alltoall import _splits
 from fsobs.report import findings, render, to_json
 from tests.support.kineto import kernel, launch, step, trace, write_ranks
 

@@ -26,7 +26,7 @@ import pytest
 
 import fsobs
 from fsobs.analysis import analyze_path
-from fsobs.analysis.stragglers.lateness import gpu_gaps
+from fsobs.analysis.collectives.lateness import gpu_gaps
 from fsobs.trace.categorical import is_in
 from tests.support.bubble_rows import expect_row
 from tests.support.kineto import write

@@ -18,7 +18,7 @@ import pytest
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.parts import CLASSES
 from fsobs.analysis.bubbles.store import BubbleStore
-from fsobs.analysis.matching import _INTERN_RANKS, _all_ranks, _shared_strings
+from fsobs.analysis.collectives.matching import _INTERN_RANKS, _all_ranks, _shared_strings
 from fsobs.analysis.spill import SpillFile
 from fsobs.trace.schema import Run
 

@@ -1,4 +1,4 @@
-"""The split bound (fsobs.analysis.stragglers.whales) on the real 4-rank gloo straggler trace
+"""The split bound (fsobs.analysis.whatif.bounds) on the real 4-rank gloo straggler trace
 with hand-written step sidecars: per step, in ``analyze``'s findings and JSON, in ``whatif``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rich.console import Console
 
 import fsobs
 from fsobs.analysis import analyze, whatif
-from fsobs.analysis.stragglers.whales import run_bounds, split_bounds
+from fsobs.analysis.whatif.bounds import run_bounds, split_bounds
 from fsobs.report import findings, render_whatif, to_json, whatif_json
 from optim.balance import CostModel
 from tests.support.kineto import REFERENCE

@@ -25,7 +25,7 @@ from dashboard.tables import (
 )
 from dashboard.tracediff import FSOBS_SOURCE, HTA_SOURCE, change_counts, fsobs_table, op_diff
 from fsobs import analyze_path, load_rank
-from fsobs.analysis.ab import compare
+from fsobs.analysis.comparison.ab import compare
 from fsobs.analysis.costfit import fit_cost
 from fsobs.export import export_rank, export_run
 from fsobs.runformat import read_step_lengths

@@ -1,4 +1,4 @@
-"""The Stragglers tab of the Bubbles page shows the split bound (fsobs.analysis.stragglers.whales)
+"""The Stragglers tab of the Bubbles page shows the split bound (fsobs.analysis.whatif.bounds)
 of the test store's simulated run, whose sidecars were written from known global batches."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from streamlit.testing.v1 import AppTest
 
 from fsobs import analyze_path
-from fsobs.analysis.stragglers.whales import run_bounds
+from fsobs.analysis.whatif.bounds import run_bounds
 from tests.support.stores import APP, NUM_RANKS, global_batches
 
 TAB_KEY = "bubbles_tab"

@@ -1,4 +1,5 @@
-"""The package layout: no import circles between modules, and arrows that point one way
+"""The package layout: no import circles between modules nor between the sibling units of a
+package (its modules and subpackages), and arrows that point one way
 (``dashboard -> fsobs -> optim``; ``optim`` imports neither)."""
 
 from __future__ import annotations
@@ -72,6 +73,25 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def unit_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The sibling units of ``package`` (its direct submodules and subpackages), with an arrow
+    from one to another when any module inside the first imports any module inside the other."""
+
+    def unit(module: str) -> str | None:
+        if not module.startswith(package + "."):
+            return None
+        return package + "." + module[len(package) + 1 :].split(".")[0]
+
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if (source := unit(module)) is not None:
+            found = {t for t in map(unit, targets) if t is not None and t != source}
+            units.setdefault(source, set()).update(found)
+            for target in found:
+                units.setdefault(target, set())
+    return units
+
+
 def test_cycle_finder_finds_a_circle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
@@ -79,6 +99,21 @@ def test_cycle_finder_finds_a_circle():
 
 def test_no_import_circles():
     assert cycles(import_graph()) == []
+
+
+def test_unit_graph_lifts_module_imports_to_the_units():
+    graph = {"p.a.x": {"p.b.y"}, "p.a.z": set(), "p.b.y": {"p.b.w"}, "p.b.w": {"p.a.z"}}
+    assert unit_graph(graph, "p") == {"p.a": {"p.b"}, "p.b": {"p.a"}}
+    assert cycles(unit_graph(graph, "p")) == [["p.a", "p.b"]]  # no circle between modules
+    assert cycles(graph) == []
+
+
+def test_no_import_circles_between_sibling_units():
+    graph = import_graph()
+    packages = sorted({m for m in graph if any(o.startswith(m + ".") for o in graph)})
+    assert "fsobs.analysis" in packages and "fsobs" in packages
+    knots = {p: found for p in packages if (found := cycles(unit_graph(graph, p)))}
+    assert knots == {}
 
 
 def test_arrows_point_one_way():

@@ -6,16 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fsobs.collect.id_overlap import id_overlaps, overlap_share
 from fsobs.workload.batch import POOLED_KEYS, SEQ_KEYS, collate
 from fsobs.workload.data import DataConfig, Sample, SyntheticHistories, global_batches
 from fsobs.workload.model import EBC_TABLES, EC_TABLES
-from fsobs.workload.overlap import (
-    FEATURE_IDS,
-    global_batch_overlaps,
-    id_overlaps,
-    overlap_share,
-    table_ids,
-)
+from fsobs.workload.overlap import FEATURE_IDS, global_batch_overlaps, table_ids
 
 TABLES = {**EBC_TABLES, **EC_TABLES}
 

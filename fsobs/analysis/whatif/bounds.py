@@ -16,8 +16,8 @@ every sample's cost ``c_i``; with ``N`` ranks and total ``T``, the mean rank loa
 - ``equal_bound``: the same with equal counts per rank (the derivation is in
   :func:`~optim.balance.imbalance_bound`), NaN when the ranks' samples do not split equally;
 - ``whale_rank``: the rank that trained the costliest sample; ``straggler``: the step's
-  straggler (:mod:`.identify`, NaN when none), ``straggler_has_whale``: the straggler trained
-  the whale of a step that has one: its wait is the whale's, not the split's.
+  straggler (:mod:`fsobs.analysis.stragglers.identify`, NaN when none), ``straggler_has_whale``:
+  the straggler trained the whale of a step that has one: its wait is the whale's, not the split's.
 
 The cost model is the run's own: the one behind the sidecars' ``est_cost``
 (:func:`fsobs.analysis.whatif.calibration.partition_model`), else the one fitted on the busy

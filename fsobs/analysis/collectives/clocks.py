@@ -1,7 +1,8 @@
 """Clock alignment: which ranks share a clock, and each clock's offset (docs/design.md §5).
 
 Synchronising collectives end within microseconds of each other on every rank of an instance,
-so the end times of the matched instances (:mod:`fsobs.analysis.matching`) show the clocks::
+so the end times of the matched instances (:mod:`fsobs.analysis.collectives.matching`) show the
+clocks::
 
     clock A rank 0   |----all_reduce----|            end_A
     clock B rank 1        |--all_reduce------|       end_B   offset_B = median(end_B - end_A)

@@ -33,9 +33,9 @@ more ranks than there are traces) gives no waits at all, since the missing rank 
 everybody waited for; its collectives are listed in ``partial`` and their time is
 ``unattributed_comm``.
 
-Clock alignment (:mod:`fsobs.analysis.clocks`): ranks on one host start on one clock, split
-into several when the collectives' end times show that they are not (containers, VMs); each
-clock gets an offset from the end times of the matched collectives, which finish within
+Clock alignment (:mod:`fsobs.analysis.collectives.clocks`): ranks on one host start on one
+clock, split into several when the collectives' end times show that they are not (containers,
+VMs); each clock gets an offset from the end times of the matched collectives, which finish within
 microseconds of each other, or, when none holds, is said to be unaligned and its instances with
 other clocks are not paired::
 
@@ -54,9 +54,14 @@ from typing import Protocol, TypeVar, cast
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.alltoall import VOLUME_INPUTS, AllToAll, all_to_all_table, volume_columns
-from fsobs.analysis.clocks import Clock, align_clocks, unaligned
-from fsobs.analysis.stragglers.lateness import (
+from fsobs.analysis.collectives.alltoall import (
+    VOLUME_INPUTS,
+    AllToAll,
+    all_to_all_table,
+    volume_columns,
+)
+from fsobs.analysis.collectives.clocks import Clock, align_clocks, unaligned
+from fsobs.analysis.collectives.lateness import (
     LATENESS_COLUMNS,
     LATENESS_INPUTS,
     gpu_gaps,
@@ -126,17 +131,17 @@ class Collectives:
 
     ``offsets_ns``: per rank, what was subtracted from its clock; ``skew_ms`` the largest
     absolute offset. ``clocks``: the clocks found and their offsets, or why one could not be
-    aligned (:mod:`fsobs.analysis.clocks`).
+    aligned (:mod:`fsobs.analysis.collectives.clocks`).
 
     ``roles_known``: whether anything in the run says the role of at least one collective (a
     marker, a PEC, torchrec or DDP range, a group description, run.json's group layout);
     without, every role is the fallback ``other`` and the time by role is unknown.
 
     ``lateness``: per instance that kept a rank waiting, what its last rank was doing
-    meanwhile (:func:`fsobs.analysis.stragglers.lateness.lateness_table`).
+    meanwhile (:func:`fsobs.analysis.collectives.lateness.lateness_table`).
 
     ``all_to_all``: the send / receive imbalance and volume matrix of every all_to_all(v)
-    instance (:mod:`fsobs.analysis.alltoall`).
+    instance (:mod:`fsobs.analysis.collectives.alltoall`).
     """
 
     instances: pd.DataFrame

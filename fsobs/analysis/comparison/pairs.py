@@ -1,9 +1,9 @@
 """Several control / test pairs: the bubble reduction over pairs, with a Student t interval.
 
-One pair's interval (:mod:`fsobs.analysis.ab`) resamples the steps of that pair: it says how
-precisely that pair's reduction is known, not how much another pair of runs (another seed, node
-or day) would give. With ``n`` pairs, matched by position and each its own
-:class:`~fsobs.analysis.ab.Comparison` with reduction ``r_i``::
+One pair's interval (:mod:`fsobs.analysis.comparison.ab`) resamples the steps of that pair: it
+says how precisely that pair's reduction is known, not how much another pair of runs (another
+seed, node or day) would give. With ``n`` pairs, matched by position and each its own
+:class:`~fsobs.analysis.comparison.ab.Comparison` with reduction ``r_i``::
 
     reduction = mean(r_1 .. r_n)
     CI        = reduction ± t(n - 1, (1 + confidence) / 2) · sd(r_1 .. r_n) / sqrt(n)
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fsobs.analysis.ab import Comparison
 from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from fsobs.analysis.comparison.ab import Comparison
 
 MIN_PAIRS = 3
 """Fewer pairs than this give no interval over pairs."""

@@ -26,7 +26,7 @@ resampled independently (they need not have traced the same steps).
 A reduction only means something when both runs trained on the same global batches; see
 :func:`batch_check` for how that is checked. The interval covers the steps of this one pair of
 runs, not run-to-run variation (another seed, another machine): for that, compare several pairs
-(:mod:`fsobs.analysis.pairs`).
+(:mod:`fsobs.analysis.comparison.pairs`).
 
 Per-role numbers need roles: a run whose collectives carry none (:func:`roles_known`: no
 FreeScale markers, no process-group descriptions, no ``run.json`` process groups, so that every
@@ -260,7 +260,8 @@ _UNKNOWN = (math.nan, (math.nan, math.nan))
 def roles_known(analysis: Analysis) -> bool:
     """Whether the run's collectives carry roles: some matched collective has one other than
     ``other``, the role every unlabelled collective falls back to
-    (:func:`fsobs.analysis.matching.match_collectives`). A FreeScale run labels torchrec's
+    (:func:`fsobs.analysis.collectives.matching.match_collectives`). A FreeScale run labels
+    torchrec's
     embedding collectives and DDP's all-reduce, so a run with only ``other`` has no labels to
     go by (a run whose only labels were FreeScale's ``other`` counts as unknown too: rare, and
     its roles then say no more than its classes). A run without matched collectives counts as
