@@ -32,11 +32,9 @@ from dashboard.store import (
 from dashboard.tables import has_data, run_facts, timeline_frame
 from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
-from fsobs.analysis.comparison.ab import Comparison, compare
-from fsobs.analysis.costfit import CostFit, fit_cost
-from fsobs.analysis.whatif.bounds import SplitBounds, run_bounds
+from fsobs.analysis import Comparison, CostFit, SplitBounds, compare, fit_cost, run_bounds
 from fsobs.report import findings
-from fsobs.runformat.steps import read_step_lengths
+from fsobs.runformat import read_step_lengths
 from fsobs.storage import Location, as_location
 
 Pair = tuple[Analysis, Analysis]

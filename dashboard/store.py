@@ -24,11 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsobs.cli.access import READ_ONLY_ENV
-from fsobs.errors import FsobsError
-from fsobs.live.state import RUNNING, run_status
-from fsobs.runformat import RUN_JSON, RunMeta, is_trace_name, read_run_meta
-from fsobs.runformat.names import PARTIAL_SUFFIX, WINDOWS_DIR
+from fsobs import FsobsError
+from fsobs.cli import READ_ONLY_ENV
+from fsobs.live import RUNNING, run_status
+from fsobs.runformat import (
+    PARTIAL_SUFFIX,
+    RUN_JSON,
+    WINDOWS_DIR,
+    RunMeta,
+    is_trace_name,
+    read_run_meta,
+)
 from fsobs.storage import (
     Entry,
     Location,

@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import IO
 
 from fsobs import Analysis, FsobsError, LoadConfig, analyze_path
-from fsobs.runformat.names import RUN_JSON, SIDECAR_RE, is_trace_name
-from fsobs.trace._decode import GZIP_MAGIC
+from fsobs.runformat import RUN_JSON, SIDECAR_RE, is_trace_name
+from fsobs.trace import GZIP_MAGIC
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 """Largest upload, uncompressed, all files together."""

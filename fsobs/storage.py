@@ -26,6 +26,20 @@ from pathlib import Path
 from typing import IO, Any, Protocol, cast
 from urllib.parse import unquote, urlparse
 
+__all__ = [
+    "Entry",
+    "Location",
+    "Readable",
+    "RemotePath",
+    "as_location",
+    "is_url",
+    "list_dir",
+    "open_binary",
+    "open_local",
+    "read_bytes",
+    "read_text",
+]
+
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _STREAMED = ("http", "https")  # opened as one streamed response: no range requests needed
 _BLOCK = 8 * 2**20  # read-ahead block of the other filesystems

@@ -42,17 +42,15 @@ from dashboard.widgets import (
     table,
 )
 from fsobs import Analysis, load_rank
-from fsobs.analysis.locality import comm_locality, intra_share
-from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
-from fsobs.analysis.stragglers.causes import CAUSES
-from fsobs.analysis.whatif.predict import TOGGLES as WHATIF_TOGGLES
+from fsobs.analysis import CAUSES, EMBEDDING_TOTAL, comm_locality, intra_share, kpis_by_role
+from fsobs.analysis import TOGGLES as WHATIF_TOGGLES
 from fsobs.export import export_rank
-from fsobs.report import capture_findings
-from fsobs.report.analysis import (
+from fsobs.report import (
     EMBEDDING_TOTAL_NOTE,
     WHOLE_TRACE_NOTE,
     NextStep,
     applied_already,
+    capture_findings,
     causes_unknown_line,
     dominant_class,
     next_step,
@@ -408,7 +406,7 @@ def _causes(analysis: Analysis) -> None:
 
 def _roles(analysis: Analysis) -> None:
     """Straggler wait and exposed communication by the role of the collective."""
-    roles = by_role(analysis.roles)
+    roles = kpis_by_role(analysis.roles)
     if not any(v for values in roles.values() for v in values.values() if v == v):
         return
     st.subheader("Communication by role (ms per rank and step)")

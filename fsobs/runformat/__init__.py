@@ -21,9 +21,14 @@ interrupted run is closed off), :mod:`.atomic` (write to a temporary name, then 
 """
 
 from fsobs.runformat.atomic import write_atomic
+from fsobs.runformat.bounded import read_limited
 from fsobs.runformat.names import (
+    COST_MODEL,
     FORMAT_VERSION,
+    PARTIAL_SUFFIX,
     RUN_JSON,
+    SIDECAR_RE,
+    WINDOWS_DIR,
     is_trace_name,
     sidecar_file_name,
     trace_file_name,
@@ -46,8 +51,12 @@ from fsobs.runformat.steps import (
 )
 
 __all__ = [
+    "COST_MODEL",
     "FORMAT_VERSION",
+    "PARTIAL_SUFFIX",
     "RUN_JSON",
+    "SIDECAR_RE",
+    "WINDOWS_DIR",
     "RunMeta",
     "SidecarWriter",
     "StepRecord",
@@ -55,6 +64,7 @@ __all__ = [
     "finalize_incomplete",
     "is_trace_name",
     "mark_incomplete",
+    "read_limited",
     "read_run_json",
     "read_run_meta",
     "read_sidecars",
