@@ -6,12 +6,14 @@ import math
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import figures
-from dashboard.cache import BY_REPR, findings_of, split_bounds_of, timeline_parts
+from dashboard.cache import BY_REPR, figure_of, findings_of, split_bounds_of, timeline_parts
 from dashboard.numbers import KPI_HELP, cost_unit, ms, pct, ratio
 from dashboard.ops import rank_ops, top_ops
 from dashboard.ranks import (
@@ -79,7 +81,8 @@ def _overview(entry: RunEntry, analysis: Analysis) -> None:
         st.warning(esc(line))
     dominant = dominant_class(analysis.summary)
     _answer(entry, analysis, dominant)
-    chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
+    classes = partial(figures.bubble_classes_by_rank, analysis.steps)
+    chart(_figure(entry, "bubble_classes", (), classes), "bubble_classes")
     lines = findings_of(str(current_store()), entry.run_id, entry.signature, analysis)
     with st.expander(f"Every finding ({len(lines)})"):
         for line in lines:
@@ -228,19 +231,25 @@ def _timeline(analysis: Analysis, *, entry: RunEntry, ranks: list[int]) -> None:
         partial(_drawn_ops, analysis, entry, drawn),
     )
     bars, ops = parts.bars, parts.ops
-    path = path_frame(analysis.critical_path.segments, window, bars.attrs["origin_ns"])
-    fig = figures.step_timeline(
-        bars,
-        window,
-        num_ranks=len(analysis.run.ranks),
-        names=parts.names,
-        places=parts.places,
-        path=path,
-    )
-    chart(fig, "timeline")
+
+    def timeline() -> go.Figure:
+        path = path_frame(analysis.critical_path.segments, window, bars.attrs["origin_ns"])
+        return figures.step_timeline(
+            bars,
+            window,
+            num_ranks=len(analysis.run.ranks),
+            names=parts.names,
+            places=parts.places,
+            path=path,
+        )
+
+    choice = (tuple(drawn), tuple(window), parts.names is not None)
+    chart(_figure(entry, "timeline", choice, timeline), "timeline")
     _timeline_caption(bars)
     shown = None if len(ranks) == len(analysis.run.ranks) else ranks
-    chart(figures.classes_over_steps(analysis.steps, shown), "classes_over_steps")
+    over_steps = partial(figures.classes_over_steps, analysis.steps, shown)
+    shown_key = () if shown is None else tuple(shown)
+    chart(_figure(entry, "classes_over_steps", shown_key, over_steps), "classes_over_steps")
     if ops is not None:
         _top_ops(ops, window, len(drawn))
     _download(analysis, entry, drawn)
@@ -514,6 +523,13 @@ def _hta(analysis: Analysis) -> None:
     table(hta.idle_time_breakdown)
 
 
+def _figure(
+    entry: RunEntry, name: str, choice: tuple[Any, ...], build: Callable[[], go.Figure]
+) -> go.Figure:
+    """One of the run's figures, built once per ``choice`` (:func:`dashboard.cache.figure_of`)."""
+    return figure_of(str(current_store()), entry.run_id, entry.signature, name, choice, build)
+
+
 def render() -> None:
     """The page."""
     st.title("Bubbles")
@@ -522,7 +538,8 @@ def render() -> None:
         stop("No step was recorded on every rank (no ProfilerStep): no bubble breakdown.")
     _overview(entry, analysis)
     choice = _rank_filter(analysis, entry.run_id)
-    chart(figures.straggler_wait_heatmap(analysis.steps, choice.ranks), "wait_heatmap")
+    heatmap = partial(figures.straggler_wait_heatmap, analysis.steps, choice.ranks)
+    chart(_figure(entry, "wait_heatmap", tuple(choice.ranks), heatmap), "wait_heatmap")
     # Only the chosen tab runs (a click on another one reruns the page): the browser gets and
     # draws one tab's charts and tables, not four.
     tabs = st.tabs(TABS, key=TAB_KEY, on_change="rerun")
