@@ -152,6 +152,18 @@ class StepState:
     """Instead of ``loss``: the unweighted sum of this rank's loss terms ..."""
     loss_count: int | torch.Tensor | None = None
     """... and their number (0: an empty share, no loss recorded)."""
+    sample_ids: IntArray | None = None
+    """The dataset index of each sample, in the order of ``lengths`` (optional)."""
+    imbalance_before: float | None = None
+    """Max / mean estimated cost over the ranks under the random split (the balance's plan)."""
+    imbalance_after: float | None = None
+    """The same under the split used."""
+    batch_digest: str | None = None
+    """A digest of the step's global batch (``optim.plan.batch_digest``): equal digests, the
+    same samples."""
+    id_overlap: Mapping[str, float] | None = None
+    """Instead of ``ids``, for a loop that works the shares out itself (off the step): per
+    table, the share of the global batch's ID occurrences the previous step's had."""
 
 
 class RunRecorder:
@@ -385,14 +397,23 @@ class RunRecorder:
         lengths = int_array(state.lengths, "lengths")
         loss = _mean_loss(state)
         cost = None if self._cost_model is None else rank_cost(self._cost_model, lengths)
+        overlap = self._id_overlap(state.ids)
+        if state.id_overlap is not None:
+            if state.ids is not None:
+                raise ValueError("id_overlap: give either ids or id_overlap, not both")
+            overlap = dict(state.id_overlap)
         record = StepRecord.of(
             self._next_step,
             lengths,
             cost,
             start,
             end,
+            sample_ids=state.sample_ids,
             loss=loss,
-            id_overlap=self._id_overlap(state.ids),
+            imbalance_before=state.imbalance_before,
+            imbalance_after=state.imbalance_after,
+            batch_digest=state.batch_digest,
+            id_overlap=overlap,
             **pauses,
         )
         self._sidecar.write(record)

@@ -60,8 +60,9 @@ import pandas as pd
 from fsobs.errors import TraceFormatError, TraceReadError
 from fsobs.runformat.atomic import publish, temp_path, write_atomic
 from fsobs.runformat.bounded import MAX_SIDECAR_LINE_BYTES, iter_lines
-from fsobs.runformat.names import PARTIAL_SUFFIX, SIDECAR_RE, sidecar_file_name
-from fsobs.storage import Location, as_location, list_dir
+from fsobs.runformat.files import run_files
+from fsobs.runformat.names import PARTIAL_SUFFIX, sidecar_file_name
+from fsobs.storage import Location, as_location
 
 MAX_LISTED_LENGTHS = 4096
 """Steps with more samples store ``len_sum``/``len_sq_sum``/``len_max`` instead of the list."""
@@ -437,7 +438,12 @@ def _parse_line(line: bytes, path: Location, rank: int, number: int) -> StepReco
 def read_sidecars(run_dir: Location) -> pd.DataFrame | None:
     """The sidecars of a run directory (a path or a URL) as one frame (:data:`COLUMNS`); None
     without any."""
-    files = sidecar_files(run_dir)
+    return sidecar_frame(sidecar_files(run_dir))
+
+
+def sidecar_frame(files: Sequence[tuple[Location, int]]) -> pd.DataFrame | None:
+    """The sidecars ``files`` ((file, rank), :attr:`~fsobs.runformat.files.RunFiles.sidecars`)
+    as one frame (:data:`COLUMNS`); None without any."""
     if not files:
         return None
     rows = [r.frame_row(rank) for path, rank in files for r in read_sidecar(path, rank)]
@@ -456,21 +462,14 @@ def read_step_lengths(run_dir: str | Location, step: int) -> dict[int, np.ndarra
     return out
 
 
-def sidecar_files(run_dir: Location) -> list[tuple[Location, int]]:
-    """(file, rank) of every ``steps.rank<R>.jsonl`` of the run directory, sorted by name."""
-    if isinstance(run_dir, Path):  # links are no files of the run (the loader says so)
-        names: list[Location] = [p for p in run_dir.glob("steps.rank*.jsonl") if not p.is_symlink()]
-    else:
-        try:
-            names = [e.location for e in list_dir(run_dir) if not e.is_dir]
-        except OSError as exc:
-            raise TraceReadError(f"cannot list the run folder: {exc}", path=run_dir) from exc
-    found = []
-    for path in sorted(names, key=lambda p: p.name):
-        match = SIDECAR_RE.match(path.name)
-        if match is not None:
-            found.append((path, int(match.group(1))))
-    return found
+def sidecar_files(run_dir: Location) -> tuple[tuple[Location, int], ...]:
+    """(file, rank) of every ``steps.rank<R>.jsonl`` of the run directory, sorted by name
+    (:attr:`~fsobs.runformat.files.RunFiles.sidecars`; links are no files of the run);
+    TraceReadError when the folder cannot be listed."""
+    try:
+        return run_files(run_dir).sidecars
+    except OSError as exc:
+        raise TraceReadError(f"cannot list the run folder: {exc}", path=run_dir) from exc
 
 
 def _is_record(line: bytes) -> bool:
