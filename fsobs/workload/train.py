@@ -8,13 +8,17 @@ launcher: ``fsobs.workload.config``) and writes the run into ``RUN_DIR``. Every 
 same dataset and global batches (same seed), takes its random-split share of each step's global
 batch (or, with the ``balance`` toggle, its part of a cost-balanced plan:
 ``fsobs.workload.inputs``), and trains ``SeqRecModel`` under torchrec DMP with
-``TrainPipelineSparseDist`` (gloo on CPU, nccl on GPU). It writes the run format of
-docs/design.md §3: ``rank<R>.trace.json.gz`` (torch.profiler), ``steps.rank<R>.jsonl`` (what
-data each step got, its estimated cost, wall-clock bounds and the embedding-ID overlap with the
-previous global batch) and, from rank 0, ``run.json``.
+``TrainPipelineSparseDist`` (gloo on CPU, nccl on GPU). It records the run as any user's loop
+does, through :class:`~fsobs.collect.RunRecorder` (docs/design.md §3):
+``rank<R>.trace.json.gz`` (torch.profiler), ``steps.rank<R>.jsonl`` (what data each step got,
+its estimated cost, wall-clock bounds, the balance fields and the embedding-ID overlap with the
+previous global batch, which :class:`~fsobs.workload.inputs.StepInputs` works out before the
+loop) and, from rank 0, ``run.json``. The recorder is made after the optimizer's process
+groups, so that its own group does not change their names in ``run.json``.
 
 The sidecar's step numbers are the profiler's ``ProfilerStep#N`` numbers: step N is the N-th
-call of ``TrainPipelineSparseDist.progress``, which trains batch N.
+call of ``TrainPipelineSparseDist.progress``, which trains batch N. A step's wall-clock bounds
+run from before ``progress`` to after its loss is computed.
 """
 
 from __future__ import annotations
@@ -120,7 +124,7 @@ def train(
     made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
     fed = _recorded(iter(inputs), made)
     fail, how = _fault(rank)
-    # made last: the recorder's own process group comes after the optimizer's (their names)
+    # made last: its own process group comes after the optimizer's (module docstring)
     recorder = RunRecorder(
         out,
         freescale=fs,
