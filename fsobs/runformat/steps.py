@@ -171,7 +171,7 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         out: dict[str, Any] = {}
         for name in _FIELDS:
             value = getattr(self, name)
-            if name in left_out or value is None and name in _OPTIONAL | {"sample_ids"}:
+            if name in left_out or value is None and name in _UNSET_LEFT_OUT:
                 continue
             out[name] = list(value) if name in _LISTS else value
         return out
@@ -219,7 +219,9 @@ _SUMS = frozenset({"len_sum", "len_sq_sum", "len_max"})
 _LISTS = frozenset({"seq_lengths", "sample_ids"})
 """Written only when the step's samples are listed."""
 _OPTIONAL = frozenset(_FIELDS[_FIELDS.index("loss") :])
-"""Written only when set."""
+"""The optional fields, from ``loss`` on."""
+_UNSET_LEFT_OUT = _OPTIONAL | {"sample_ids"}
+"""Written only when set (``est_cost`` and the wall bounds are written as null)."""
 _NUMBERS = frozenset(
     name for name in _OPTIONAL | {"est_cost"} if name not in ("batch_digest", "id_overlap")
 )
