@@ -2,14 +2,15 @@
 
 :func:`run_files` lists a folder once, a local path or a URL (:mod:`fsobs.storage`), and sorts
 what it holds by the names of :mod:`fsobs.runformat.names`; the loader, the sidecar reader, the
-dashboard's store and ``fsobs run`` read that listing, and the dashboard's upload takes the
-names :func:`~fsobs.runformat.names.is_run_file` admits::
+dashboard's store, ``fsobs run`` and the live state (:mod:`fsobs.live.state`) read that
+listing, and the dashboard's upload takes the names :func:`~fsobs.runformat.names.is_run_file`
+admits::
 
     <run>/                       RunFiles
       rank<R>.trace.json.gz      .traces      every regular *.json(.gz) that is no other run
       worker.pt.trace.json                    file (the loader then reads its opening)
       steps.rank<R>.jsonl        .sidecars    (file, rank), sorted by name
-      steps.rank<R>.jsonl.partial             a sidecar being written: in .files, no sidecar
+      steps.rank<R>.jsonl.partial .partial_sidecars   still being written, or left by a dead rank
       run.json                   .run_json
       windows/                   .windows     a live run's published windows (a folder)
       notes.txt                  .files       every regular file, run file or not
@@ -24,10 +25,18 @@ nothing) is named in :attr:`RunFiles.links` and left out, and a FIFO or device i
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fsobs.runformat.names import RUN_JSON, SIDECAR_RE, WINDOWS_DIR, is_run_file, is_trace_name
+from fsobs.runformat.names import (
+    PARTIAL_RE,
+    RUN_JSON,
+    SIDECAR_RE,
+    WINDOWS_DIR,
+    is_run_file,
+    is_trace_name,
+)
 from fsobs.storage import Entry, Location, RemotePath, list_dir
 
 
@@ -61,12 +70,13 @@ class RunFiles:
     def sidecars(self) -> tuple[tuple[Location, int], ...]:
         """(file, rank) of every finished step sidecar ``steps.rank<R>.jsonl``; a rank may have
         several (``steps.rank01.jsonl`` beside ``steps.rank1.jsonl``)."""
-        found = []
-        for file in self.files:
-            match = SIDECAR_RE.match(file.location.name)
-            if match is not None:
-                found.append((file.location, int(match.group(1))))
-        return tuple(found)
+        return _ranked(self.files, SIDECAR_RE)
+
+    @property
+    def partial_sidecars(self) -> tuple[tuple[Location, int], ...]:
+        """(file, rank) of every sidecar still being written, ``steps.rank<R>.jsonl.partial``
+        (a live run's, or one a rank that died left)."""
+        return _ranked(self.files, PARTIAL_RE)
 
     @property
     def run_json(self) -> Location | None:
@@ -93,6 +103,12 @@ class RunFiles:
     def file_links(self) -> tuple[str, ...]:
         """The links that do not lead to a folder (to a file, or to nothing)."""
         return tuple(n for n in self.links if n not in self.folder_links)
+
+
+def _ranked(files: tuple[Entry, ...], pattern: re.Pattern[str]) -> tuple[tuple[Location, int], ...]:
+    """(file, the rank its name gives) of the files whose names match ``pattern``."""
+    matches = ((f.location, pattern.match(f.location.name)) for f in files)
+    return tuple((location, int(m.group(1))) for location, m in matches if m is not None)
 
 
 def run_files(folder: Location, *, fresh: bool = False) -> RunFiles:

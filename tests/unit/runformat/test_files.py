@@ -108,3 +108,8 @@ def test_a_url_folder_lists_files_and_folders_only(tmp_path):
 )
 def test_run_files_are_traces_run_json_and_sidecars(name, taken):
     assert is_run_file(name) is taken
+
+
+def test_partial_sidecars_are_listed_apart(tmp_path):
+    run = _folder(tmp_path)
+    assert run_files(run).partial_sidecars == ((run / "steps.rank1.jsonl.partial", 1),)
