@@ -15,7 +15,8 @@ from pathlib import Path
 
 from fsobs.cli.common import Commands, cost_model_path, example
 from fsobs.errors import FsobsError
-from fsobs.runformat.names import WINDOWS_DIR, is_trace_name
+from fsobs.runformat.files import run_files
+from fsobs.runformat.names import WINDOWS_DIR
 from fsobs.workload.config import MODEL_PRESETS, JobConfig, ModelSpec, data_config_for, job_profiler
 from optim.balance import METHODS
 from optim.config import DENSE_ORDERS, FreeScaleConfig, PriorityConfig, SMFreeConfig
@@ -249,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    if (Path(args.out) / WINDOWS_DIR).is_dir():
+    if run_files(Path(args.out)).windows is not None:
         print(f"wrote {args.out}; {_live_windows(Path(args.out))}")
     else:
         print(f"wrote {args.out}; analyze it with: fsobs analyze {args.out}")
@@ -261,9 +262,10 @@ def what_can_be_analyzed(out: Path) -> str:
     rank with a trace recorded, and the ranks without one (it loads the traces)."""
     from fsobs.trace.loader import load_run
 
-    if (out / WINDOWS_DIR).is_dir():
+    files = run_files(out)
+    if files.windows is not None:
         return _live_windows(out)
-    if not any(p.is_file() and is_trace_name(p.name) for p in out.iterdir()):
+    if not files.traces:
         return "nothing can be analyzed (no rank left a trace)"
     try:
         run = load_run(out)
