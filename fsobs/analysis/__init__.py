@@ -69,6 +69,12 @@ _LAZY = {
 }
 
 
+# The subpackage ``whatif`` shares its name with the function: it is imported now (it is light),
+# so that importing it later cannot bind the name to it, and the name is left to __getattr__.
+importlib.import_module("fsobs.analysis.whatif")
+del globals()["whatif"]
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
