@@ -135,7 +135,7 @@ def _analyze(args: argparse.Namespace) -> int:
     config = load_config(args)
     source = args.paths[0] if len(args.paths) == 1 else args.paths
     result = analyze_with_progress(source, config)
-    from fsobs.report import render, to_json
+    from fsobs.report import render, to_json  # after the read: it starts as soon as it can
 
     if args.json:
         print(json.dumps(to_json(result), indent=2, allow_nan=False))
