@@ -9,8 +9,11 @@ Each measurement runs one tool in a fresh child process (this script with ``--wo
   loader, the whole bubble analysis and the HTA metrics), then its ``hta.temporal_breakdown``
 - HTA:   ``TraceAnalysis(trace_dir=dir)`` then ``get_temporal_breakdown(visualize=False)``
 
-The child times the work after its imports (``work``); the parent times the whole child from
-spawn to exit (``end-to-end``: interpreter start, imports, work, exit) and samples, every ~20 ms,
+The child times the work after its imports (``work``) and its start-up: from the moment the
+parent spawned it until it has imported what the command needs (fsobs: what ``fsobs analyze``
+imports before it reads a trace, its arguments parsed; HTA: ``hta.trace_analysis``). The parent
+times the whole child from spawn to exit (``end-to-end``: interpreter start, imports, work,
+exit), the two tools side by side in one run, and samples, every ~20 ms,
 the summed RSS of the child and all its descendants (both tools parse ranks in forked worker
 pools), keeping the peak; every ~0.2 s it also sums their PSS, which counts the pages a forked
 worker shares with its parent once instead of twice. Every measurement is repeated and the
@@ -19,6 +22,10 @@ identical. The machine may be shared: before each measurement the script waits u
 processes leave the CPUs idle, and it repeats (up to 3 times) a measurement during which they
 used more than ``--max-foreign`` cores, keeping the least disturbed one; the tables show how
 much they used.
+
+The parse alone is timed in one more child per repeat (``--worker parse``): each trace file of
+the set loaded in that process (:func:`fsobs.load_rank`, one core), its CPU time against the
+JSON it read, in MB of JSON per second per core.
 
 The synthetic set (8 ranks x ~100 MB of JSON, gzipped) is written once with
 :func:`fsobs.simulate.write_gpu_run` to ``bench_data/`` (git-ignored) and reused.
@@ -52,18 +59,31 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 GOAL_SPEEDUP = 5.0
 GOAL_MEMORY = 1 / 3
+GOAL_STARTUP_S = 0.3
+"""``fsobs analyze`` starts reading within this long of its spawn."""
+GOAL_PARSE_MB_S = 150.0
+"""MB of JSON parsed per second on one core."""
+GOAL_END_TO_END = 8.0
 
 
 # ----------------------------------------------------------------------------- child side
 
 
-def worker(tool: str, trace_dir: str) -> None:
-    """Run one tool on ``trace_dir`` and print one JSON line with timings and the breakdown."""
+def worker(tool: str, trace_dir: str, spawned_at: float) -> None:
+    """Run one tool on ``trace_dir`` and print one JSON line with timings and the breakdown
+    (``parse``: the parse alone); ``spawned_at``: the parent's ``time.time()`` at the spawn."""
+    if tool == "parse":
+        parse_worker(trace_dir)
+        return
     t0 = time.perf_counter()
     if tool == "fsobs":
-        from fsobs.analysis import analyze_path
+        import fsobs
+        from fsobs.cli import build_parser
 
+        build_parser("analyze").parse_args(["analyze", trace_dir])  # as `fsobs analyze` starts
+        analyze_path = fsobs.analyze_path  # what it imports before it reads
         t1 = time.perf_counter()
+        startup_s = time.time() - spawned_at
         rss_after_import = _rss(os.getpid())
         breakdown = analyze_path(trace_dir).hta.temporal_breakdown
     else:
@@ -72,17 +92,35 @@ def worker(tool: str, trace_dir: str) -> None:
 
         from hta.trace_analysis import TraceAnalysis
 
+        t1 = time.perf_counter()
+        startup_s = time.time() - spawned_at
         logging.disable(logging.WARNING)  # HTA logs a warning per file and per step
         warnings.simplefilter("ignore")
-        t1 = time.perf_counter()
         rss_after_import = _rss(os.getpid())
         analysis = TraceAnalysis(trace_dir=trace_dir)
         breakdown = analysis.get_temporal_breakdown(visualize=False)
         breakdown = breakdown.rename(columns=lambda c: c.replace("(us)", "_us"))
     t2 = time.perf_counter()
     rows = breakdown.sort_values("rank").to_dict(orient="records")
-    result = {"import_s": t1 - t0, "work_s": t2 - t1, "rss_after_import": rss_after_import}
+    result = {
+        "import_s": t1 - t0,
+        "startup_s": startup_s,
+        "work_s": t2 - t1,
+        "rss_after_import": rss_after_import,
+    }
     print(json.dumps(result | {"breakdown": rows}, default=float), flush=True)
+
+
+def parse_worker(trace_dir: str) -> None:
+    """Parse each trace file of ``trace_dir`` here, one after the other; print the CPU seconds."""
+    from fsobs import load_rank
+
+    files = _trace_files(Path(trace_dir))
+    load_rank(files[0])  # the first parse pays for lazy imports and the regexes
+    start = time.process_time()
+    for path in files:
+        load_rank(path)
+    print(json.dumps({"parse_cpu_s": time.process_time() - start}), flush=True)
 
 
 # ---------------------------------------------------------------------------- parent side
@@ -92,6 +130,8 @@ def worker(tool: str, trace_dir: str) -> None:
 class Measurement:
     work_s: float
     import_s: float
+    startup_s: float
+    """From the spawn until the child had imported what the command needs."""
     end_to_end_s: float
     peak_rss: int
     peak_pss: int
@@ -110,9 +150,15 @@ class Result:
     gz_bytes: int
     json_bytes: int
     runs: dict[str, list[Measurement]] = field(default_factory=dict)
+    parse_cpu_s: list[float] = field(default_factory=list)
+    """CPU seconds of fsobs's parse of all the set's files, one entry per repeat."""
 
     def median(self, tool: str, attr: str) -> float:
         return statistics.median(getattr(m, attr) for m in self.runs[tool])
+
+    def parse_mb_s(self) -> float:
+        """MB of JSON fsobs parses per second on one core (median over the repeats)."""
+        return self.json_bytes / 1e6 / statistics.median(self.parse_cpu_s)
 
 
 def _tree_pids(pid: int) -> list[int]:
@@ -185,9 +231,9 @@ def _own_cpu_s() -> float:
 def measure(tool: str, trace_dir: Path) -> Measurement:
     """Run ``tool`` on ``trace_dir`` in a fresh process, sampling the process tree's RSS."""
     env = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, __file__, "--worker", tool, str(trace_dir)]
     busy0, own0 = _busy_cpu_s(), _own_cpu_s()
     start = time.perf_counter()
+    cmd = [sys.executable, __file__, "--worker", tool, str(trace_dir), repr(time.time())]
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     peak_rss = peak_pss = samples = 0
     while child.poll() is None:
@@ -204,6 +250,7 @@ def measure(tool: str, trace_dir: Path) -> Measurement:
     return Measurement(
         work_s=data["work_s"],
         import_s=data["import_s"],
+        startup_s=data["startup_s"],
         end_to_end_s=end_to_end,
         peak_rss=peak_rss,
         peak_pss=peak_pss,
@@ -211,6 +258,14 @@ def measure(tool: str, trace_dir: Path) -> Measurement:
         breakdown=data["breakdown"],
         foreign_cpu=foreign / end_to_end,
     )
+
+
+def measure_parse(trace_dir: Path) -> float:
+    """CPU seconds of fsobs's parse of ``trace_dir``'s files, in a fresh process."""
+    env = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, __file__, "--worker", "parse", str(trace_dir), repr(time.time())]
+    out = subprocess.run(cmd, capture_output=True, env=env, check=True).stdout
+    return float(json.loads(out.decode().strip().splitlines()[-1])["parse_cpu_s"])
 
 
 def _trace_files(trace_dir: Path) -> list[Path]:
@@ -314,6 +369,13 @@ def bench(name: str, trace_dir: Path, repeats: int, max_foreign: float) -> Resul
                 file=sys.stderr,
                 flush=True,
             )
+        _wait_until_quiet(max_foreign)
+        result.parse_cpu_s.append(measure_parse(trace_dir))
+        print(
+            f"  {name} [{rep + 1}/{repeats}] fsobs parse: {result.parse_cpu_s[-1]:.2f} CPU s",
+            file=sys.stderr,
+            flush=True,
+        )
     return result
 
 
@@ -381,8 +443,41 @@ def details(results: list[Result]) -> str:
     return head + "\n".join(lines)
 
 
+def feel_table(results: list[Result]) -> str:
+    """What a user feels, medians: start-up (spawn to the imports done), the parse rate, and the
+    end-to-end ratio of the two tools measured side by side."""
+    head = (
+        "| trace set | JSON MB | fsobs start-up s | HTA start-up s | fsobs parse MB/s per core "
+        "| HTA/fsobs end-to-end |\n"
+        "|---|--:|--:|--:|--:|--:|\n"
+    )
+    lines = []
+    for r in results:
+        startup = [r.median(t, "startup_s") for t in TOOLS]
+        e2e = r.median("hta", "end_to_end_s") / r.median("fsobs", "end_to_end_s")
+        lines.append(
+            f"| {r.name} | {r.json_bytes / 1e6:.1f} | {startup[0]:.2f} | {startup[1]:.2f} "
+            f"| {r.parse_mb_s():.0f} | {e2e:.1f}x |"
+        )
+    return head + "\n".join(lines)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
 def goals(results: list[Result]) -> str:
     lines = []
+    for r in results:
+        startup = r.median("fsobs", "startup_s")
+        e2e = r.median("hta", "end_to_end_s") / r.median("fsobs", "end_to_end_s")
+        lines.append(
+            f"- {r.name}: start-up {startup:.2f} s (goal <= {GOAL_STARTUP_S} s: "
+            f"{_met(startup <= GOAL_STARTUP_S)}); parse {r.parse_mb_s():.0f} MB/s per core "
+            f"(goal >= {GOAL_PARSE_MB_S:.0f}: {_met(r.parse_mb_s() >= GOAL_PARSE_MB_S)}); "
+            f"end-to-end {e2e:.1f}x (goal >= {GOAL_END_TO_END:.0f}x: "
+            f"{_met(e2e >= GOAL_END_TO_END)})"
+        )
     for r in results:
         speed = r.median("hta", "work_s") / r.median("fsobs", "work_s")
         memory = r.median("fsobs", "peak_rss") / r.median("hta", "peak_rss")
@@ -412,10 +507,13 @@ def main(argv: list[str] | None = None) -> int:
         help="retry a measurement when other processes used more cores than this (default 0.2)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write raw results here")
-    parser.add_argument("--worker", nargs=2, metavar=("TOOL", "DIR"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker", nargs=3, metavar=("TOOL", "DIR", "SPAWNED_AT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.worker:
-        worker(*args.worker)
+        tool, trace_dir, spawned_at = args.worker
+        worker(tool, trace_dir, float(spawned_at))
         return 0
     repeats = args.repeats or (1 if args.quick else 3)
     sets = [(name, REFERENCE / name) for name in REFERENCE_SETS]
@@ -430,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(time_table(results))
     print()
+    print(feel_table(results))
+    print()
     print(memory_table(results))
     print()
     print(details(results))
@@ -437,7 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     print(goals(results))
     if args.json:
         raw = [
-            {"name": r.name, "runs": {t: [vars(m) for m in ms] for t, ms in r.runs.items()}}
+            {
+                "name": r.name,
+                "runs": {t: [vars(m) for m in ms] for t, ms in r.runs.items()},
+                "parse_cpu_s": r.parse_cpu_s,
+            }
             for r in results
         ]
         args.json.write_text(json.dumps(raw, indent=1, default=float))

@@ -42,6 +42,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from fsobs.analysis.fit_shapes import FIT_SHAPES
 from fsobs.analysis.pipeline import Analysis
 from fsobs.errors import RunError
 from fsobs.storage import Location
@@ -51,8 +52,6 @@ FEATURES = ("num_samples", "len_sum", "len_sq_sum")
 """Sidecar columns multiplying ``c0``, ``a`` and ``b``."""
 PADDED_FEATURES = ("num_samples", "len_sum", "len_max")
 """Sidecar columns of the padded shape (``1``, ``n``, ``ΣL`` and ``n · max(L)²``)."""
-FIT_SHAPES = ("additive", "padded", "auto")
-"""What ``shape`` of :func:`fit_points` takes."""
 MIN_POINTS = 4
 LOW_R2 = 0.3
 """Below this R² (or without one) a fit explains too little to balance by

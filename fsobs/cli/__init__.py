@@ -7,12 +7,13 @@ rank and field to stderr and exits with code 2; argparse usage errors exit with 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from fsobs.cli import analysis, dashboard, live, run, whatif
+# the access settings `fsobs dashboard` hands the app (dashboard/auth.py): a light module
 from fsobs.cli.access import (
     ALLOW_ENV,
     AUTH_ENV,
@@ -21,10 +22,11 @@ from fsobs.cli.access import (
     is_allowed,
     parse_allow,
 )
+from fsobs.cli.commands import COMMANDS
 from fsobs.errors import FsobsError
 
 __all__ = [
-    "ALLOW_ENV",  # the access settings `fsobs dashboard` hands the app (dashboard/auth.py)
+    "ALLOW_ENV",
     "AUTH_ENV",
     "EXIT_BAD_INPUT",
     "READ_ONLY_ENV",
@@ -39,7 +41,9 @@ __all__ = [
 EXIT_BAD_INPUT = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``fsobs`` parser; with ``command``, only that subcommand's parser is built in full
+    (the others are listed with their help line, their modules not imported)."""
     parser = argparse.ArgumentParser(
         prog="fsobs",
         description="Find and explain computational bubbles in PyTorch traces.",
@@ -48,17 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    analysis.add_analyze(commands)
-    analysis.add_export(commands)
-    analysis.add_compare(commands)
-    analysis.add_fit_cost(commands)
-    dashboard.add_dashboard(commands)
-    run.add_run(commands)
-    whatif.add_whatif(commands)
-    whatif.add_simulate(commands)
-    live.add_watch(commands)
-    live.add_capture(commands)
+    for name, spec in COMMANDS.items():
+        if command is None or name == command:
+            module = importlib.import_module(f"fsobs.cli.{spec.module}")
+            getattr(module, spec.add)(commands)
+        else:
+            commands.add_parser(name, help=spec.help)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str:
+    """The subcommand that ``argv`` names ("" for none: the top-level options take no values,
+    so it is the first word that is not an option)."""
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 def package_version() -> str:
@@ -70,7 +76,8 @@ def package_version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command(words)).parse_args(words)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

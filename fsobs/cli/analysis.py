@@ -6,10 +6,10 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fsobs.analysis import CostFit, compare, fit_cost
-from fsobs.analysis.comparison.pairs import summarize_pairs
-from fsobs.analysis.costfit import FIT_SHAPES
+from fsobs.analysis.fit_shapes import FIT_SHAPES
+from fsobs.cli.commands import COMMANDS
 from fsobs.cli.common import (
     Commands,
     add_load_options,
@@ -19,16 +19,15 @@ from fsobs.cli.common import (
     load_config,
 )
 from fsobs.errors import FsobsError
-from fsobs.export import export_run
-from fsobs.report import compare_json, render, render_comparison, to_json
-from fsobs.report.comparison import pairs_json, render_pairs
-from fsobs.runformat.names import COST_MODEL, TRACE_RE
+
+if TYPE_CHECKING:
+    from fsobs.analysis import CostFit
 
 
 def add_analyze(commands: Commands) -> None:
     cmd = commands.add_parser(
         "analyze",
-        help="analyze a run directory or Kineto trace files",
+        help=COMMANDS["analyze"].help,
         epilog=example("fsobs analyze out/demo/baseline-0 --json > report.json"),
     )
     cmd.add_argument(
@@ -42,7 +41,7 @@ def add_analyze(commands: Commands) -> None:
 def add_export(commands: Commands) -> None:
     cmd = commands.add_parser(
         "export",
-        help="write the run's traces with bubble tracks added (for Perfetto / chrome://tracing)",
+        help=COMMANDS["export"].help,
         epilog=example("fsobs export out/demo/baseline-0 out/demo-export"),
     )
     cmd.add_argument("run", metavar="RUN", help="a run directory, or a trace file")
@@ -57,7 +56,7 @@ def add_export(commands: Commands) -> None:
 def add_compare(commands: Commands) -> None:
     cmd = commands.add_parser(
         "compare",
-        help="A/B: the bubble reduction of a test run against a control run, or of several pairs",
+        help=COMMANDS["compare"].help,
         description=(
             "CONTROL TEST [TEST ...] compares each TEST with CONTROL; --control A1 A2 A3 --test "
             "B1 B2 B3 compares A_i with B_i and adds the reduction over the pairs, with a "
@@ -86,8 +85,7 @@ def add_compare(commands: Commands) -> None:
 def add_fit_cost(commands: Commands) -> None:
     cmd = commands.add_parser(
         "fit-cost",
-        help="fit the balancer's per-sample cost model c(L) = c0 + a*L + b*L^2 on a run "
-        "(or a padded model's batch cost: --shape padded)",
+        help=COMMANDS["fit-cost"].help,
         epilog=example("fsobs fit-cost out/demo/baseline-0 --out cost.json"),
     )
     cmd.add_argument("run", metavar="RUN", help="a run directory with step sidecars")
@@ -137,6 +135,8 @@ def _analyze(args: argparse.Namespace) -> int:
     config = load_config(args)
     source = args.paths[0] if len(args.paths) == 1 else args.paths
     result = analyze_with_progress(source, config)
+    from fsobs.report import render, to_json  # after the read: it starts as soon as it can
+
     if args.json:
         print(json.dumps(to_json(result), indent=2, allow_nan=False))
     else:
@@ -145,6 +145,9 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from fsobs.export import export_run
+    from fsobs.runformat.names import TRACE_RE
+
     config = load_config(args)
     analysis = analyze_with_progress(args.run, config)
     out = Path(args.out)
@@ -170,6 +173,11 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from fsobs.analysis import compare
+    from fsobs.analysis.comparison.pairs import summarize_pairs
+    from fsobs.report import compare_json, render_comparison
+    from fsobs.report.comparison import pairs_json, render_pairs
+
     config = load_config(args)
     pairs = _pairs(args)
     if pairs is not None:
@@ -214,6 +222,9 @@ def _pairs(args: argparse.Namespace) -> list[tuple[str, str]] | None:
 
 
 def _fit_cost(args: argparse.Namespace) -> int:
+    from fsobs.analysis import fit_cost
+    from fsobs.runformat.names import COST_MODEL
+
     config = load_config(args)
     fit = fit_cost(analyze_with_progress(args.run, config), shape=args.shape)
     if args.min_r2 is not None and not fit.r2 >= args.min_r2:

@@ -6,16 +6,17 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from fsobs.analysis import Analysis, analyze_path
 from fsobs.errors import FsobsError
-from fsobs.trace import LoadConfig
+from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES
 from fsobs.trace.cluster import SCHEDULER_ENV
-from optim.balance import CostModel
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fsobs.analysis import Analysis
+    from fsobs.trace import LoadConfig
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -28,7 +29,7 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-trace-gb",
         type=positive_gb,
-        default=LoadConfig().max_trace_bytes / 2**30,
+        default=DEFAULT_MAX_TRACE_BYTES / 2**30,
         help="refuse trace files that decompress to more than this (default: %(default)g)",
     )
     parser.add_argument(
@@ -56,6 +57,8 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_config(args: argparse.Namespace) -> LoadConfig:
+    from fsobs.trace import LoadConfig
+
     return LoadConfig(
         max_trace_bytes=int(args.max_trace_gb * 2**30),
         step_marker=args.step_marker or None,
@@ -86,8 +89,13 @@ def positive_gb(text: str) -> float:
 def analyze_with_progress(source: str | list[str], config: LoadConfig) -> Analysis:
     """:func:`fsobs.analyze_path`, with a progress bar over the ranks parsed on stderr when it is
     a terminal (the bar is removed when done)."""
+    from fsobs.analysis import analyze_path
+
     if not sys.stderr.isatty():
         return analyze_path(source, config)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     name = Path(source).name if isinstance(source, str | Path) else f"{len(source)} files"
     bar = Progress(
         TextColumn("{task.description}"),
@@ -108,11 +116,15 @@ def analyze_with_progress(source: str | list[str], config: LoadConfig) -> Analys
 
 
 def console() -> Console:
+    from rich.console import Console
+
     return Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def cost_model_path(text: str) -> Path:
     """The absolute path of a readable cost model file (FsobsError naming the file if not)."""
+    from optim.balance import CostModel
+
     path = Path(text).resolve()
     if not path.is_file():
         raise FsobsError(

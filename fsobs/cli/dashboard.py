@@ -27,6 +27,7 @@ from types import FrameType
 
 import fsobs
 from fsobs.cli.access import TOKEN_ENV, access_env, add_access_flags
+from fsobs.cli.commands import COMMANDS
 from fsobs.cli.common import Commands, example
 from fsobs.errors import FsobsError
 from fsobs.storage import as_location
@@ -41,7 +42,7 @@ STOP_TIMEOUT_S = 10.0
 def add_dashboard(commands: Commands) -> None:
     cmd = commands.add_parser(
         "dashboard",
-        help="open the Streamlit dashboard on a run store",
+        help=COMMANDS["dashboard"].help,
         epilog=example("fsobs dashboard --store out/demo --host 0.0.0.0 --auth token"),
     )
     cmd.add_argument(

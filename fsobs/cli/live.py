@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from fsobs.cli.commands import COMMANDS
 from fsobs.cli.common import Commands, console, example
 from fsobs.errors import FsobsError
 from fsobs.live.alerts import AlertConfig
@@ -32,7 +33,7 @@ def add_watch(commands: Commands) -> None:
     defaults = AlertConfig()
     cmd = commands.add_parser(
         "watch",
-        help="follow a run while its job writes it: steps per rank, windows, alerts",
+        help=COMMANDS["watch"].help,
         description=(
             "A live view until the run completes or stops (no sidecar grew for a while and "
             "run.json does not say complete); --once prints it once, --once --json as one "
@@ -89,7 +90,7 @@ def add_watch(commands: Commands) -> None:
 def add_capture(commands: Commands) -> None:
     cmd = commands.add_parser(
         "capture",
-        help="ask a running job to profile its next steps",
+        help=COMMANDS["capture"].help,
         epilog=example("fsobs capture out/live-0 --steps 5"),
     )
     cmd.add_argument("run", metavar="RUN", help="the run directory of the running job")

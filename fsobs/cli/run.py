@@ -13,6 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
+from fsobs.cli.commands import COMMANDS
 from fsobs.cli.common import Commands, cost_model_path, example
 from fsobs.errors import FsobsError
 from fsobs.runformat.files import run_files
@@ -30,7 +31,7 @@ DEFAULT = JobConfig()
 def add_run(commands: Commands) -> None:
     cmd = commands.add_parser(
         "run",
-        help="train the reference job on N ranks with torchrun, writing a run directory",
+        help=COMMANDS["run"].help,
         description="Extra torchrun flags for multi-node runs go after '--' "
         "(e.g. -- --nnodes 2 --node-rank 0 --rdzv-endpoint host:29500). Each rank's output "
         "goes to OUT/logs/rank<R>.log; the console shows one progress bar.",

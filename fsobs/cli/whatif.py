@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from fsobs.analysis.whatif.predict import TOGGLES, whatif
 from fsobs.analysis.whatif.splits import KK, SPLITS, BalanceSplit
+from fsobs.cli.commands import COMMANDS
 from fsobs.cli.common import (
     Commands,
     add_load_options,
@@ -50,7 +51,7 @@ def _balance_split(text: str) -> BalanceSplit:
 def add_whatif(commands: Commands) -> None:
     cmd = commands.add_parser(
         "whatif",
-        help="predict each optimizer toggle, alone and combined, from one baseline run",
+        help=COMMANDS["whatif"].help,
         description="Replays the run's segment graph (per rank and step, compute between the "
         "matched collectives) with each toggle applied; every number is a prediction with an "
         "interval over resampled steps and residual noise.",
@@ -106,7 +107,7 @@ def _whatif(args: argparse.Namespace) -> int:
 def add_simulate(commands: Commands) -> None:
     cmd = commands.add_parser(
         "simulate",
-        help="simulate the job on N ranks and write it in the run format (with truth.json)",
+        help=COMMANDS["simulate"].help,
         description="Writes per-rank GPU traces, step sidecars, run.json (simulated: true) and "
         "truth.json (the true bubble classes of every rank and step) into OUT.",
         epilog=example(

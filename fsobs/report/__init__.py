@@ -5,24 +5,52 @@
 :mod:`.comparison` a :class:`~fsobs.analysis.Comparison`, :mod:`.whatif` a
 :class:`~fsobs.analysis.WhatIf`; ``_format`` and ``_json`` hold what they share. The arrows
 point one way: this package reads :mod:`fsobs.analysis`, which never imports it.
+
+The names load on first use (PEP 562 ``__getattr__``), so that
+``fsobs analyze`` imports the report of an analysis without those of a comparison or a what-if.
 """
 
-from fsobs.report._alltoall import COLUMNS as ALLTOALL_COLUMNS
-from fsobs.report._windows import capture_findings
-from fsobs.report.analysis import (
-    EMBEDDING_TOTAL_NOTE,
-    WHOLE_TRACE_NOTE,
-    NextStep,
-    applied_already,
-    causes_unknown_line,
-    dominant_class,
-    findings,
-    next_step,
-    render,
-    to_json,
-)
-from fsobs.report.comparison import compare_json, render_comparison, toggles_line
-from fsobs.report.whatif import render_whatif, whatif_json
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fsobs.report._alltoall import ALLTOALL_COLUMNS
+    from fsobs.report._windows import capture_findings
+    from fsobs.report.analysis import (
+        EMBEDDING_TOTAL_NOTE,
+        WHOLE_TRACE_NOTE,
+        NextStep,
+        applied_already,
+        causes_unknown_line,
+        dominant_class,
+        findings,
+        next_step,
+        render,
+        to_json,
+    )
+    from fsobs.report.comparison import compare_json, render_comparison, toggles_line
+    from fsobs.report.whatif import render_whatif, whatif_json
+
+_SOURCES = {
+    "._alltoall": ("ALLTOALL_COLUMNS",),
+    "._windows": ("capture_findings",),
+    ".analysis": (
+        "EMBEDDING_TOTAL_NOTE",
+        "WHOLE_TRACE_NOTE",
+        "NextStep",
+        "applied_already",
+        "causes_unknown_line",
+        "dominant_class",
+        "findings",
+        "next_step",
+        "render",
+        "to_json",
+    ),
+    ".comparison": ("compare_json", "render_comparison", "toggles_line"),
+    ".whatif": ("render_whatif", "whatif_json"),
+}
 
 __all__ = [
     "ALLTOALL_COLUMNS",
@@ -43,3 +71,18 @@ __all__ = [
     "toggles_line",
     "whatif_json",
 ]
+
+_LAZY = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fsobs.report' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -19,7 +19,7 @@ _SHOWN = 5
 _MAX_MATRIX_RANKS = 16
 _UNEVEN = 1.05
 """A finding names the imbalance from this max/mean on."""
-COLUMNS = {
+ALLTOALL_COLUMNS = {
     "instance": "instance",
     "step": "step",
     "coll": "collective",
@@ -58,7 +58,9 @@ def all_to_all_tables(analysis: Analysis) -> list[str | Table]:
         return []
     frame = frame.assign(send_mb=frame["send_bytes_total"] / 1e6)
     items: list[str | Table] = [
-        table(f"all_to_all(v) imbalance (the {_SHOWN} most uneven instances)", frame, COLUMNS)
+        table(
+            f"all_to_all(v) imbalance (the {_SHOWN} most uneven instances)", frame, ALLTOALL_COLUMNS
+        )
     ]
     matrices = analysis.collectives.all_to_all.matrices
     with_matrix = [i for i in frame["instance"].tolist() if i in matrices]

@@ -7,7 +7,9 @@ dictionaries shared across batches; the few events the collective metadata needs
 
 from __future__ import annotations
 
+import itertools
 import zlib
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -16,12 +18,19 @@ import pandas as pd
 
 from fsobs.errors import TraceFormatError
 from fsobs.storage import Location
-from fsobs.trace._decode import Args, Event, raw_value
+from fsobs.trace._decode import Args, Event, decode_event_array, raw_value
 from fsobs.trace._legacy import modern_category
 from fsobs.trace.classify import COMM_KERNEL_RE
 
 _MAX_ABS_NS = 2**62  # times and durations in ns, so that base + ts stays inside int64
 _MAX_ABS_US = _MAX_ABS_NS // 1000
+_FIELD = {
+    name: attrgetter(name)
+    for name in ("ph", "ts", "dur", "name", "cat", "pid", "tid", "args", "stream", "correlation")
+}
+_NO_ARGS = Args()
+"""The ``args`` of an event without them: no stream (-1), no correlation (-1), no shape."""
+_ENCODER = msgspec.json.Encoder()
 
 
 def _keeps_struct(name: object) -> bool:
@@ -52,34 +61,38 @@ class ColumnBuilder:
         self._rows = 0
 
     def add(self, events: list[Event], offset: int) -> None:
-        """Add a batch whose first event is ``traceEvents[offset]``."""
+        """Add a batch whose first event is ``traceEvents[offset]``.
+
+        The fields are gathered with ``map`` over ``attrgetter`` and the strings coded through
+        dictionaries (:meth:`_codes`), loops that run in C: Python code runs per event only to
+        pick the kept ones, and for the kernels' and shaped ops' keys (:func:`_shape_keys`).
+        """
         index = [i for i, e in enumerate(events) if e.dur is not None and e.cat != "Trace"]
-        kept = [events[i] for i in index]
-        times, names, tids = [e.ts for e in kept], [e.name for e in kept], [e.tid for e in kept]
-        if None in times or None in names or None in tids or self._x_without_dur(events, kept):
+        kept = list(map(events.__getitem__, index))
+        times, names, tids = (list(map(_FIELD[f], kept)) for f in ("ts", "name", "tid"))
+        undurated = {e.ph for e in events if e.dur is None}
+        if None in times or None in names or None in tids or "X" in undurated:
             self._check_complete(events, offset)  # raises, naming the first such event
         if not self.hta_round:
-            self.hta_round = any(e.ts.__class__ is not int for e in events)
-        self._collect_thread_names(events)
+            self.hta_round = bool({e.ts.__class__ for e in events} - {int})
+        if "M" in undurated or "M" in set(map(_FIELD["ph"], kept)):
+            self._collect_thread_names(events)
         where = np.asarray(index, dtype=np.int64) + offset
         ts = self._array(times, np.float64, "ts", where)
-        dur = self._array([e.dur for e in kept], np.float64, "dur", where)
+        dur = self._array(list(map(_FIELD["dur"], kept)), np.float64, "dur", where)
         self._check_values(ts, dur, where)
-        args = [e.args for e in kept]
+        args = [_NO_ARGS if a is None else a for a in map(_FIELD["args"], kept)]
         columns = {
             "ts_raw": ts,
             "dur_raw": dur,
             "event_index": where.astype(np.int32),
             "name": self._codes("name", names),
-            "cat": self._codes("cat", [e.cat for e in kept]),
-            "pid": self._codes("pid", [e.pid for e in kept]),
+            "cat": self._codes("cat", list(map(_FIELD["cat"], kept))),
+            "pid": self._codes("pid", list(map(_FIELD["pid"], kept))),
             "tid": self._codes("tid", tids),
-            "stream": self._streams([a.stream if a is not None else -1 for a in args], where),
+            "stream": self._streams(list(map(_FIELD["stream"], args)), where),
             "correlation": self._array(
-                [a.correlation if a is not None else -1 for a in args],
-                np.int64,
-                "args.correlation",
-                where,
+                list(map(_FIELD["correlation"], args)), np.int64, "args.correlation", where
             ),
             "shape_key": _shape_keys(args),
         }
@@ -104,13 +117,16 @@ class ColumnBuilder:
         return data
 
     def _codes(self, key: str, values: list[Any]) -> np.ndarray:
-        """Codes in the file-wide table of ``key`` (hashing in C, per batch)."""
-        local, uniques = pd.factorize(np.array(values, dtype=object))  # None -> -1
+        """Codes in the file-wide table of ``key``: a batch's new values are added in the order
+        they first appear, ``None`` after them (one pass in C to find them, one to look up)."""
         table = self._tables[key]
-        remap = [table.setdefault(u, len(table)) for u in uniques]
-        if (local < 0).any():
-            remap.append(table.setdefault(None, len(table)))  # index -1 picks it
-        return np.asarray(remap, dtype=np.int32)[local] if len(local) else local.astype(np.int32)
+        seen = dict.fromkeys(values)
+        for value in seen:
+            if value is not None:
+                table.setdefault(value, len(table))
+        if None in seen:
+            table.setdefault(None, len(table))
+        return np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
 
     def _categorical(self, key: str, codes: np.ndarray) -> pd.Categorical:
         """Codes -> Categorical of strings; ``None`` -> NaN; 7 and "7" become one category;
@@ -128,13 +144,12 @@ class ColumnBuilder:
 
     def _keep_structs(self, kept: list[Event], name_codes: np.ndarray) -> None:
         flags = self._keep_flags
-        names = list(self._tables["name"])
-        flags.extend(_keeps_struct(n) for n in names[len(flags) :])
-        chosen: np.ndarray | list[int] = (
-            np.flatnonzero(np.asarray(flags, dtype=bool)[name_codes]) if len(kept) else []
-        )
-        for pos in chosen:
-            self.structs[self._rows + int(pos)] = _detached(kept[int(pos)])
+        flags.extend(map(_keeps_struct, itertools.islice(self._tables["name"], len(flags), None)))
+        if not kept:
+            return
+        chosen = np.flatnonzero(np.asarray(flags, dtype=bool)[name_codes]).tolist()
+        for pos, event in zip(chosen, _detached([kept[i] for i in chosen]), strict=True):
+            self.structs[self._rows + pos] = event
 
     def _collect_thread_names(self, events: list[Event]) -> None:
         for event in events:
@@ -147,12 +162,6 @@ class ColumnBuilder:
             key = str(event.tid)
             if isinstance(value, str) and "pt_gloo_runloop" not in self.thread_names.get(key, ""):
                 self.thread_names[key] = value
-
-    @staticmethod
-    def _x_without_dur(events: list[Event], kept: list[Event]) -> bool:
-        """Whether an ``X`` event of the batch has no ``dur`` (only events without one are
-        left out of ``kept``, besides ``Trace`` spans)."""
-        return len(kept) < len(events) and any(e.dur is None and e.ph == "X" for e in events)
 
     def _check_complete(self, events: list[Event], offset: int) -> None:
         """Complete events need ``ts``, ``dur``, ``name`` and ``tid``.
@@ -206,32 +215,28 @@ class ColumnBuilder:
         return TraceFormatError(message, path=self.path, rank=rank, field=f"traceEvents[{i}].{key}")
 
 
-def _detached(event: Event) -> Event:
-    """A copy whose raw JSON fields no longer point into the file's text (so it can be freed),
-    its category by today's name."""
-    if event.cat != modern_category(event.cat):
-        event = msgspec.structs.replace(event, cat=modern_category(event.cat))
-    if event.args is None:
-        return event
-    raws = {
-        name: value.copy()
-        for name in event.args.__struct_fields__
-        if isinstance(value := getattr(event.args, name), msgspec.Raw) and value
-    }
-    return msgspec.structs.replace(event, args=msgspec.structs.replace(event.args, **raws))
+def _detached(events: list[Event]) -> list[Event]:
+    """Copies whose raw JSON fields no longer point into the file's text (so it can be freed):
+    the events written out and decoded again, all at once; their categories by today's names."""
+    copies = decode_event_array(_ENCODER.encode(events)) if events else []
+    return [
+        e if e.cat == (cat := modern_category(e.cat)) else msgspec.structs.replace(e, cat=cat)
+        for e in copies
+    ]
 
 
-def _shape_keys(args: list[Args | None]) -> np.ndarray:
+def _shape_keys(args: list[Args]) -> np.ndarray:
     """A hash of what makes two events of one name alike: a CPU op's ``Input Dims`` (with
     ``record_shapes``; ``Input dims`` in 2021 traces), a kernel's ``grid`` and ``block``; 0 when
     the trace has neither."""
     keys = np.zeros(len(args), dtype=np.int64)
-    for i, a in enumerate(args):
-        if a is None:
-            continue
-        dims = a.input_dims or a.input_dims_2021
-        if dims or a.grid or a.block:  # most events have neither: nothing hashed for them
-            keys[i] = zlib.crc32(b"|".join((bytes(dims), bytes(a.grid), bytes(a.block)))) + 1
+    shaped = [
+        i for i, a in enumerate(args) if a.input_dims or a.input_dims_2021 or a.grid or a.block
+    ]  # most events have none: nothing hashed for them
+    keys[shaped] = [
+        zlib.crc32(b"|".join((a.input_dims or a.input_dims_2021, a.grid, a.block))) + 1
+        for a in map(args.__getitem__, shaped)
+    ]
     return keys
 
 

@@ -32,8 +32,9 @@ PIECE = 4 * 2**20
 """Decompressed bytes per piece of :func:`text_pieces`."""
 
 
-class Args(msgspec.Struct, gc=False):
-    """The ``args`` of an event: the lifted keys, the rest is skipped."""
+class Args(msgspec.Struct, gc=False, omit_defaults=True):
+    """The ``args`` of an event: the lifted keys, the rest is skipped (and, written out, the
+    absent ones left out: an empty ``Raw`` is no JSON)."""
 
     stream: int | str = -1
     correlation: int = -1

@@ -244,3 +244,16 @@ def test_every_public_name_is_there(module):
     for name in package.__all__:
         assert not name.startswith("_")
         assert hasattr(package, name), name
+
+
+def test_lazy_names_shadow_their_namesake_subpackage_whatever_is_imported_first():
+    code = (
+        "import sys\n"
+        "import fsobs.analysis, fsobs.report\n"
+        "assert 'pandas' not in sys.modules  # the names load on first use\n"
+        "import fsobs.analysis.whatif.bounds\n"
+        "from fsobs.analysis import whatif\n"
+        "from fsobs.analysis.whatif.predict import whatif as predicted\n"
+        "assert whatif is predicted and fsobs.analysis.whatif is predicted\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
