@@ -32,6 +32,7 @@ this ``t``, so the walk ends::
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -44,25 +45,49 @@ COLLECTIVE, WAIT, IDLE = (KINDS.index(k) for k in ("collective", "wait", "idle")
 
 
 @dataclass(frozen=True)
+class _Tier:
+    """One tier's :class:`Pieces` as Python lists: the walk asks one instant at a time, and a
+    bisect on a list costs a fraction of a numpy call on one value."""
+
+    start: list[int]
+    end: list[int]
+    kind: list[int]
+    name: list[int]
+
+    @staticmethod
+    def of(pieces: Pieces, offset_ns: int) -> _Tier:
+        shifted = pieces.shifted(offset_ns)
+        return _Tier(
+            shifted.start.tolist(), shifted.end.tolist(), pieces.kind.tolist(), pieces.name.tolist()
+        )
+
+    def covering(self, t: int) -> tuple[int, int]:
+        """(index of the piece covering just before ``t`` or -1, the latest end before ``t``)."""
+        i = bisect_left(self.end, t)
+        prev = self.end[i - 1] if i > 0 else -_INF
+        return (i if i < len(self.start) and self.start[i] < t else -1), prev
+
+
+@dataclass(frozen=True)
 class Lane:
-    """One rank on the aligned clock: its chain's pieces and its matched collectives (sorted by
+    """One rank on the aligned clock: its chain's tiers and its matched collectives (sorted by
     arrival ``a``; ``end``, the last arrival ``last``, its rank ``last_rank``, ``instance``
-    and collective ``coll``)."""
+    and collective ``coll``), as lists."""
 
     rank: int
-    busy: Pieces
-    other: Pieces
-    host: Pieces
+    busy: _Tier
+    other: _Tier
+    host: _Tier
     names: tuple[str, ...]
-    a: np.ndarray
-    end: np.ndarray
-    last: np.ndarray
-    last_rank: np.ndarray
-    instance: np.ndarray
-    coll: np.ndarray
+    a: list[int]
+    end: list[int]
+    last: list[int]
+    last_rank: list[int]
+    instance: list[int]
+    coll: list[str]
     longest: int
     """The longest collective's span (bounds the search for those in flight)."""
-    end_max: np.ndarray
+    end_max: list[int]
     """The running maximum of ``end``."""
 
     @staticmethod
@@ -72,45 +97,45 @@ class Lane:
         a, end = colls["start_ns"], colls["end_ns"]
         return Lane(
             rank=rank,
-            busy=chain.busy.shifted(offset_ns),
-            other=chain.other.shifted(offset_ns),
-            host=chain.host.shifted(offset_ns),
+            busy=_Tier.of(chain.busy, offset_ns),
+            other=_Tier.of(chain.other, offset_ns),
+            host=_Tier.of(chain.host, offset_ns),
             names=chain.names,
-            a=a,
-            end=end,
-            last=colls["arrival_last_ns"],
-            last_rank=colls["last_rank"],
-            instance=colls["instance"],
-            coll=colls["coll"],
+            a=a.tolist(),
+            end=end.tolist(),
+            last=colls["arrival_last_ns"].tolist(),
+            last_rank=colls["last_rank"].tolist(),
+            instance=colls["instance"].tolist(),
+            coll=[str(c) for c in colls["coll"]],
             longest=int((end - a).max(initial=0)),
-            end_max=np.maximum.accumulate(end) if len(end) else end,
+            end_max=(np.maximum.accumulate(end) if len(end) else end).tolist(),
         )
+
+    def _window(self, t: int) -> range:
+        """The collectives that arrived in ``[t - longest, t)``: every one in flight at ``t``."""
+        return range(bisect_left(self.a, t - self.longest), bisect_left(self.a, t))
 
     def in_flight(self, t: int) -> int:
         """Index of the binding collective in flight just before ``t`` (latest last arrival;
         ties: the lower instance), -1 when none."""
-        lo = int(np.searchsorted(self.a, t - self.longest, "left"))
-        hi = int(np.searchsorted(self.a, t, "left"))
-        flying = lo + np.flatnonzero(self.end[lo:hi] >= t)
-        if not len(flying):
-            return -1
-        best = np.lexsort((self.instance[flying], -self.last[flying]))[0]
-        return int(flying[best])
+        best = -1
+        for i in self._window(t):
+            if self.end[i] >= t and (
+                best < 0
+                or self.last[i] > self.last[best]
+                or (self.last[i] == self.last[best] and self.instance[i] < self.instance[best])
+            ):
+                best = i
+        return best
 
     def ended_before(self, t: int) -> int:
         """The latest end before ``t`` of a collective (one in flight at ``t`` excluded)."""
-        lo = int(np.searchsorted(self.a, t - self.longest, "left"))
-        hi = int(np.searchsorted(self.a, t, "left"))
-        done = self.end[lo:hi][self.end[lo:hi] < t]
-        before = int(self.end_max[lo - 1]) if lo else -_INF  # all ended before t - longest
-        return max(int(done.max(initial=-_INF)), before)
-
-
-def _covering(p: Pieces, t: int) -> tuple[int, int]:
-    """(index of the piece covering just before ``t`` or -1, the latest end before ``t``)."""
-    i = int(np.searchsorted(p.end, t, "left"))
-    prev = int(p.end[i - 1]) if i > 0 else -_INF
-    return (i if i < len(p.start) and p.start[i] < t else -1), prev
+        window = self._window(t)
+        latest = self.end_max[window.start - 1] if window.start else -_INF  # before t - longest
+        for i in window:
+            if latest < self.end[i] < t:
+                latest = self.end[i]
+        return latest
 
 
 Segment = tuple[int, int, str, int, int, int]
@@ -138,33 +163,33 @@ def walk(lanes: Mapping[int, Lane], start_rank: int, t: int, stop: int) -> list[
 def _step_back(lane: Lane, t: int, stop: int, visited: set[int]) -> tuple[Segment | None, int]:
     """The segment that ends at ``t`` on ``lane`` and the rank to go on from (rules 1-5)."""
     here = lane.rank
-    i, busy_end = _covering(lane.busy, t)
+    i, busy_end = lane.busy.covering(t)
     if i >= 0:
-        start = max(int(lane.busy.start[i]), stop)
-        kind, name = int(lane.busy.kind[i]), lane.names[lane.busy.name[i]]
+        start = max(lane.busy.start[i], stop)
+        kind, name = lane.busy.kind[i], lane.names[lane.busy.name[i]]
         return (here, kind, name, start, t, -1), here
     k = lane.in_flight(t)
     if k >= 0:
-        last, late = int(lane.last[k]), int(lane.last_rank[k])
-        inst, coll = int(lane.instance[k]), str(lane.coll[k])
+        last, late = lane.last[k], lane.last_rank[k]
+        inst, coll = lane.instance[k], lane.coll[k]
         if t > last:
             start = max(last, busy_end, stop)
             go = late if start == last else here
             return (here, COLLECTIVE, coll, start, t, inst), go
         if late not in visited:
             return None, late
-        start = max(int(lane.a[k]), busy_end, stop)
+        start = max(lane.a[k], busy_end, stop)
         return (here, WAIT, coll, start, t, inst), here
-    j, other_end = _covering(lane.other, t)
+    j, other_end = lane.other.covering(t)
     floor = max(busy_end, lane.ended_before(t), stop)
     if j >= 0:
-        start = max(int(lane.other.start[j]), floor)
-        kind, name = int(lane.other.kind[j]), lane.names[lane.other.name[j]]
+        start = max(lane.other.start[j], floor)
+        kind, name = lane.other.kind[j], lane.names[lane.other.name[j]]
         return (here, kind, name, start, t, -1), here
     floor = max(floor, other_end)
-    h, host_end = _covering(lane.host, t)
+    h, host_end = lane.host.covering(t)
     if h >= 0:
-        start = max(int(lane.host.start[h]), floor)
-        kind, name = int(lane.host.kind[h]), lane.names[lane.host.name[h]]
+        start = max(lane.host.start[h], floor)
+        kind, name = lane.host.kind[h], lane.names[lane.host.name[h]]
         return (here, kind, name, start, t, -1), here
     return (here, IDLE, "", max(floor, host_end), t, -1), here
