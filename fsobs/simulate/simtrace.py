@@ -342,7 +342,7 @@ def run_meta(sched: Schedule, name: str) -> RunMeta:
     """``run.json`` of a simulated run (``simulated: true``; no torch ran it)."""
     n = sched.cfg.world_size
     hosts = sorted({host_name(r, sched.cfg.ranks_per_host) for r in range(n)})
-    balance = sched.cfg.balance(enabled="balance" in sched.toggles)
+    balance = sched.cfg.balance_config(enabled="balance" in sched.toggles)
     toggles = {
         t: ToggleStatus(
             requested=t in sched.toggles,

@@ -106,7 +106,9 @@ class ModelConfig:
         return dataclasses.replace(MODEL_PRESETS[name], **overrides)
 
 
-MODEL_PRESETS: dict[str, ModelConfig] = {
+ModelSize = Literal["tiny", "small", "medium"]
+"""The names of :data:`MODEL_PRESETS`."""
+MODEL_PRESETS: dict[ModelSize, ModelConfig] = {
     # Unit tests: a forward/backward of a few short samples takes milliseconds.
     "tiny": ModelConfig(
         emb_dim=16,
@@ -174,11 +176,13 @@ def check_compatible(model: ModelConfig, data: DataConfig) -> None:
 class ModelSpec:
     """Which model a job trains: a named size and an optional dense block (:meth:`config`)."""
 
-    size: str = "small"
-    """A key of ``MODEL_PRESETS``: ``tiny``, ``small`` or ``medium``."""
+    size: ModelSize = "small"
+    """The model's size, a key of MODEL_PRESETS."""
     dense_mb: float = 0.0
-    """An extra dense block of about this many MiB in the head (``ModelConfig.wide_dim``), so
-    that the dense all-reduce is large; 0: none."""
+    """Add a dense block of about this many MiB to the model's head (a large dense all-reduce;
+    0: none).
+
+    Its width is ``ModelConfig.wide_dim``."""
 
     def __post_init__(self) -> None:
         if self.size not in MODEL_PRESETS:
@@ -262,13 +266,15 @@ class JobConfig:
     freescale: FreeScaleConfig = field(default_factory=FreeScaleConfig)
     """The optimizer's toggles (``optim.FreeScale``)."""
     cost_model: Path | None = None
-    """A JSON cost model (``fsobs fit-cost``) for ``balance``; None: the analytic one of the
-    model shape."""
+    """A JSON cost model file (fsobs fit-cost) for balance (default: the analytic one of the
+    model shape)."""
     optimizer: str = "adagrad"
     """One of ``OPTIMIZERS`` (``sgd`` for equivalence tests)."""
     ddp_bucket_mb: int = 25
-    """DDP's bucket size for the dense all-reduce (torchrec's default 25); smaller buckets make
-    more all-reduces that can be in flight when the embedding all-to-all is issued."""
+    """DDP's bucket size for the dense all-reduce, in MiB (torchrec's default).
+
+    Smaller buckets make more all-reduces that can be in flight when the embedding all-to-all
+    is issued."""
     save_params: bool = False
     """Write each rank's final parameters to ``params.rank<R>.pt`` (for equivalence tests)."""
 

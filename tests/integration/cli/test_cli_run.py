@@ -176,7 +176,10 @@ def test_run_builds_the_overlap_toggle():
         (["--balance-mode", "shuffle"], "--balance-mode needs --balance"),
         (["--balance-counts", "unequal"], "--balance-counts needs --balance"),
         (["--balance-window", "2"], "--balance-window needs --balance"),
-        (["--balance", "--balance-window", "2"], "window: 2 needs counts 'unequal'"),
+        (
+            ["--balance", "--balance-window", "2", "--balance-counts", "equal"],
+            "window: 2 needs counts 'unequal'",
+        ),
         (["--balance", "--balance-method", "lpt", "--balance-counts", "equal"], "counts: "),
         (["--steps", "2"], "steps: must be > wait + warmup (2)"),
         (["--preset", "zipf"], "preset: unknown 'zipf'"),
@@ -287,3 +290,11 @@ def test_the_launcher_notes_stop_signals_and_keeps_ignored_ones_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, sigint)
+
+
+def test_a_balance_window_implies_unequal_counts():
+    """``--balance-window 2`` alone: kk's counts resolve to unequal (a window's counts differ
+    per step), as if ``--balance-counts unequal`` had been given."""
+    job = _job("--balance", "--balance-window", "2")
+    assert job == _job("--balance", "--balance-window", "2", "--balance-counts", "unequal")
+    assert job.freescale.balance == BalanceConfig(enabled=True, counts="unequal", window=2)
