@@ -3,7 +3,10 @@
 ``run.json`` is written by one process only (the launcher or rank 0), atomically, sorted keys::
 
     format_version  1                      created     UTC ISO time of this metadata
-    name, world_size, backend, device, hosts (list), workload (object), simulated (bool)
+    name, world_size, backend, device, hosts (list), simulated (bool)
+    workload        the job's config as its own JSON (``job.json``'s; a simulated run's:
+                    ``simulator``, ``steps`` and ``freescale.balance``); older runs hold a flat
+                    record (``seed``, ``balance_window``, ...): :meth:`RunMeta.knob` reads both
     toggles         {name: {"requested": bool, "applied": bool, "reason": str | null}}
     versions        {"python": ..., "torch": ... | null, "torchrec": ... | null}
     status          "complete" | "incomplete"   reason: why incomplete (null when complete)
@@ -90,7 +93,9 @@ class RunMeta:
     """``cpu`` or ``cuda``."""
     hosts: tuple[str, ...] = ()
     workload: Mapping[str, Any] = field(default_factory=dict)
-    """The job's configuration (model, data, batch, seed, ...), free-form."""
+    """The job's configuration (model, data, batch, seed, ...): its config's own JSON
+    (:meth:`fsobs.workload.config.JobConfig.to_json`), or an older run's flat record; read a
+    knob with :meth:`knob`."""
     toggles: Mapping[str, ToggleStatus] = field(default_factory=dict)
     simulated: bool = False
     status: str = "complete"
@@ -199,6 +204,17 @@ class RunMeta:
             fields["toggles"] = {k: _toggle(k, t) for k, t in fields["toggles"].items()}
         return cls(**fields)
 
+    def knob(self, path: str) -> Any:
+        """The workload's value at ``path``, dotted as in the job config's JSON
+        (``data.seed``, ``freescale.balance.window``), read from an older run's flat record
+        under its flat name too (:data:`FLAT_WORKLOAD`); None when the workload lacks it."""
+        value: Any = self.workload
+        for key in path.split("."):
+            if not isinstance(value, Mapping) or key not in value:
+                return self.workload.get(FLAT_WORKLOAD.get(path, path))
+            value = value[key]
+        return value
+
     def incomplete(self, reason: str, ranks_present: Sequence[int]) -> RunMeta:
         """This metadata with ``status: incomplete``, ``reason`` and ``ranks_present``."""
         return replace(
@@ -207,6 +223,30 @@ class RunMeta:
 
 
 _FIELDS = frozenset(RunMeta.__dataclass_fields__)
+FLAT_WORKLOAD: dict[str, str] = {
+    "model.size": "model_size",
+    "model.dense_mb": "dense_mb",
+    "data.preset": "preset",
+    "data.item_popularity": "item_popularity",
+    "data.num_samples": "num_samples",
+    "data.seed": "seed",
+    "profiler.enabled": "profile",
+    "profiler.repeat": "profile_repeat",
+    "profiler.every": "profile_every",
+    "profiler.record_shapes": "record_shapes",
+    "freescale.balance.enabled": "balance",
+    "freescale.balance.method": "balance_method",
+    "freescale.balance.mode": "balance_mode",
+    "freescale.balance.counts": "balance_counts",
+    "freescale.balance.window": "balance_window",
+    "freescale.priority_overlap.enabled": "priority_overlap",
+    "freescale.priority_overlap.dense_order": "dense_order",
+    "freescale.sm_free.enabled": "sm_free",
+    "freescale.sync_gc.enabled": "sync_gc",
+}
+"""Where the knobs of an older run's flat ``workload`` are in the job config's JSON: path ->
+flat name (``steps``, ``batch_size``, ``optimizer``, ``ddp_bucket_mb``, ``save_params`` are
+named alike in both; the flat ``cost_model`` and ``profile_active`` have no exact path)."""
 _NULLABLE = frozenset({"reason", "ranks_present", "process_groups"})
 
 

@@ -221,7 +221,7 @@ def _meta(
         backend="nccl" if device.type == "cuda" else "gloo",
         device=device.type,
         hosts=tuple(hosts),
-        workload=job.workload(),
+        workload=job.to_json(),
         toggles={name: ToggleStatus(**t) for name, t in fs.status().items()},
         ranks_present=tuple(range(world_size)) if complete else (),
         status=status,

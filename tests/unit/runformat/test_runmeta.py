@@ -15,9 +15,10 @@ from fsobs.runformat import (
     finalize_incomplete,
     mark_incomplete,
     read_run_json,
+    read_run_meta,
     write_run_json,
 )
-from tests.support.kineto import step, trace, write
+from tests.support.kineto import REFERENCE, step, trace, write
 
 TOGGLES = {
     "load_balance": {"requested": True, "applied": True, "reason": None},
@@ -174,3 +175,26 @@ def test_mark_incomplete_without_run_json(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["world_size"] is None
     with pytest.raises(ValueError, match="reason"):
         mark_incomplete(tmp_path, "", [0])
+
+
+def test_a_workload_knob_reads_from_the_job_config_json_and_from_an_old_flat_record():
+    """The knob at a dotted path of the job config's JSON; an older run's flat record answers
+    under its flat name; a knob neither has is None."""
+    nested = RunMeta(workload={"steps": 4, "data": {"seed": 7}, "freescale": {"balance": {}}})
+    assert (nested.knob("steps"), nested.knob("data.seed")) == (4, 7)
+    assert nested.knob("freescale.balance.window") is None
+    flat = RunMeta(workload={"steps": 10, "seed": 3, "balance_window": 2, "model_size": "small"})
+    assert (flat.knob("steps"), flat.knob("data.seed"), flat.knob("model.size")) == (
+        10,
+        3,
+        "small",
+    )
+    assert flat.knob("freescale.balance.window") == 2
+    assert flat.knob("data.preset") is None and RunMeta().knob("steps") is None
+
+
+def test_a_stored_run_with_a_flat_workload_still_reads():
+    """traces/ab_balance_2rank/test (written before run.json held the job config's JSON)."""
+    meta = read_run_meta(REFERENCE.parent / "ab_balance_2rank" / "test" / "run.json")
+    assert (meta.knob("freescale.balance.enabled"), meta.knob("data.seed")) == (True, 0)
+    assert (meta.knob("freescale.balance.method"), meta.knob("steps")) == ("kk", 10)

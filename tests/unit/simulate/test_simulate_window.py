@@ -4,6 +4,7 @@ keeps each window's samples, `compare` sees the same batches, the balance-mode s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -67,8 +68,8 @@ def test_sim_config_plays_its_balance_config_with_the_toggle() -> None:
 
 def test_cli_simulate_balance_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``fsobs simulate --balance-method --balance-window`` plays that mode and records it in
-    run.json's workload as a real run does (``balance``, ``balance_method``,
-    ``balance_window``); the toggle off records BalanceConfig's defaults."""
+    run.json's workload at a real run's paths (``freescale.balance``, BalanceConfig's own
+    JSON); the toggle off records BalanceConfig's defaults."""
     common = ["simulate", "--world-size", "4", "--steps", "4", "--seed", "3", "--workers", "1"]
     flags = ["--toggles", "balance", "--balance-method", "lpt", "--balance-window", "2"]
     assert main([*common, *flags, "--out", str(tmp_path / "win")]) == 0
@@ -78,9 +79,17 @@ def test_cli_simulate_balance_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
         name: json.loads((tmp_path / name / "run.json").read_text())["workload"]
         for name in ("win", "base")
     }
-    keys = ("balance", "balance_method", "balance_counts", "balance_window")
-    assert tuple(workload["win"][k] for k in keys) == (True, "lpt", "unequal", 2)
-    assert tuple(workload["base"][k] for k in keys) == (False, "kk", "equal", 1)
+    on = BalanceConfig(enabled=True, method="lpt", window=2)
+    assert workload["win"]["freescale"]["balance"] == {
+        "enabled": True,
+        "method": "lpt",
+        "counts": "unequal",
+        "mode": "plan",
+        "check_every": on.check_every,
+        "window": 2,
+    }
+    assert workload["base"]["freescale"]["balance"] == dataclasses.asdict(BalanceConfig())
+    assert workload["win"]["steps"] == 4 and workload["win"]["simulator"]["steps"] == 4
     flags = ["--toggles", "balance", "--balance-counts", "unequal", "--out", str(tmp_path / "u")]
     assert main([*common, *flags]) == 0
     assert "balance (kk, unequal counts, window 1)" in capsys.readouterr().out
