@@ -29,17 +29,19 @@ import logging
 import platform
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
 
 from fsobs.errors import TraceFormatError, TraceReadError
 from fsobs.runformat.atomic import TEMP_RE, write_atomic
 from fsobs.runformat.bounded import MAX_RUN_JSON_BYTES, read_limited
 from fsobs.runformat.names import FORMAT_VERSION, PARTIAL_RE, PARTIAL_SUFFIX, RUN_JSON, TRACE_RE
 from fsobs.runformat.steps import recover_partial
+from fsobs.runformat.structs import FieldError, error_field
 from fsobs.runformat.windows import list_windows, published_ranks
 from fsobs.storage import Location
 
@@ -50,8 +52,7 @@ MAX_WORLD_SIZE = 2**20
 """The most ranks a run can have (``run.json`` and the traces): more is a wrong value."""
 
 
-@dataclass(kw_only=True, frozen=True)
-class ToggleStatus:
+class ToggleStatus(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """One optimizer toggle as requested and as applied, with the reason."""
 
     requested: bool
@@ -62,8 +63,6 @@ class ToggleStatus:
     def __post_init__(self) -> None:
         if type(self.requested) is not bool or type(self.applied) is not bool:
             raise ValueError("requested and applied must be bools")
-        if self.reason is not None and not isinstance(self.reason, str):
-            raise ValueError(f"reason must be a string or null, got {self.reason!r}")
         if self.applied and not self.requested:
             raise ValueError("applied but not requested")
         if self.requested and not self.applied and not self.reason:
@@ -73,17 +72,12 @@ class ToggleStatus:
         """The toggle's object, keys in the order ``run.json`` has them (sorted)."""
         return {"applied": self.applied, "reason": self.reason, "requested": self.requested}
 
-    @classmethod
-    def from_json(cls, value: object) -> ToggleStatus:
-        if not isinstance(value, Mapping) or set(value) != {"requested", "applied", "reason"}:
-            raise ValueError("must have exactly requested, applied and reason")
-        return cls(requested=value["requested"], applied=value["applied"], reason=value["reason"])
 
-
-@dataclass(kw_only=True, frozen=True)
-class RunMeta:
-    """The content of ``run.json`` (see the module docstring); checked when made
-    (``ValueError`` naming the field)."""
+class RunMeta(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The content of ``run.json`` (see the module docstring). Read by msgspec
+    (:mod:`fsobs.runformat.structs`: the types, unknown fields); the rules between fields are
+    checked when made (:class:`~fsobs.runformat.structs.FieldError`, a ``ValueError`` naming
+    the field)."""
 
     name: str | None = None
     world_size: int | None = None
@@ -92,19 +86,19 @@ class RunMeta:
     device: str | None = None
     """``cpu`` or ``cuda``."""
     hosts: tuple[str, ...] = ()
-    workload: Mapping[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] = {}
     """The job's configuration (model, data, batch, seed, ...): its config's own JSON
     (:meth:`fsobs.workload.config.JobConfig.to_json`), or an older run's flat record; read a
     knob with :meth:`knob`."""
-    toggles: Mapping[str, ToggleStatus] = field(default_factory=dict)
+    toggles: dict[str, ToggleStatus] = {}
     simulated: bool = False
-    status: str = "complete"
+    status: Literal["complete", "incomplete"] = "complete"
     reason: str | None = None
     """Why the run is incomplete; None when complete."""
     ranks_present: tuple[int, ...] | None = None
     """Ranks that left a trace; None when not recorded."""
-    process_groups: Mapping[str, Any] | None = None
-    versions: Mapping[str, str | None] = field(default_factory=dict)
+    process_groups: dict[str, Any] | None = None
+    versions: dict[str, str | None] = {}
     """python, torch and torchrec versions of the writer."""
     created: str | None = None
     """UTC ISO time the metadata was made (:meth:`now` stamps it)."""
@@ -116,26 +110,16 @@ class RunMeta:
         return cls(created=_now(), versions=_versions(), **fields)
 
     def __post_init__(self) -> None:
-        if self.world_size is not None and (
-            type(self.world_size) is not int or self.world_size < 1
-        ):
+        if self.world_size is not None and self.world_size < 1:
             raise _bad("world_size", "a positive integer", self.world_size)
         if self.world_size is not None and self.world_size > MAX_WORLD_SIZE:
             raise _bad("world_size", f"at most {MAX_WORLD_SIZE} ranks", self.world_size)
         for key in ("name", "backend", "device", "reason", "created"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise _bad(key, "a non-empty string", value)
-        if not isinstance(self.hosts, tuple) or not all(isinstance(h, str) for h in self.hosts):
+            if getattr(self, key) == "":
+                raise _bad(key, "a non-empty string", "")
+        if not isinstance(self.hosts, tuple):
             raise _bad("hosts", "a list of host names", self.hosts)
-        for key in ("workload", "toggles", "versions"):
-            if not isinstance(getattr(self, key), Mapping):
-                raise _bad(key, "an object", getattr(self, key))
-        if self.process_groups is not None and not isinstance(self.process_groups, Mapping):
-            raise _bad("process_groups", "an object", self.process_groups)
-        if type(self.simulated) is not bool:
-            raise _bad("simulated", "true or false", self.simulated)
-        if type(self.format_version) is not int or not 1 <= self.format_version <= FORMAT_VERSION:
+        if not 1 <= self.format_version <= FORMAT_VERSION:
             raise _bad(
                 "format_version", f"an integer from 1 to {FORMAT_VERSION}", self.format_version
             )
@@ -146,63 +130,50 @@ class RunMeta:
             raise _bad("status", f"one of {STATUSES}", self.status)
         present = self.ranks_present
         if present is not None:
-            if not all(type(r) is int and r >= 0 for r in present) or list(present) != sorted(
-                set(present)
-            ):
+            if not all(r >= 0 for r in present) or list(present) != sorted(set(present)):
                 raise _bad("ranks_present", "sorted distinct non-negative integers", present)
             if self.world_size is not None and present and present[-1] >= self.world_size:
-                raise ValueError(
-                    f"ranks_present {list(present)} has ranks >= world_size {self.world_size}"
+                raise FieldError(
+                    "ranks_present",
+                    f"{list(present)} has ranks >= world_size {self.world_size}",
                 )
         if self.status == "complete":
             if self.reason is not None:
-                raise ValueError(f"reason must be null for a complete run, got {self.reason!r}")
+                raise FieldError("reason", f"must be null for a complete run, got {self.reason!r}")
             if present is not None and self.world_size is not None:
                 if list(present) != list(range(self.world_size)):
-                    raise ValueError(
-                        f"ranks_present {list(present)} must be all {self.world_size} ranks for "
-                        "a complete run"
+                    raise FieldError(
+                        "ranks_present",
+                        f"{list(present)} must be all {self.world_size} ranks for a complete run",
                     )
         elif not self.reason:
-            raise ValueError("an incomplete run needs a reason")
+            raise FieldError("reason", "an incomplete run needs a reason")
 
     def to_json(self) -> dict[str, Any]:
-        """The object written as ``run.json``."""
-        out: dict[str, Any] = {
-            "format_version": self.format_version,
-            "created": self.created,
-            "name": self.name,
-            "world_size": self.world_size,
-            "backend": self.backend,
-            "device": self.device,
-            "hosts": list(self.hosts),
-            "workload": dict(self.workload),
-            "toggles": {k: t.to_json() for k, t in self.toggles.items()},
-            "simulated": self.simulated,
-            "versions": dict(self.versions),
-            "status": self.status,
-            "reason": self.reason,
-            "ranks_present": None if self.ranks_present is None else list(self.ranks_present),
-        }
-        if self.process_groups is not None:
-            out["process_groups"] = dict(self.process_groups)
+        """The object written as ``run.json`` (``process_groups`` only when recorded)."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        out["hosts"] = list(self.hosts)
+        if self.ranks_present is not None:
+            out["ranks_present"] = list(self.ranks_present)
+        if self.process_groups is None:
+            del out["process_groups"]
         return out
 
     @classmethod
     def from_json(cls, value: object) -> RunMeta:
-        """Parse ``run.json``'s object strictly: ``ValueError`` naming the bad field."""
+        """Parse ``run.json``'s object strictly: a null value stands for the field left out
+        (foreign files write them); :class:`FieldError` naming the bad field."""
         if not isinstance(value, dict):
             raise ValueError("run metadata must be a JSON object")
-        unknown = sorted(set(value) - _FIELDS)
-        if unknown:
-            raise FieldError(unknown[0], "unknown field")
         fields = {k: v for k, v in value.items() if v is not None or k in _NULLABLE}
-        for key in ("hosts", "ranks_present"):
-            if isinstance(fields.get(key), list):
-                fields[key] = tuple(fields[key])
-        if "toggles" in fields and isinstance(fields["toggles"], Mapping):
-            fields["toggles"] = {k: _toggle(k, t) for k, t in fields["toggles"].items()}
-        return cls(**fields)
+        try:
+            meta: RunMeta = msgspec.convert(fields, cls)
+        except msgspec.ValidationError as exc:
+            field, message = error_field(exc)
+            if field.startswith("toggles[...]"):  # msgspec does not name a dict's key
+                field, message = _bad_toggle(fields["toggles"])
+            raise FieldError(field, message) from None
+        return meta
 
     def knob(self, path: str) -> Any:
         """The workload's value at ``path``, dotted as in the job config's JSON
@@ -217,12 +188,12 @@ class RunMeta:
 
     def incomplete(self, reason: str, ranks_present: Sequence[int]) -> RunMeta:
         """This metadata with ``status: incomplete``, ``reason`` and ``ranks_present``."""
-        return replace(
+        return msgspec.structs.replace(
             self, status="incomplete", reason=reason, ranks_present=tuple(sorted(ranks_present))
         )
 
 
-_FIELDS = frozenset(RunMeta.__dataclass_fields__)
+_NULLABLE = frozenset({"reason", "ranks_present", "process_groups"})
 FLAT_WORKLOAD: dict[str, str] = {
     "model.size": "model_size",
     "model.dense_mb": "dense_mb",
@@ -247,23 +218,17 @@ FLAT_WORKLOAD: dict[str, str] = {
 """Where the knobs of an older run's flat ``workload`` are in the job config's JSON: path ->
 flat name (``steps``, ``batch_size``, ``optimizer``, ``ddp_bucket_mb``, ``save_params`` are
 named alike in both; the flat ``cost_model`` and ``profile_active`` have no exact path)."""
-_NULLABLE = frozenset({"reason", "ranks_present", "process_groups"})
 
 
-class FieldError(ValueError):
-    """A bad field of ``run.json``: ``field`` names it, the message says what is wrong."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"field {field}: {message}")
-        self.field = field
-        self.message = message
-
-
-def _toggle(name: str, value: object) -> ToggleStatus:
-    try:
-        return ToggleStatus.from_json(value)
-    except ValueError as exc:
-        raise FieldError(f"toggles.{name}", str(exc)) from None
+def _bad_toggle(toggles: dict[str, Any]) -> tuple[str, str]:
+    """The first toggle that is not a :class:`ToggleStatus`: its field and the message."""
+    for name, value in toggles.items():
+        try:
+            msgspec.convert(value, ToggleStatus)
+        except msgspec.ValidationError as exc:
+            field, message = error_field(exc)
+            return f"toggles.{name}" + (f".{field}" if field else ""), message
+    raise AssertionError("every toggle converts")
 
 
 def _bad(key: str, wanted: str, value: object) -> FieldError:
