@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import inspect
 import re
-import textwrap
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,8 +94,11 @@ def section_values(args: argparse.Namespace, section: Section) -> dict[str, Any]
 
 def field_docs(config: type[Any]) -> dict[str, str]:
     """Field name -> the docstring under it in the class body (PEP 257 attribute docstrings)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(config)))
-    body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
+    (body,) = [
+        node.body
+        for node in _module_tree(inspect.getfile(config)).body
+        if isinstance(node, ast.ClassDef) and node.name == config.__name__
+    ]
     docs = {}
     for node, after in zip(body, body[1:], strict=False):
         if (
@@ -107,6 +110,13 @@ def field_docs(config: type[Any]) -> dict[str, str]:
         ):
             docs[node.target.id] = inspect.cleandoc(after.value.value)
     return docs
+
+
+@functools.cache
+def _module_tree(path: str) -> ast.Module:
+    """A module's syntax tree, parsed once per command (``inspect.getsource`` would tokenize
+    the module again for every class)."""
+    return ast.parse(Path(path).read_text(encoding="utf-8"))
 
 
 def help_text(doc: str) -> str:
