@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from dashboard.store import RunEntry, applied_toggles, every_toggle_off
-from fsobs.analysis.comparison.ab import Comparison
+from fsobs.analysis import Comparison
 
 CLASS_COLUMNS = ("straggler_wait", "exposed_comm", "host_idle")
 """Bubble classes whose reduction gets a column (the others are in the Compare page)."""

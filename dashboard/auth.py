@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from dashboard.text import esc
-from fsobs.cli.access import ALLOW_ENV, AUTH_ENV, TOKEN_ENV, is_allowed, parse_allow
+from fsobs.cli import ALLOW_ENV, AUTH_ENV, TOKEN_ENV, is_allowed, parse_allow
 
 TOKEN_PARAM = "token"
 """The query parameter that carries the token (``/?token=...``)."""

@@ -24,7 +24,7 @@ import streamlit as st
 
 from dashboard.store import Signature
 from fsobs import Analysis
-from fsobs.trace.cluster import scheduler_address
+from fsobs.trace import scheduler_address
 
 logger = logging.getLogger(__name__)
 

@@ -15,11 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fsobs.errors import TraceReadError
-from fsobs.runformat.bounded import read_limited
-from fsobs.runformat.names import COST_MODEL
+from fsobs import TraceReadError
+from fsobs.runformat import COST_MODEL, read_limited
 from fsobs.storage import Location
-from optim.balance import MAX_COST_MODEL_BYTES, CostModel, imbalance, partition
+from optim import MAX_COST_MODEL_BYTES, CostModel, imbalance, partition
 
 DEFAULT_MODEL = CostModel(c0=0.0, a=1.0, b=1.0)
 UNTRAINED = "untrained default c(L) = L + L²"

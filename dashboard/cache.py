@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import background, disk_cache
 from dashboard.background import Job, Key, Progress, Result
+from dashboard.figures import title_in_template
 from dashboard.ops import bar_names, lane_places
 from dashboard.store import (
     RunEntry,
@@ -32,11 +34,9 @@ from dashboard.store import (
 from dashboard.tables import has_data, run_facts, timeline_frame
 from dashboard.tracediff import OpDiff, op_diff
 from fsobs import Analysis, FsobsError, analyze_path
-from fsobs.analysis.comparison.ab import Comparison, compare
-from fsobs.analysis.costfit import CostFit, fit_cost
-from fsobs.analysis.whatif.bounds import SplitBounds, run_bounds
+from fsobs.analysis import Comparison, CostFit, SplitBounds, compare, fit_cost, run_bounds
 from fsobs.report import findings
-from fsobs.runformat.steps import read_step_lengths
+from fsobs.runformat import read_step_lengths
 from fsobs.storage import Location, as_location
 
 Pair = tuple[Analysis, Analysis]
@@ -285,6 +285,24 @@ def timeline_parts(
     ops = _ops()
     shifts = {r: bars.attrs["origin_ns"] + offsets.get(r, 0) for r in ranks}
     return TimelineParts(bars, ops, bar_names(bars, ops, shifts), lane_places(bars, ops))
+
+
+@st.cache_resource(max_entries=64, show_spinner=False, hash_funcs=BY_REPR)
+def figure_of(
+    store: str,
+    run_id: str,
+    signature: Signature,
+    name: str,
+    choice: tuple[Any, ...],
+    _build: Callable[[], go.Figure],
+) -> go.Figure:
+    """The figure ``name`` of a run, built by ``_build()`` once per signature and ``choice``
+    (what else it depends on: the chosen ranks, steps, ...): a rerun of the page (a tab click,
+    a page switch) serializes it again instead of building it (Plotly validates every
+    property it is given: at 256 ranks the Bubbles page's four figures were half its rerun).
+    Its title is in its template already (:func:`~dashboard.figures.title_in_template`);
+    sessions share it, so a page must not change it."""
+    return title_in_template(_build())
 
 
 @st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=BY_REPR)

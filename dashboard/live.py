@@ -14,7 +14,7 @@ import time
 import pandas as pd
 
 from dashboard.figures._style import CLASS_COLORS
-from fsobs.live.model import LiveState, WindowEntry, ago
+from fsobs.live import LiveState, WindowEntry, ago
 
 WINDOW_COLUMNS = (
     "window",

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from fsobs.errors import FsobsError
-from fsobs.live.capture import request_capture
-from fsobs.live.state import LiveConfig, LiveRun
-from fsobs.runformat.names import WINDOWS_DIR
+from fsobs import FsobsError
+from fsobs.live import LiveConfig, LiveRun, request_capture
+from fsobs.runformat import WINDOWS_DIR
 
 REFRESH: dict[str, float | None] = {
     "2 s": 2.0,

@@ -19,8 +19,8 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from fsobs.analysis.bubbles.optree import op_tree
-from fsobs.trace.schema import RankTrace
+from fsobs.analysis import op_tree
+from fsobs.trace import RankTrace
 
 OPS_COLUMNS = ["rank", "step", "name", "kind", "place", "start_ns", "end_ns", "self_ns"]
 LANE_KINDS = {

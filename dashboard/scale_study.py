@@ -19,8 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from fsobs import Analysis, FsobsError
-from fsobs.simulate.config import SimConfig, calibrate
-from fsobs.simulate.study import WORLD_SIZES, scale_curve, toggle_study
+from fsobs.simulate import WORLD_SIZES, SimConfig, calibrate, scale_curve, toggle_study
 
 STUDY_WORLD_SIZE = 256
 STUDY_STEPS = 10

@@ -30,10 +30,9 @@ PRELOAD = (
     "dashboard.ops",
     "dashboard.store",
     "dashboard.tables",
-    "fsobs.analysis.pipeline",
-    "fsobs.cli.access",
-    "fsobs.analysis.whatif",
-    "fsobs.live.capture",
+    "fsobs.analysis",
+    "fsobs.cli",
+    "fsobs.live",
     "fsobs.report",
 )
 """What the pages import that takes time to load and touches none of Streamlit's caches."""

@@ -24,19 +24,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fsobs.cli.access import READ_ONLY_ENV
-from fsobs.errors import FsobsError
-from fsobs.live.state import RUNNING, run_status
-from fsobs.runformat import RUN_JSON, RunMeta, is_trace_name, read_run_meta
-from fsobs.runformat.names import PARTIAL_SUFFIX, WINDOWS_DIR
-from fsobs.storage import (
-    Entry,
-    Location,
-    RemotePath,
-    as_location,
-    is_url,
-    list_dir,
+from fsobs import FsobsError
+from fsobs.cli import READ_ONLY_ENV
+from fsobs.live import RUNNING, run_status
+from fsobs.runformat import (
+    PARTIAL_SUFFIX,
+    RUN_JSON,
+    WINDOWS_DIR,
+    RunFiles,
+    RunMeta,
+    read_run_meta,
+    run_files,
 )
+from fsobs.storage import Entry, Location, RemotePath, as_location, is_url
 
 STORE_ENV = "FSOBS_STORE"
 DEFAULT_STORE = "traces"
@@ -120,9 +120,7 @@ def read_only_note(store: Location) -> str:
 def list_runs(store: Location) -> list[RunEntry]:
     """Every run of the store, sorted by id."""
     found: list[RunEntry] = []
-    if isinstance(store, RemotePath):
-        _scan_remote(store, store, 0, found)
-    elif store.is_dir():
+    if isinstance(store, RemotePath) or store.is_dir():
         _scan(store, store, 0, found)
     return sorted(found, key=lambda e: e.run_id)
 
@@ -156,27 +154,23 @@ def find_run(runs: Sequence[RunEntry], run_id: str | None) -> RunEntry | None:
     return next((r for r in runs if r.run_id == run_id), None)
 
 
-def _scan(store: Path, folder: Path, depth: int, found: list[RunEntry]) -> None:
+def _scan(store: Location, folder: Location, depth: int, found: list[RunEntry]) -> None:
+    """The runs in ``folder`` and below it, listed once each (a URL store afresh)."""
     try:
-        children = sorted(folder.iterdir())
-    except OSError as exc:  # listed (the loader says why it cannot be opened), not hidden
-        if depth > 0:
+        listed = run_files(folder, fresh=True)
+    except OSError as exc:  # local: listed (the loader says why it cannot be opened), not hidden
+        if depth > 0 and isinstance(store, Path) and isinstance(folder, Path):
             why = f"cannot read this folder ({exc.strerror or exc})"
             found.append(_unreadable(store, folder, why))
         return
-    files = _run_files(children)
-    names = [f.name for f in files]
-    traces = tuple(n for n in names if is_trace_name(n))
-    is_run = depth > 0 and bool(traces or RUN_JSON in names)
+    is_run = depth > 0 and listed.is_run
     if is_run:
-        folders = [c.name for c in children if c.is_dir() and not c.is_symlink()]
-        links = tuple(c.name for c in children if c.is_symlink() and not c.is_dir())
-        found.append(_entry(store, folder, files, traces, folders, links))
+        found.append(_entry(store, listed))
     if depth >= MAX_DEPTH:
         return
-    for child in children:
-        if child.is_dir() and not child.is_symlink() and not _skipped(child.name, is_run):
-            _scan(store, child, depth + 1, found)
+    for name in listed.folders:
+        if not _skipped(name, is_run):
+            _scan(store, folder / name, depth + 1, found)
 
 
 def _unreadable(store: Path, folder: Path, why: str) -> RunEntry:
@@ -199,90 +193,42 @@ def is_live(files: Sequence[str], folders: Sequence[str], meta: RunMeta | None) 
     return running or WINDOWS_DIR in folders or any(f.endswith(PARTIAL_SUFFIX) for f in files)
 
 
-def _run_files(children: Sequence[Path]) -> list[Path]:
-    return [c for c in children if c.is_file() and not c.is_symlink()]
-
-
 def folder_signature(folder: Location) -> Signature:
     """The signature of the run in ``folder``, as :func:`list_runs` computes it."""
-    if isinstance(folder, RemotePath):
-        return _remote_signature([e for e in list_dir(folder, fresh=True) if not e.is_dir])
-    return signature_of(_run_files(sorted(folder.iterdir())))
+    return signature_of(run_files(folder, fresh=True).files)
 
 
-def _scan_remote(store: RemotePath, folder: RemotePath, depth: int, found: list[RunEntry]) -> None:
-    """:func:`_scan` over a URL store: one fresh listing per folder."""
-    try:
-        children = list_dir(folder, fresh=True)
-    except OSError:
-        return
-    files = [c for c in children if not c.is_dir]
-    names = [f.location.name for f in files]
-    traces = tuple(n for n in names if is_trace_name(n))
-    is_run = depth > 0 and bool(traces or RUN_JSON in names)
-    if is_run:
-        meta, error = _read_meta(folder / RUN_JSON) if RUN_JSON in names else (None, None)
-        folders = [c.location.name for c in children if c.is_dir]
-        found.append(
-            RunEntry(
-                run_id=folder.url[len(store.url) :].strip("/"),
-                path=folder,
-                trace_files=traces,
-                signature=_remote_signature(files),
-                meta=meta,
-                meta_error=error,
-                live=is_live(names, folders, meta),
-            )
-        )
-    if depth >= MAX_DEPTH:
-        return
-    for child in children:
-        if child.is_dir and not _skipped(child.location.name, is_run):
-            _scan_remote(store, child.location, depth + 1, found)  # type: ignore[arg-type]
+def _entry(store: Location, listed: RunFiles) -> RunEntry:
+    folder = listed.folder
+    meta, error = (None, None) if listed.run_json is None else _read_meta(listed.run_json)
+    return RunEntry(
+        links=listed.file_links,
+        run_id=_run_id(store, folder),
+        path=folder,
+        trace_files=tuple(e.location.name for e in listed.traces),
+        signature=signature_of(listed.files),
+        meta=meta,
+        meta_error=error,
+        live=is_live(listed.names, listed.folders, meta),
+    )
 
 
-def _remote_signature(files: Sequence[Entry]) -> Signature:
-    """(name, mtime ns or 0, size or -1): what the listing tells (HTTP tells neither)."""
+def _run_id(store: Location, folder: Location) -> str:
+    """The folder's path relative to the store, with ``/`` separators."""
+    if isinstance(store, RemotePath) and isinstance(folder, RemotePath):
+        return folder.url[len(store.url) :].strip("/")
+    assert isinstance(store, Path) and isinstance(folder, Path)  # a local store's are local
+    return folder.relative_to(store).as_posix()
+
+
+def signature_of(files: Sequence[Entry]) -> Signature:
+    """(name, mtime ns or 0, size or -1) of each file, sorted: the cache key of a run's content
+    (a URL store's listing may tell neither; HTTP's does not)."""
     rows = [(f.location.name, f.mtime_ns or 0, -1 if f.size is None else f.size) for f in files]
     return tuple(sorted(rows))
 
 
-def _entry(
-    store: Path,
-    folder: Path,
-    files: list[Path],
-    traces: tuple[str, ...],
-    folders: list[str],
-    links: tuple[str, ...],
-) -> RunEntry:
-    meta, error = _read_meta(folder / RUN_JSON)
-    return RunEntry(
-        links=links,
-        run_id=folder.relative_to(store).as_posix(),
-        path=folder,
-        trace_files=traces,
-        signature=signature_of(files),
-        meta=meta,
-        meta_error=error,
-        live=is_live([f.name for f in files], folders, meta),
-    )
-
-
-def signature_of(files: Sequence[Path]) -> Signature:
-    """(name, mtime_ns, size) of each file, sorted: the cache key of a run's content."""
-    rows = []
-    for path in files:
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        rows.append((path.name, stat.st_mtime_ns, stat.st_size))
-    return tuple(sorted(rows))
-
-
 def _read_meta(path: Location) -> tuple[RunMeta | None, str | None]:
-    if isinstance(path, Path) and (path.is_symlink() or not path.is_file()):
-        return None, None
     try:
         return read_run_meta(path), None
     except FsobsError as exc:

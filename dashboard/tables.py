@@ -14,11 +14,9 @@ import pandas as pd
 
 from dashboard.store import RunEntry, toggles_summary
 from fsobs import Analysis
-from fsobs.analysis.bubbles.classify import StepBubbles
-from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
-from fsobs.analysis.collectives.alltoall import with_data
+from fsobs.analysis import BUBBLE_CLASSES, StepBubbles, alltoall_with_data
 from fsobs.report import ALLTOALL_COLUMNS
-from optim.balance import CostModel
+from optim import CostModel
 
 TIMELINE_CLASSES = (
     "busy",
@@ -195,11 +193,11 @@ A2A_COLUMNS = {
 
 def all_to_all_frame(analysis: Analysis, shown: int = A2A_SHOWN) -> pd.DataFrame:
     """The ``shown`` most uneven all_to_all(v) instances (the larger of send and receive
-    max / mean first), tied to the data (:func:`fsobs.analysis.collectives.alltoall.with_data`),
+    max / mean first), tied to the data (:func:`fsobs.analysis.alltoall_with_data`),
     with ``send_mb`` and ``matrix`` (whether every rank recorded its split sizes); columns renamed
     by :data:`A2A_COLUMNS`, in that order (a sidecar's columns only with sidecars)."""
     a2a = analysis.collectives.all_to_all
-    frame = with_data(a2a.per_instance, analysis.run.sidecar)
+    frame = alltoall_with_data(a2a.per_instance, analysis.run.sidecar)
     worst = frame[["send_imbalance", "recv_imbalance"]].astype(float).max(axis=1)
     frame = frame.assign(
         _worst=worst,

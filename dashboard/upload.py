@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import IO
 
 from fsobs import Analysis, FsobsError, LoadConfig, analyze_path
-from fsobs.runformat.names import RUN_JSON, SIDECAR_RE, is_trace_name
-from fsobs.trace._decode import GZIP_MAGIC
+from fsobs.runformat import is_run_file, is_trace_name
+from fsobs.trace import GZIP_MAGIC
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 """Largest upload, uncompressed, all files together."""
@@ -148,11 +148,6 @@ def sanitize_name(name: str) -> str:
     clean = re.sub(r"[^A-Za-z0-9._-]+", "-", name)
     clean = re.sub(r"-{2,}", "-", clean).strip("-._")[:_MAX_NAME].strip("-._")
     return clean or "upload"
-
-
-def is_run_file(name: str) -> bool:
-    """A file name an upload may contain: a trace, ``run.json`` or a step sidecar."""
-    return is_trace_name(name) or name == RUN_JSON or SIDECAR_RE.match(name) is not None
 
 
 def is_archive(name: str) -> bool:

@@ -14,6 +14,7 @@ import streamlit as st
 
 from dashboard import numbers, urlstate
 from dashboard.cache import UNFINISHED, first_with_data, runs
+from dashboard.figures import title_in_template
 from dashboard.pending import loaded_runs
 from dashboard.store import (
     RunEntry,
@@ -217,23 +218,9 @@ def table(
 
 
 def chart(fig: go.Figure, key: str) -> None:
-    """A Plotly chart at full width, its title bold once (:func:`title_in_template`)."""
+    """A Plotly chart at full width, its title bold once
+    (:func:`dashboard.figures.title_in_template`)."""
     st.plotly_chart(title_in_template(fig), key=key, width="stretch")
-
-
-def title_in_template(fig: go.Figure) -> go.Figure:
-    """Move the title into the figure's own template, in bold: ``layout.title`` is left unset.
-
-    Streamlit's theme wraps ``layout.title.text`` in ``<b>...</b>`` in the browser, once when a
-    chart mounts and again in an effect right after, so every title arrived as
-    ``<b><b>...</b></b>``. It leaves a title that comes from the template alone, and Plotly
-    draws that one the same way. Changes ``fig`` (a figure made for this one chart).
-    """
-    text = fig.layout.title.text
-    if text:
-        fig.layout.title = None
-        fig.layout.template.layout.title.text = f"<b>{text}</b>"
-    return fig
 
 
 def stop(message: str) -> NoReturn:

@@ -43,6 +43,8 @@ from fsobs.simulate.kineto_writer import us
 from fsobs.trace._decode import DEFAULT_MAX_TRACE_BYTES, read_trace_bytes
 from fsobs.trace.schema import Run
 
+__all__ = ["export_rank", "export_run"]
+
 PID = "fsobs bubbles"
 CATEGORY = "fsobs_bubble"
 TRACKS = ("straggler_wait", "exposed_comm", "host_idle")

@@ -26,6 +26,20 @@ from pathlib import Path
 from typing import IO, Any, Protocol, cast
 from urllib.parse import unquote, urlparse
 
+__all__ = [
+    "Entry",
+    "Location",
+    "Readable",
+    "RemotePath",
+    "as_location",
+    "is_url",
+    "list_dir",
+    "open_binary",
+    "open_local",
+    "read_bytes",
+    "read_text",
+]
+
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _STREAMED = ("http", "https")  # opened as one streamed response: no range requests needed
 _BLOCK = 8 * 2**20  # read-ahead block of the other filesystems
@@ -181,13 +195,10 @@ def read_text(location: Location) -> str:
     return read_bytes(location).decode("utf-8")
 
 
-def list_dir(folder: Location, *, fresh: bool = False) -> list[Entry]:
-    """The folder's files and subfolders, sorted by name (FileNotFoundError when missing).
-
-    Local: symbolic links are left out. Remote: ``fresh`` drops fsspec's cached listing first.
-    """
-    if isinstance(folder, Path):
-        return [_local_entry(p) for p in sorted(folder.iterdir()) if not p.is_symlink()]
+def list_dir(folder: RemotePath, *, fresh: bool = False) -> list[Entry]:
+    """The URL folder's files and subfolders, sorted by name (FileNotFoundError when missing);
+    ``fresh`` drops fsspec's cached listing first. (A local folder is listed by
+    :func:`fsobs.runformat.run_files`, which also sorts out its links and special files.)"""
     fs, path = _fs(folder)
     with _io_errors():
         if fresh:
@@ -205,11 +216,6 @@ def list_dir(folder: Location, *, fresh: bool = False) -> list[Entry]:
             mtime_ns=_mtime_ns(item),
         )
     return [entries[n] for n in sorted(entries)]
-
-
-def _local_entry(path: Path) -> Entry:
-    stat = path.stat()
-    return Entry(path, path.is_dir(), stat.st_size, stat.st_mtime_ns)
 
 
 def _mtime_ns(item: dict[str, Any]) -> int | None:

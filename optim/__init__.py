@@ -29,7 +29,7 @@
 
 from typing import TYPE_CHECKING
 
-from optim.balance import METHODS, CostModel, imbalance, partition
+from optim.balance import MAX_COST_MODEL_BYTES, METHODS, CostModel, imbalance, partition
 from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
 from optim.lazy import lazy_attributes
 from optim.plan import MODES, BalanceConfig, StepPlan
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from optim.loader import ShareLoader
 
 __all__ = [
+    "MAX_COST_MODEL_BYTES",
     "METHODS",
     "MODES",
     "REDUCTIONS",

@@ -506,7 +506,10 @@ def imbalance(costs: Sequence[float] | np.ndarray, parts: Sequence[Sequence[int]
     arr = check_values(costs)
     if not parts:
         raise ValueError("parts: must not be empty")
-    loads = np.array([arr[np.asarray(p, dtype=np.int64)].sum() for p in parts])
+    if len({len(p) for p in parts}) == 1:  # a row's sum is the part's own, bit for bit
+        loads = arr[np.asarray(parts, dtype=np.int64)].sum(axis=1)
+    else:
+        loads = np.array([arr[np.asarray(p, dtype=np.int64)].sum() for p in parts])
     mean = loads.mean()
     return float(loads.max() / mean) if mean > 0 else 1.0
 

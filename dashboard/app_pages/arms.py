@@ -22,7 +22,7 @@ from dashboard.widgets import (
     stop_without_runs,
     table,
 )
-from fsobs.analysis.comparison.ab import Comparison
+from fsobs.analysis import Comparison
 from fsobs.storage import Location
 
 ARMS_KEY = "runs"

@@ -6,12 +6,14 @@ import math
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import figures
-from dashboard.cache import BY_REPR, findings_of, split_bounds_of, timeline_parts
+from dashboard.cache import BY_REPR, figure_of, findings_of, split_bounds_of, timeline_parts
 from dashboard.numbers import KPI_HELP, cost_unit, ms, pct, ratio
 from dashboard.ops import rank_ops, top_ops
 from dashboard.ranks import (
@@ -42,17 +44,15 @@ from dashboard.widgets import (
     table,
 )
 from fsobs import Analysis, load_rank
-from fsobs.analysis.locality import comm_locality, intra_share
-from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
-from fsobs.analysis.stragglers.causes import CAUSES
-from fsobs.analysis.whatif.predict import TOGGLES as WHATIF_TOGGLES
+from fsobs.analysis import CAUSES, EMBEDDING_TOTAL, comm_locality, intra_share, kpis_by_role
+from fsobs.analysis import TOGGLES as WHATIF_TOGGLES
 from fsobs.export import export_rank
-from fsobs.report import capture_findings
-from fsobs.report.analysis import (
+from fsobs.report import (
     EMBEDDING_TOTAL_NOTE,
     WHOLE_TRACE_NOTE,
     NextStep,
     applied_already,
+    capture_findings,
     causes_unknown_line,
     dominant_class,
     next_step,
@@ -81,7 +81,8 @@ def _overview(entry: RunEntry, analysis: Analysis) -> None:
         st.warning(esc(line))
     dominant = dominant_class(analysis.summary)
     _answer(entry, analysis, dominant)
-    chart(figures.bubble_classes_by_rank(analysis.steps), "bubble_classes")
+    classes = partial(figures.bubble_classes_by_rank, analysis.steps)
+    chart(_figure(entry, "bubble_classes", (), classes), "bubble_classes")
     lines = findings_of(str(current_store()), entry.run_id, entry.signature, analysis)
     with st.expander(f"Every finding ({len(lines)})"):
         for line in lines:
@@ -230,19 +231,25 @@ def _timeline(analysis: Analysis, *, entry: RunEntry, ranks: list[int]) -> None:
         partial(_drawn_ops, analysis, entry, drawn),
     )
     bars, ops = parts.bars, parts.ops
-    path = path_frame(analysis.critical_path.segments, window, bars.attrs["origin_ns"])
-    fig = figures.step_timeline(
-        bars,
-        window,
-        num_ranks=len(analysis.run.ranks),
-        names=parts.names,
-        places=parts.places,
-        path=path,
-    )
-    chart(fig, "timeline")
+
+    def timeline() -> go.Figure:
+        path = path_frame(analysis.critical_path.segments, window, bars.attrs["origin_ns"])
+        return figures.step_timeline(
+            bars,
+            window,
+            num_ranks=len(analysis.run.ranks),
+            names=parts.names,
+            places=parts.places,
+            path=path,
+        )
+
+    choice = (tuple(drawn), tuple(window), parts.names is not None)
+    chart(_figure(entry, "timeline", choice, timeline), "timeline")
     _timeline_caption(bars)
     shown = None if len(ranks) == len(analysis.run.ranks) else ranks
-    chart(figures.classes_over_steps(analysis.steps, shown), "classes_over_steps")
+    over_steps = partial(figures.classes_over_steps, analysis.steps, shown)
+    shown_key = () if shown is None else tuple(shown)
+    chart(_figure(entry, "classes_over_steps", shown_key, over_steps), "classes_over_steps")
     if ops is not None:
         _top_ops(ops, window, len(drawn))
     _download(analysis, entry, drawn)
@@ -408,7 +415,7 @@ def _causes(analysis: Analysis) -> None:
 
 def _roles(analysis: Analysis) -> None:
     """Straggler wait and exposed communication by the role of the collective."""
-    roles = by_role(analysis.roles)
+    roles = kpis_by_role(analysis.roles)
     if not any(v for values in roles.values() for v in values.values() if v == v):
         return
     st.subheader("Communication by role (ms per rank and step)")
@@ -516,6 +523,13 @@ def _hta(analysis: Analysis) -> None:
     table(hta.idle_time_breakdown)
 
 
+def _figure(
+    entry: RunEntry, name: str, choice: tuple[Any, ...], build: Callable[[], go.Figure]
+) -> go.Figure:
+    """One of the run's figures, built once per ``choice`` (:func:`dashboard.cache.figure_of`)."""
+    return figure_of(str(current_store()), entry.run_id, entry.signature, name, choice, build)
+
+
 def render() -> None:
     """The page."""
     st.title("Bubbles")
@@ -524,7 +538,8 @@ def render() -> None:
         stop("No step was recorded on every rank (no ProfilerStep): no bubble breakdown.")
     _overview(entry, analysis)
     choice = _rank_filter(analysis, entry.run_id)
-    chart(figures.straggler_wait_heatmap(analysis.steps, choice.ranks), "wait_heatmap")
+    heatmap = partial(figures.straggler_wait_heatmap, analysis.steps, choice.ranks)
+    chart(_figure(entry, "wait_heatmap", tuple(choice.ranks), heatmap), "wait_heatmap")
     # Only the chosen tab runs (a click on another one reruns the page): the browser gets and
     # draws one tab's charts and tables, not four.
     tabs = st.tabs(TABS, key=TAB_KEY, on_change="rerun")

@@ -39,10 +39,8 @@ from dashboard.widgets import (
     stop_without_runs,
     table,
 )
-from fsobs.analysis.comparison.ab import Comparison
-from fsobs.analysis.pipeline import EMBEDDING_TOTAL
-from fsobs.report import toggles_line
-from fsobs.report.analysis import EMBEDDING_TOTAL_NOTE
+from fsobs.analysis import EMBEDDING_TOTAL, Comparison
+from fsobs.report import EMBEDDING_TOTAL_NOTE, toggles_line
 from fsobs.storage import Location
 
 HEADLINE = (

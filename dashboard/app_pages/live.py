@@ -20,10 +20,8 @@ from dashboard.numbers import ms, ratio
 from dashboard.store import is_read_only, live_first, run_state
 from dashboard.text import esc
 from dashboard.widgets import chart, current_store, pick_run, stop, stop_without_runs, table
-from fsobs.errors import FsobsError
-from fsobs.live.capture import MAX_CAPTURE_STEPS
-from fsobs.live.model import LiveState
-from fsobs.live.state import LiveRun
+from fsobs import FsobsError
+from fsobs.live import MAX_CAPTURE_STEPS, LiveRun, LiveState
 
 RESULT_KEY = "live_capture_result"
 

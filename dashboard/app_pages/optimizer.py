@@ -25,7 +25,7 @@ from dashboard.widgets import (
     table,
 )
 from fsobs import Analysis
-from optim.balance import METHODS
+from optim import METHODS
 
 
 def _fit_section(entry: RunEntry, analysis: Analysis) -> CostChoice | None:

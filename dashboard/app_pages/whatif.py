@@ -26,10 +26,8 @@ from dashboard.widgets import (
     table,
 )
 from fsobs import Analysis, FsobsError
-from fsobs.analysis import WhatIf
-from fsobs.analysis.whatif.predict import TOGGLES, available_toggles, whatif
-from fsobs.analysis.whatif.splits import BalanceSplit
-from fsobs.simulate.study import WORLD_SIZES
+from fsobs.analysis import TOGGLES, BalanceSplit, WhatIf, available_toggles, whatif
+from fsobs.simulate import WORLD_SIZES
 
 DRAWS = (50, 200)
 BALANCE_SPLITS = ("kk", "lpt", "kk-unequal", "window:2", "window:4", "window:8")

@@ -4,6 +4,7 @@ No Streamlit here, so every figure is tested on its trace data
 (``tests/unit/dashboard/test_figures.py``).
 """
 
+from dashboard.figures._style import title_in_template
 from dashboard.figures.bubbles import (
     all_to_all_matrix,
     bubble_classes_by_rank,
@@ -46,6 +47,7 @@ __all__ = [
     "step_timeline",
     "straggler_steps",
     "straggler_wait_heatmap",
+    "title_in_template",
     "toggles_at_scale",
     "whatif_reductions",
 ]

@@ -67,3 +67,18 @@ def error_bars(
         up.append(0.0 if math.isnan(high) or math.isnan(v) else 100 * (high - v))
         down.append(0.0 if math.isnan(low) or math.isnan(v) else 100 * (v - low))
     return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "visible": True}
+
+
+def title_in_template(fig: go.Figure) -> go.Figure:
+    """Move the title into the figure's own template, in bold: ``layout.title`` is left unset.
+
+    Streamlit's theme wraps ``layout.title.text`` in ``<b>...</b>`` in the browser, once when a
+    chart mounts and again in an effect right after, so every title arrived as
+    ``<b><b>...</b></b>``. It leaves a title that comes from the template alone, and Plotly
+    draws that one the same way. Changes ``fig`` (a figure made for this one chart).
+    """
+    text = fig.layout.title.text
+    if text:
+        fig.layout.title = None
+        fig.layout.template.layout.title.text = f"<b>{text}</b>"
+    return fig

@@ -13,7 +13,7 @@ from dashboard.figures._style import CLASS_COLORS, finish, label
 from dashboard.numbers import HOVER_NUMBER, cost_unit
 from dashboard.ranks import AGGREGATE_ABOVE, top_and_rest
 from dashboard.tables import TIMELINE_CLASSES, class_means_by_rank, wait_matrix
-from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from fsobs.analysis import BUBBLE_CLASSES
 
 
 def bubble_classes_by_rank(steps: pd.DataFrame) -> go.Figure:

@@ -16,7 +16,7 @@ from dashboard.figures._style import (
     finish,
     label,
 )
-from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES
+from fsobs.analysis import BUBBLE_CLASSES
 
 
 def bubble_reduction(

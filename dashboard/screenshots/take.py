@@ -37,7 +37,7 @@ from urllib.parse import urlencode
 import msgspec
 
 from fsobs import analyze_path
-from fsobs.analysis.comparison.ab import compare
+from fsobs.analysis import compare
 from fsobs.cli import main as fsobs_main
 from fsobs.runformat import read_run_json, write_run_json
 from tests.support.cdp import Browser, StreamlitServer, find_chromium, page_ready_js

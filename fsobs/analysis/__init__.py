@@ -2,33 +2,62 @@
 
 Their JSON objects and text reports live in :mod:`fsobs.report`."""
 
-from fsobs.analysis.bubbles.parts import BubbleConfig
+from fsobs.analysis.bubbles.classify import StepBubbles
+from fsobs.analysis.bubbles.optree import op_tree
+from fsobs.analysis.bubbles.parts import BUBBLE_CLASSES, BubbleConfig
+from fsobs.analysis.collectives.alltoall import alltoall_with_data
 from fsobs.analysis.comparison.ab import Comparison, compare
 from fsobs.analysis.costfit import CostFit, fit_cost, fit_points
 from fsobs.analysis.hta_compat import HtaMetrics, combine_hta, rank_hta
-from fsobs.analysis.pipeline import Analysis, analyze, analyze_path, analyze_summary, kpis
+from fsobs.analysis.locality import comm_locality, intra_share
+from fsobs.analysis.pipeline import (
+    EMBEDDING_TOTAL,
+    Analysis,
+    analyze,
+    analyze_path,
+    analyze_summary,
+    kpis,
+    kpis_by_role,
+)
+from fsobs.analysis.stragglers.causes import CAUSES
 from fsobs.analysis.summary import RankSummary, summarize_path, summarize_rank, summarize_run
-from fsobs.analysis.whatif.predict import whatif
+from fsobs.analysis.whatif.bounds import SplitBounds, run_bounds
+from fsobs.analysis.whatif.predict import TOGGLES, available_toggles, whatif
 from fsobs.analysis.whatif.results import Prediction, WhatIf
+from fsobs.analysis.whatif.splits import BalanceSplit
 
 __all__ = [
+    "BUBBLE_CLASSES",
+    "CAUSES",
+    "EMBEDDING_TOTAL",
+    "TOGGLES",
     "Analysis",
+    "BalanceSplit",
     "BubbleConfig",
     "Comparison",
     "CostFit",
     "HtaMetrics",
     "Prediction",
     "RankSummary",
+    "SplitBounds",
+    "StepBubbles",
     "WhatIf",
+    "alltoall_with_data",
     "analyze",
     "analyze_path",
     "analyze_summary",
+    "available_toggles",
     "combine_hta",
+    "comm_locality",
     "compare",
     "fit_cost",
     "fit_points",
+    "intra_share",
     "kpis",
+    "kpis_by_role",
+    "op_tree",
     "rank_hta",
+    "run_bounds",
     "summarize_path",
     "summarize_rank",
     "summarize_run",

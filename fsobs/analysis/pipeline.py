@@ -33,7 +33,7 @@ from fsobs.trace.schema import RankTrace, Run
 from optim.markers import PEC_ROLES, ROLES
 
 EMBEDDING_TOTAL = "embedding_total"
-"""The :func:`by_role` entry of a run with PEC's roles: their sum with ``embedding``."""
+"""The :func:`kpis_by_role` entry of a run with PEC's roles: their sum with ``embedding``."""
 
 
 @dataclass
@@ -197,7 +197,7 @@ def kpis(steps: pd.DataFrame, colls: Collectives) -> dict[str, float]:
     }
 
 
-def by_role(roles: pd.DataFrame) -> dict[str, dict[str, float]]:
+def kpis_by_role(roles: pd.DataFrame) -> dict[str, dict[str, float]]:
     """``{role: {straggler_wait_ms_per_step, exposed_comm_ms_per_step}}``: means over ranks and
     steps, like the KPIs (so the roles add up to the class KPIs, less unmatched collectives).
 

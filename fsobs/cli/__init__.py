@@ -13,9 +13,28 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from fsobs.cli import analysis, dashboard, live, run, whatif
+from fsobs.cli.access import (
+    ALLOW_ENV,
+    AUTH_ENV,
+    READ_ONLY_ENV,
+    TOKEN_ENV,
+    is_allowed,
+    parse_allow,
+)
 from fsobs.errors import FsobsError
 
-__all__ = ["EXIT_BAD_INPUT", "build_parser", "main", "package_version"]
+__all__ = [
+    "ALLOW_ENV",  # the access settings `fsobs dashboard` hands the app (dashboard/auth.py)
+    "AUTH_ENV",
+    "EXIT_BAD_INPUT",
+    "READ_ONLY_ENV",
+    "TOKEN_ENV",
+    "build_parser",
+    "is_allowed",
+    "main",
+    "package_version",
+    "parse_allow",
+]
 
 EXIT_BAD_INPUT = 2
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from fsobs.cli.common import Commands, cost_model_path, example
 from fsobs.cli.flags import Section, add_section, section_values
 from fsobs.errors import FsobsError
-from fsobs.runformat.names import WINDOWS_DIR, is_trace_name
+from fsobs.runformat.files import run_files
+from fsobs.runformat.names import WINDOWS_DIR
 from fsobs.workload.config import JobConfig, ModelSpec, data_config_for, job_profiler
 from fsobs.workload.data import DataConfig
 from optim.config import TOGGLES, FreeScaleConfig, PriorityConfig, SMFreeConfig
@@ -184,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    if (Path(args.out) / WINDOWS_DIR).is_dir():
+    if run_files(Path(args.out)).windows is not None:
         print(f"wrote {args.out}; {_live_windows(Path(args.out))}")
     else:
         print(f"wrote {args.out}; analyze it with: fsobs analyze {args.out}")
@@ -196,9 +197,10 @@ def what_can_be_analyzed(out: Path) -> str:
     rank with a trace recorded, and the ranks without one (it loads the traces)."""
     from fsobs.trace.loader import load_run
 
-    if (out / WINDOWS_DIR).is_dir():
+    files = run_files(out)
+    if files.windows is not None:
         return _live_windows(out)
-    if not any(p.is_file() and is_trace_name(p.name) for p in out.iterdir()):
+    if not files.traces:
         return "nothing can be analyzed (no rank left a trace)"
     try:
         run = load_run(out)

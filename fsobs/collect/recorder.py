@@ -24,7 +24,8 @@ normal exit and :meth:`RunRecorder.fail` with the error when the block raises (o
 implementation). The loss recorded is the rank's own unweighted mean (:class:`StepState`), so
 that every arm of an A/B records the same quantity. :meth:`RunRecorder.global_ids` gathers the
 global batch's IDs per table from each rank's own (:mod:`fsobs.collect.batch_ids`) on a gloo
-group of the recorder's own, made in ``__init__`` (collective then) when the world size is > 1.
+group of the recorder's own (``fsobs_recorder`` in a trace's process groups), made in
+``__init__`` (collective then) when the world size is > 1.
 
 **A step that raised**, with begin/end: ``fail(error)`` records it (the loop's ``except``),
 as the block does. A loop that does not call it is noticed: :meth:`RunRecorder.close` inside
@@ -37,8 +38,10 @@ changes nothing.
 Everything goes through the run format (:mod:`fsobs.runformat`): ``rank<R>.trace.json.gz``
 (:class:`~fsobs.collect.profiler.StepProfiler`), ``steps.rank<R>.jsonl`` (one
 :class:`~fsobs.runformat.StepRecord` per step: the lengths, the cost model's estimate, the
-loss, the GC pauses and CPU time of :class:`~fsobs.collect.pauses.StepMonitor`, and the ID
-overlap with the previous step when the loop passes the ids) and ``run.json`` (rank 0). Rank
+loss, the GC pauses and CPU time of :class:`~fsobs.collect.pauses.StepMonitor`, the ID
+overlap with the previous step when the loop passes the ids (or the shares themselves), and
+the sample ids and balance fields the loop sets on its :class:`StepState`) and ``run.json``
+(rank 0). Rank
 and world size come from ``torch.distributed`` when it is initialized, else 0 and 1.
 
 **Step windows.** The profiler is advanced when the next block begins (``begin_step``), not
@@ -152,6 +155,18 @@ class StepState:
     """Instead of ``loss``: the unweighted sum of this rank's loss terms ..."""
     loss_count: int | torch.Tensor | None = None
     """... and their number (0: an empty share, no loss recorded)."""
+    sample_ids: IntArray | None = None
+    """The dataset index of each sample, in the order of ``lengths`` (optional)."""
+    imbalance_before: float | None = None
+    """Max / mean estimated cost over the ranks under the random split (the balance's plan)."""
+    imbalance_after: float | None = None
+    """The same under the split used."""
+    batch_digest: str | None = None
+    """A digest of the step's global batch (``optim.plan.batch_digest``): equal digests, the
+    same samples."""
+    id_overlap: Mapping[str, float] | None = None
+    """Instead of ``ids``, for a loop that works the shares out itself (off the step): per
+    table, the share of the global batch's ID occurrences the previous step's had."""
 
 
 class RunRecorder:
@@ -197,7 +212,11 @@ class RunRecorder:
             "device": "cuda" if torch.cuda.is_available() else "cpu",
             "workload": dict(workload or {}),
         }
-        self._group = dist.new_group(backend="gloo") if self.world_size > 1 else None
+        self._group = (
+            dist.new_group(backend="gloo", group_desc="fsobs_recorder")
+            if self.world_size > 1
+            else None
+        )
         """The recorder's own group (gloo): its collectives never run on the training's."""
         self._next_step = 0
         self._started = False
@@ -385,14 +404,23 @@ class RunRecorder:
         lengths = int_array(state.lengths, "lengths")
         loss = _mean_loss(state)
         cost = None if self._cost_model is None else rank_cost(self._cost_model, lengths)
+        overlap = self._id_overlap(state.ids)
+        if state.id_overlap is not None:
+            if state.ids is not None:
+                raise ValueError("id_overlap: give either ids or id_overlap, not both")
+            overlap = dict(state.id_overlap)
         record = StepRecord.of(
             self._next_step,
             lengths,
             cost,
             start,
             end,
+            sample_ids=state.sample_ids,
             loss=loss,
-            id_overlap=self._id_overlap(state.ids),
+            imbalance_before=state.imbalance_before,
+            imbalance_after=state.imbalance_after,
+            batch_digest=state.batch_digest,
+            id_overlap=overlap,
             **pauses,
         )
         self._sidecar.write(record)

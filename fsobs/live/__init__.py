@@ -9,8 +9,19 @@
 """
 
 from fsobs.live.alerts import AlertConfig
-from fsobs.live.capture import request_capture
-from fsobs.live.model import LiveState
-from fsobs.live.state import LiveConfig, LiveRun, run_status
+from fsobs.live.capture import MAX_CAPTURE_STEPS, request_capture
+from fsobs.live.model import LiveState, WindowEntry, ago
+from fsobs.live.state import RUNNING, LiveConfig, LiveRun, run_status
 
-__all__ = ["AlertConfig", "LiveConfig", "LiveRun", "LiveState", "request_capture", "run_status"]
+__all__ = [
+    "MAX_CAPTURE_STEPS",
+    "RUNNING",
+    "AlertConfig",
+    "LiveConfig",
+    "LiveRun",
+    "LiveState",
+    "WindowEntry",
+    "ago",
+    "request_capture",
+    "run_status",
+]

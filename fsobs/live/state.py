@@ -42,7 +42,8 @@ from fsobs.live.model import (
     ago,
 )
 from fsobs.live.sidecar_tail import SidecarTail, StepRow
-from fsobs.runformat.names import PARTIAL_RE, RUN_JSON, SIDECAR_RE
+from fsobs.runformat.files import run_files
+from fsobs.runformat.names import RUN_JSON
 from fsobs.runformat.runmeta import RunMeta, read_run_meta
 from fsobs.runformat.windows import (
     WindowFolder,
@@ -145,12 +146,8 @@ class LiveRun:
     # sidecars
 
     def _sidecar_ranks(self) -> list[int]:
-        found = set()
-        for path in self.run_dir.iterdir():
-            match = SIDECAR_RE.match(path.name) or PARTIAL_RE.match(path.name)
-            if match is not None:
-                found.add(int(match.group(1)))
-        return sorted(found)
+        files = run_files(self.run_dir)
+        return sorted({rank for _, rank in (*files.sidecars, *files.partial_sidecars)})
 
     def _read_rank(self, rank: int) -> None:
         tail = self._tails.get(rank)
@@ -337,10 +334,10 @@ def check_run(run_dir: Path) -> None:
     if not run_dir.is_dir():
         raise RunError("no such run folder", path=run_dir)
     try:
-        names = [p.name for p in run_dir.iterdir()]
+        files = run_files(run_dir)
     except OSError as exc:
         raise RunError(f"cannot list the run folder: {exc.strerror or exc}", path=run_dir) from exc
-    if RUN_JSON not in names and not any(SIDECAR_RE.match(n) or PARTIAL_RE.match(n) for n in names):
+    if files.run_json is None and not files.sidecars and not files.partial_sidecars:
         raise RunError("no run here (neither run.json nor a step sidecar)", path=run_dir)
 
 

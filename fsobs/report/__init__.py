@@ -9,15 +9,33 @@ point one way: this package reads :mod:`fsobs.analysis`, which never imports it.
 
 from fsobs.report._alltoall import COLUMNS as ALLTOALL_COLUMNS
 from fsobs.report._windows import capture_findings
-from fsobs.report.analysis import findings, render, to_json
+from fsobs.report.analysis import (
+    EMBEDDING_TOTAL_NOTE,
+    WHOLE_TRACE_NOTE,
+    NextStep,
+    applied_already,
+    causes_unknown_line,
+    dominant_class,
+    findings,
+    next_step,
+    render,
+    to_json,
+)
 from fsobs.report.comparison import compare_json, render_comparison, toggles_line
 from fsobs.report.whatif import render_whatif, whatif_json
 
 __all__ = [
     "ALLTOALL_COLUMNS",
+    "EMBEDDING_TOTAL_NOTE",
+    "WHOLE_TRACE_NOTE",
+    "NextStep",
+    "applied_already",
     "capture_findings",
+    "causes_unknown_line",
     "compare_json",
+    "dominant_class",
     "findings",
+    "next_step",
     "render",
     "render_comparison",
     "render_whatif",

@@ -10,7 +10,7 @@ import pandas as pd
 from rich.table import Table
 
 from fsobs.analysis import Analysis
-from fsobs.analysis.collectives.alltoall import with_data
+from fsobs.analysis.collectives.alltoall import alltoall_with_data
 from fsobs.report._format import cell, table
 from fsobs.report._json import clean, records
 
@@ -35,7 +35,7 @@ COLUMNS = {
 
 def imbalance(analysis: Analysis) -> pd.DataFrame:
     """Every all_to_all(v) instance's imbalance, tied to the step sidecars' data."""
-    return with_data(analysis.collectives.all_to_all.per_instance, analysis.run.sidecar)
+    return alltoall_with_data(analysis.collectives.all_to_all.per_instance, analysis.run.sidecar)
 
 
 def all_to_all_json(analysis: Analysis) -> dict[str, Any]:

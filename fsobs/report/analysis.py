@@ -15,7 +15,7 @@ from rich.table import Table
 from fsobs.analysis import Analysis
 from fsobs.analysis.collectives.clocks import SHARED_CLOCK_NS, Clock
 from fsobs.analysis.locality import comm_locality, intra_share
-from fsobs.analysis.pipeline import EMBEDDING_TOTAL, by_role
+from fsobs.analysis.pipeline import EMBEDDING_TOTAL, kpis_by_role
 from fsobs.analysis.whatif.bounds import run_bounds
 from fsobs.report._alltoall import all_to_all_findings, all_to_all_json, all_to_all_tables
 from fsobs.report._critical_path import critical_path_json, critical_path_lines
@@ -165,7 +165,7 @@ def _by_role_json(analysis: Analysis) -> dict[str, Any] | None:
         return None
     return {
         role: {k: plain(v) for k, v in values.items()}
-        for role, values in by_role(analysis.roles).items()
+        for role, values in kpis_by_role(analysis.roles).items()
     }
 
 
@@ -285,7 +285,7 @@ _ROLE_COLUMNS = {
 def _role_section(analysis: Analysis) -> list[Item]:
     """Blocked time by the role of the collective, for runs with PEC's collectives (whose
     roles tell its overlapped, ahead, mask and gradient all-to-alls apart)."""
-    roles = by_role(analysis.roles)
+    roles = kpis_by_role(analysis.roles)
     if EMBEDDING_TOTAL not in roles:
         return []
     frame = pd.DataFrame([{"role": role, **values} for role, values in roles.items()])
@@ -563,7 +563,7 @@ def _next_step_json(analysis: Analysis) -> dict[str, Any] | None:
 
 def _pec_findings(analysis: Analysis) -> list[str]:
     """PEC's embedding communication in one line (nothing for a run without PEC's ranges)."""
-    roles = by_role(analysis.roles)
+    roles = kpis_by_role(analysis.roles)
     if EMBEDDING_TOTAL not in roles:
         return []
     total, mask = roles[EMBEDDING_TOTAL], roles.get("pec_mask")

@@ -76,6 +76,13 @@ def is_trace_name(name: str) -> bool:
     )
 
 
+def is_run_file(name: str) -> bool:
+    """Whether a file of a run directory is one a reader of the run takes: a trace
+    (:func:`is_trace_name`), ``run.json`` or a step sidecar (what an upload may hold, and the
+    links a loader names as left out)."""
+    return is_trace_name(name) or name == RUN_JSON or SIDECAR_RE.match(name) is not None
+
+
 def is_named_trace(name: str) -> bool:
     """Whether a file's name makes it a trace, whatever it holds (:data:`NAMED_TRACE_RE`)."""
     return NAMED_TRACE_RE.match(name) is not None

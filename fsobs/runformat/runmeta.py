@@ -41,7 +41,7 @@ from fsobs.runformat.atomic import TEMP_RE, write_atomic
 from fsobs.runformat.bounded import MAX_RUN_JSON_BYTES, read_limited
 from fsobs.runformat.names import FORMAT_VERSION, PARTIAL_RE, PARTIAL_SUFFIX, RUN_JSON, TRACE_RE
 from fsobs.runformat.steps import recover_partial
-from fsobs.runformat.structs import FieldError, error_field
+from fsobs.runformat.structs import FieldError, convert
 from fsobs.runformat.windows import list_windows, published_ranks
 from fsobs.storage import Location
 
@@ -135,19 +135,22 @@ class RunMeta(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=T
             if self.world_size is not None and present and present[-1] >= self.world_size:
                 raise FieldError(
                     "ranks_present",
-                    f"{list(present)} has ranks >= world_size {self.world_size}",
+                    f"ranks_present: {list(present)} has ranks >= world_size {self.world_size}",
                 )
         if self.status == "complete":
             if self.reason is not None:
-                raise FieldError("reason", f"must be null for a complete run, got {self.reason!r}")
+                raise FieldError(
+                    "reason", f"reason: must be null for a complete run, got {self.reason!r}"
+                )
             if present is not None and self.world_size is not None:
                 if list(present) != list(range(self.world_size)):
                     raise FieldError(
                         "ranks_present",
-                        f"{list(present)} must be all {self.world_size} ranks for a complete run",
+                        f"ranks_present: {list(present)} must be all {self.world_size} ranks for "
+                        "a complete run",
                     )
         elif not self.reason:
-            raise FieldError("reason", "an incomplete run needs a reason")
+            raise FieldError("reason", "reason: an incomplete run needs a reason")
 
     def to_json(self) -> dict[str, Any]:
         """The object written as ``run.json`` (``process_groups`` only when recorded)."""
@@ -166,14 +169,10 @@ class RunMeta(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=T
         if not isinstance(value, dict):
             raise ValueError("run metadata must be a JSON object")
         fields = {k: v for k, v in value.items() if v is not None or k in _NULLABLE}
-        try:
-            meta: RunMeta = msgspec.convert(fields, cls)
-        except msgspec.ValidationError as exc:
-            field, message = error_field(exc)
-            if field.startswith("toggles[...]"):  # msgspec does not name a dict's key
-                field, message = _bad_toggle(fields["toggles"])
-            raise FieldError(field, message) from None
-        return meta
+        if isinstance(fields.get("toggles"), dict):  # msgspec does not name a dict's key
+            for name, toggle in fields["toggles"].items():
+                _toggle(name, toggle)
+        return convert(fields, cls)
 
     def knob(self, path: str) -> Any:
         """The workload's value at ``path``, dotted as in the job config's JSON
@@ -220,19 +219,17 @@ flat name (``steps``, ``batch_size``, ``optimizer``, ``ddp_bucket_mb``, ``save_p
 named alike in both; the flat ``cost_model`` and ``profile_active`` have no exact path)."""
 
 
-def _bad_toggle(toggles: dict[str, Any]) -> tuple[str, str]:
-    """The first toggle that is not a :class:`ToggleStatus`: its field and the message."""
-    for name, value in toggles.items():
-        try:
-            msgspec.convert(value, ToggleStatus)
-        except msgspec.ValidationError as exc:
-            field, message = error_field(exc)
-            return f"toggles.{name}" + (f".{field}" if field else ""), message
-    raise AssertionError("every toggle converts")
+def _toggle(name: str, value: object) -> None:
+    """Check one toggle of ``run.json``: :class:`FieldError` naming ``toggles.<name>``."""
+    try:
+        convert(value, ToggleStatus)
+    except FieldError as exc:
+        field = f"toggles.{name}" + (f".{exc.field}" if exc.field else "")
+        raise FieldError(field, str(exc)) from None
 
 
 def _bad(key: str, wanted: str, value: object) -> FieldError:
-    return FieldError(key, f"expected {wanted}, got {json.dumps(value, default=repr)}")
+    return FieldError(key, f"{key}: expected {wanted}, got {json.dumps(value, default=repr)}")
 
 
 def write_run_json(run_dir: str | Path, meta: RunMeta) -> Path:
@@ -266,7 +263,7 @@ def read_run_meta(path: Location) -> RunMeta:
     try:
         return RunMeta.from_json(value)
     except FieldError as exc:
-        raise TraceFormatError(exc.message, path=path, field=exc.field) from exc
+        raise TraceFormatError(str(exc), path=path, field=exc.field or None) from exc
     except (TypeError, ValueError) as exc:
         raise TraceFormatError(str(exc), path=path) from exc
 

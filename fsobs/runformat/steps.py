@@ -48,20 +48,22 @@ import json
 import math
 import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
 from types import TracebackType
 from typing import Any, SupportsFloat, SupportsIndex, cast
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from fsobs.errors import TraceFormatError, TraceReadError
 from fsobs.runformat.atomic import publish, temp_path, write_atomic
 from fsobs.runformat.bounded import MAX_SIDECAR_LINE_BYTES, iter_lines
-from fsobs.runformat.names import PARTIAL_SUFFIX, SIDECAR_RE, sidecar_file_name
-from fsobs.storage import Location, as_location, list_dir
+from fsobs.runformat.files import run_files
+from fsobs.runformat.names import PARTIAL_SUFFIX, sidecar_file_name
+from fsobs.runformat.structs import convert
+from fsobs.storage import Location, as_location
 
 MAX_LISTED_LENGTHS = 4096
 """Steps with more samples store ``len_sum``/``len_sq_sum``/``len_max`` instead of the list."""
@@ -91,15 +93,12 @@ COLUMNS = (
 optional one), ``wall_ms`` (``wall_end_ns - wall_start_ns``), ``seq_lengths`` (an int64
 array, None where the record has only the sums), ``sample_ids`` (likewise, None where the
 record has none) and ``id_overlap`` (a dict table -> share, None where the record has none)."""
-_OPTIONAL_FLOATS = ("est_cost", "loss", "imbalance_before", "imbalance_after")
-_PAUSES = ("gc_count", "gc_max_gen", "gc_ms", "cpu_ms", "nivcsw")
-"""The pause fields, in the order a line writes them."""
 
 
-@dataclass(kw_only=True, frozen=True)
-class StepRecord:
-    """One line of a step sidecar; every field is checked when it is made (``ValueError``
-    naming the field)."""
+class StepRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One line of a step sidecar, its fields declared here once (a msgspec Struct, in the
+    order a line writes them); every field is checked when it is made (``ValueError`` naming
+    the field)."""
 
     step: int
     """The profiler's step number (``ProfilerStep#N``)."""
@@ -116,12 +115,13 @@ class StepRecord:
     wall_start_ns: int | None
     wall_end_ns: int | None
     loss: float | None = None
+    """The first of the optional fields: a line has those that are not None."""
     imbalance_before: float | None = None
     """Max / mean estimated cost over the ranks under the random split."""
     imbalance_after: float | None = None
     """The same under the split used."""
     batch_digest: str | None = None
-    id_overlap: dict[str, float] | None = field(default=None, hash=False)
+    id_overlap: dict[str, float] | None = None
     """Per embedding table, the share of the global batch's ID occurrences that the previous
     step's global batch had (module docstring)."""
     gc_count: int | None = None
@@ -161,22 +161,19 @@ class StepRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The line's object, keys in the order of the module docstring."""
-        out: dict[str, Any] = {"step": self.step, "num_samples": self.num_samples}
-        listed = self.num_samples <= MAX_LISTED_LENGTHS
-        if self.seq_lengths is not None and listed:
-            out["seq_lengths"] = list(self.seq_lengths)
-        else:
-            out.update(len_sum=self.len_sum, len_sq_sum=self.len_sq_sum, len_max=self.len_max)
-        if self.sample_ids is not None and listed:
-            out["sample_ids"] = list(self.sample_ids)
-        out.update(
-            est_cost=self.est_cost, wall_start_ns=self.wall_start_ns, wall_end_ns=self.wall_end_ns
-        )
-        for name in _OPTIONAL_ORDER:
+        """The line's object, keys in the order of the fields: the lengths listed, or their
+        three sums past :data:`MAX_LISTED_LENGTHS` (and the ids then left out), the optional
+        fields only when set."""
+        many = self.num_samples > MAX_LISTED_LENGTHS
+        left_out = {"seq_lengths"} if many or self.seq_lengths is None else set(_SUMS)
+        if many:
+            left_out.add("sample_ids")
+        out: dict[str, Any] = {}
+        for name in _FIELDS:
             value = getattr(self, name)
-            if value is not None:
-                out[name] = dict(value) if isinstance(value, dict) else value
+            if name in left_out or value is None and name in _UNSET_LEFT_OUT:
+                continue
+            out[name] = list(value) if name in _LISTS else value
         return out
 
     def to_line(self) -> str:
@@ -188,70 +185,47 @@ class StepRecord:
         """Parse one line's object strictly: ``ValueError`` naming the bad field."""
         if not isinstance(record, dict):
             raise ValueError(f"a step record must be a JSON object, got {_kind(record)}")
-        unknown = set(record) - _FIELDS
-        if unknown:
-            raise ValueError(f"unknown field {sorted(unknown)[0]!r}")
-        lengths = record.get("seq_lengths")
-        if lengths is not None:
-            if not isinstance(lengths, list):
-                raise ValueError(f"seq_lengths must be a list, got {_kind(lengths)}")
+        fields = dict.fromkeys(("seq_lengths", "est_cost", "wall_start_ns", "wall_end_ns"))
+        fields.update(record)
+        lengths = fields["seq_lengths"]
+        if isinstance(lengths, list):  # the sums, and the count if not given, from the list
             values = _non_negative_ints(lengths, "seq_lengths")
-            sums = _sums(values)
-            num_samples = record.get("num_samples", len(values))
-        else:
-            for name in ("len_sum", "len_sq_sum", "len_max", "num_samples"):
-                if name not in record:
-                    raise ValueError(f"{name} is missing (no seq_lengths)")
-            sums = {n: record[n] for n in ("len_sum", "len_sq_sum", "len_max")}
-            num_samples = record["num_samples"]
-        if "step" not in record:
-            raise ValueError("step is missing")
-        fields = {k: v for k, v in record.items() if k not in ("seq_lengths", "num_samples", *sums)}
-        if "sample_ids" in fields:
-            ids = fields["sample_ids"]
-            if not isinstance(ids, list):
-                raise ValueError(f"sample_ids must be a list, got {_kind(ids)}")
-            fields["sample_ids"] = tuple(_lengths(ids, "sample_ids"))
-        return cls(
-            **{**dict.fromkeys(("est_cost", "wall_start_ns", "wall_end_ns")), **fields},
-            num_samples=num_samples,
-            seq_lengths=None if lengths is None else tuple(values),
-            **sums,
-        )
+            fields = {"num_samples": len(values), **fields, **_sums(values)}
+        elif lengths is not None:
+            raise ValueError(f"seq_lengths must be a list, got {_kind(lengths)}")
+        if fields.get("id_overlap") is not None:
+            _check_id_overlap(fields["id_overlap"])  # naming the table
+        return convert(fields, cls)
 
     def frame_row(self, rank: int) -> dict[str, Any]:
         """This record as a row of :func:`read_sidecars`."""
-        row: dict[str, Any] = {
-            "rank": rank,
-            "step": self.step,
-            "num_samples": self.num_samples,
-            "len_sum": self.len_sum,
-            "len_sq_sum": self.len_sq_sum,
-            "len_max": self.len_max,
-        }
-        for name in (*_OPTIONAL_FLOATS, *_PAUSES):
+        row: dict[str, Any] = {"rank": rank}
+        for name in _FIELDS:
             value = getattr(self, name)
-            row[name] = float(value) if value is not None else float("nan")
-        row["batch_digest"] = self.batch_digest
+            if name in _LISTS:
+                row[name] = None if value is None else np.asarray(value, dtype=np.int64)
+            elif name in _NUMBERS:
+                row[name] = float(value) if value is not None else float("nan")
+            elif name not in ("wall_start_ns", "wall_end_ns"):
+                row[name] = dict(value) if isinstance(value, dict) else value
         start, end = self.wall_start_ns, self.wall_end_ns
         row["wall_ms"] = (end - start) / 1e6 if start is not None and end is not None else None
-        lengths = self.seq_lengths
-        row["seq_lengths"] = None if lengths is None else np.asarray(lengths, dtype=np.int64)
-        ids = self.sample_ids
-        row["sample_ids"] = None if ids is None else np.asarray(ids, dtype=np.int64)
-        row["id_overlap"] = None if self.id_overlap is None else dict(self.id_overlap)
         return row
 
 
-_OPTIONAL_ORDER = (
-    "loss",
-    "imbalance_before",
-    "imbalance_after",
-    "batch_digest",
-    "id_overlap",
-    *_PAUSES,
+_FIELDS = StepRecord.__struct_fields__
+_SUMS = frozenset({"len_sum", "len_sq_sum", "len_max"})
+"""Written instead of ``seq_lengths`` when the step lists too many samples."""
+_LISTS = frozenset({"seq_lengths", "sample_ids"})
+"""Written only when the step's samples are listed."""
+_OPTIONAL = frozenset(_FIELDS[_FIELDS.index("loss") :])
+"""The optional fields, from ``loss`` on."""
+_UNSET_LEFT_OUT = _OPTIONAL | {"sample_ids"}
+"""Written only when set (``est_cost`` and the wall bounds are written as null)."""
+_NUMBERS = frozenset(
+    name for name in _OPTIONAL | {"est_cost"} if name not in ("batch_digest", "id_overlap")
 )
-_FIELDS = frozenset(StepRecord.__dataclass_fields__)
+"""The frame's float columns (NaN where a record lacks one)."""
 
 
 def _sums(values: list[int]) -> dict[str, Any]:
@@ -270,6 +244,8 @@ def _check_record(r: StepRecord) -> None:
         listed = getattr(r, name)
         if listed is not None and len(listed) != r.num_samples:
             raise ValueError(f"num_samples {r.num_samples} but {name} lists {len(listed)} samples")
+    if r.sample_ids is not None:
+        _non_negative_ints(list(r.sample_ids), "sample_ids")
     for name in ("wall_start_ns", "wall_end_ns"):
         if getattr(r, name) is not None:
             _non_negative_int(getattr(r, name), name)
@@ -437,7 +413,12 @@ def _parse_line(line: bytes, path: Location, rank: int, number: int) -> StepReco
 def read_sidecars(run_dir: Location) -> pd.DataFrame | None:
     """The sidecars of a run directory (a path or a URL) as one frame (:data:`COLUMNS`); None
     without any."""
-    files = sidecar_files(run_dir)
+    return sidecar_frame(sidecar_files(run_dir))
+
+
+def sidecar_frame(files: Sequence[tuple[Location, int]]) -> pd.DataFrame | None:
+    """The sidecars ``files`` ((file, rank), :attr:`~fsobs.runformat.files.RunFiles.sidecars`)
+    as one frame (:data:`COLUMNS`); None without any."""
     if not files:
         return None
     rows = [r.frame_row(rank) for path, rank in files for r in read_sidecar(path, rank)]
@@ -456,21 +437,14 @@ def read_step_lengths(run_dir: str | Location, step: int) -> dict[int, np.ndarra
     return out
 
 
-def sidecar_files(run_dir: Location) -> list[tuple[Location, int]]:
-    """(file, rank) of every ``steps.rank<R>.jsonl`` of the run directory, sorted by name."""
-    if isinstance(run_dir, Path):  # links are no files of the run (the loader says so)
-        names: list[Location] = [p for p in run_dir.glob("steps.rank*.jsonl") if not p.is_symlink()]
-    else:
-        try:
-            names = [e.location for e in list_dir(run_dir) if not e.is_dir]
-        except OSError as exc:
-            raise TraceReadError(f"cannot list the run folder: {exc}", path=run_dir) from exc
-    found = []
-    for path in sorted(names, key=lambda p: p.name):
-        match = SIDECAR_RE.match(path.name)
-        if match is not None:
-            found.append((path, int(match.group(1))))
-    return found
+def sidecar_files(run_dir: Location) -> tuple[tuple[Location, int], ...]:
+    """(file, rank) of every ``steps.rank<R>.jsonl`` of the run directory, sorted by name
+    (:attr:`~fsobs.runformat.files.RunFiles.sidecars`; links are no files of the run);
+    TraceReadError when the folder cannot be listed."""
+    try:
+        return run_files(run_dir).sidecars
+    except OSError as exc:
+        raise TraceReadError(f"cannot list the run folder: {exc}", path=run_dir) from exc
 
 
 def _is_record(line: bytes) -> bool:

@@ -26,12 +26,14 @@ _SIMULATOR = (
     "truth_frame",
     "truth_error",
 )
-__all__ = [*_SYNTHETIC, *_SIMULATOR]
+_STUDY = ("WORLD_SIZES", "scale_curve", "toggle_study")
+__all__ = [*_SYNTHETIC, *_SIMULATOR, *_STUDY]
 
 __getattr__, __dir__ = lazy_attributes(
     __name__,
     {
         **dict.fromkeys(_SYNTHETIC, ".synthetic_kineto"),
         **dict.fromkeys(_SIMULATOR, ".simulator"),
+        **dict.fromkeys(_STUDY, ".study"),
     },
 )

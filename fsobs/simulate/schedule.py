@@ -60,6 +60,7 @@ step's input copy to the next step's)::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,13 +112,13 @@ def plan(cfg: SimConfig, toggles: frozenset[str] = frozenset()) -> Schedule:
     speed = np.exp(rng.normal(0.0, cfg.speed_sigma, n))
     lengths, est, before, after = _split(cfg, rng, "balance" in toggles)
     _shift(cfg, lengths, est, before, after, "balance" in toggles)
-    cost = np.array([[float(cfg.cost(parts).sum()) for parts in step] for step in lengths])
+    cost = np.array([_part_sums(step, cfg.cost) for step in lengths])
     common = np.exp(rng.normal(0.0, cfg.step_sigma, (s, 1)))
     compute = speed[None, :] * cost * common * np.exp(rng.normal(0.0, cfg.noise_sigma, (s, n)))
     if cfg.slow_rank is not None:
         compute[cfg.slow_from :, cfg.slow_rank] *= cfg.slow_factor
     host = cfg.host_idle_ns * np.exp(rng.normal(0.0, cfg.host_sigma, (s, n)))
-    tokens = np.array([[int(p.sum()) for p in step] for step in lengths], np.float64)
+    tokens = np.array([_part_sums(step) for step in lengths], np.float64)
     gc = np.zeros((s, n), np.int64)
     if cfg.gc_rank is not None:
         gc[cfg.gc_from :, cfg.gc_rank] = round(cfg.gc_ms * 1e6)
@@ -171,10 +172,22 @@ def _split(
         pooled, pooled_costs = np.concatenate(lengths), np.concatenate(costs)
         for step_plan in plans:
             out.append([pooled[p] for p in step_plan.parts])
-            est.append([float(pooled_costs[p].sum()) for p in step_plan.parts])
+            est.append(_part_sums([pooled_costs[p] for p in step_plan.parts]))
             before.append(step_plan.imbalance_before)
             after.append(step_plan.imbalance_after)
     return out, np.array(est), np.array(before), np.array(after)
+
+
+def _part_sums(
+    parts: list[np.ndarray], per_item: Callable[[np.ndarray], np.ndarray] | None = None
+) -> np.ndarray:
+    """The sum of each part (of ``per_item`` of its items when given), in one call when the
+    parts are of one size: a row's sum is then the part's own, bit for bit."""
+    if len({len(p) for p in parts}) == 1:
+        stacked = np.stack(parts)
+        values = stacked if per_item is None else per_item(stacked)
+        return np.asarray(values.sum(axis=1))
+    return np.array([(p if per_item is None else per_item(p)).sum() for p in parts])
 
 
 def transfers(cfg: SimConfig, tokens: np.ndarray) -> dict[str, np.ndarray]:

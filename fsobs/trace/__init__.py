@@ -10,12 +10,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fsobs.trace._decode import GZIP_MAGIC
+    from fsobs.trace.cluster import scheduler_address
     from fsobs.trace.loader import LoadConfig, load_rank, load_run
     from fsobs.trace.schema import KINDS, ProcessGroup, RankTrace, Run
 
-__all__ = ["KINDS", "LoadConfig", "ProcessGroup", "RankTrace", "Run", "load_rank", "load_run"]
+__all__ = [
+    "GZIP_MAGIC",
+    "KINDS",
+    "LoadConfig",
+    "ProcessGroup",
+    "RankTrace",
+    "Run",
+    "load_rank",
+    "load_run",
+    "scheduler_address",
+]
 
 _LAZY = {
+    "GZIP_MAGIC": "fsobs.trace._decode",
+    "scheduler_address": "fsobs.trace.cluster",
     "LoadConfig": "fsobs.trace.loader",
     "load_rank": "fsobs.trace.loader",
     "load_run": "fsobs.trace.loader",

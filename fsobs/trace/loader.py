@@ -25,17 +25,11 @@ from fsobs.errors import (
     TraceReadError,
     WorldSizeMismatchError,
 )
-from fsobs.runformat.names import RUN_JSON, SIDECAR_RE, WINDOW_RE, WINDOWS_DIR, is_trace_name
+from fsobs.runformat.files import RunFiles, run_files
+from fsobs.runformat.names import RUN_JSON, WINDOW_RE, WINDOWS_DIR, is_run_file, is_trace_name
 from fsobs.runformat.runmeta import RunMeta, read_run_meta
-from fsobs.runformat.steps import read_sidecars
-from fsobs.storage import (
-    Location,
-    RemotePath,
-    as_location,
-    check_protocol,
-    list_dir,
-    open_local,
-)
+from fsobs.runformat.steps import sidecar_frame
+from fsobs.storage import Location, RemotePath, as_location, check_protocol, open_local
 from fsobs.trace._build import build_rank_trace
 from fsobs.trace._decode import DEFAULT_MAX_HELD_BYTES, DEFAULT_MAX_TRACE_BYTES
 from fsobs.trace._sniff import NOT_TRACE_NOTE, is_trace_file
@@ -154,7 +148,7 @@ def map_run(
         warnings.append(LINKS_NOTE.format(names=", ".join(found.links)))
     for trace in by_rank.values():
         warnings.extend(trace.warnings)
-    sidecar = read_sidecars(found.root) if found.is_dir else None
+    sidecar = sidecar_frame(found.sidecars) if found.is_dir else None
     return Run(
         path=found.root,
         world_size=world_size,
@@ -179,6 +173,8 @@ class _Found:
     """JSON files of the folder that are not traces (:mod:`fsobs.trace._sniff`)."""
     links: tuple[str, ...] = ()
     """Run files of a local folder that are symbolic links, left out."""
+    sidecars: tuple[tuple[Location, int], ...] = ()
+    """(file, rank) of the folder's step sidecars."""
 
 
 def _traces(candidates: Sequence[Location], folder: Location) -> tuple[list[Location], list[str]]:
@@ -237,35 +233,27 @@ def _discover_folder(path: Path) -> _Found:
     """A local run folder: its trace files and ``run.json``, symbolic links left out (a run's
     files are in its folder) and named in a warning."""
     listed = _listing(path)
-    links = tuple(p.name for p in listed if p.is_symlink() and _is_run_file(p.name))
-    for special in (p for p in listed if _is_run_file(p.name) and not p.is_symlink()):
-        if not (special.is_file() or special.is_dir()):  # a FIFO, a device: say what it is
-            try:
-                open_local(special).close()
-            except OSError as exc:
-                raise TraceReadError(f"cannot read file: {exc.strerror}", path=special) from exc
-    json_files = [p for p in listed if p.is_file() and not p.is_symlink() and is_trace_name(p.name)]
-    if not json_files:
+    links = listed.linked_run_files
+    for special in (p for p in listed.special if is_run_file(p.name)):
+        try:  # a FIFO, a device: say what it is
+            open_local(special).close()
+        except OSError as exc:
+            raise TraceReadError(f"cannot read file: {exc.strerror}", path=special) from exc
+    if not listed.traces:
         raise (
             _live_run(path)
-            if (path / WINDOWS_DIR).is_dir()
-            else _no_traces(path, _run_folders(path), links)
+            if listed.windows is not None
+            else _no_traces(path, _run_folders(listed), links)
         )
-    traces, skipped = _traces(json_files, path)
-    local = [p for p in traces if isinstance(p, Path)]
-    meta_path = path / RUN_JSON
-    meta = read_run_meta(meta_path) if meta_path.exists() and RUN_JSON not in links else None
-    return _Found(path, traces, _local_bytes(local), meta, True, tuple(skipped), links)
+    return _found_folder(listed, links)
 
 
-def _is_run_file(name: str) -> bool:
-    return is_trace_name(name) or name == RUN_JSON or SIDECAR_RE.match(name) is not None
-
-
-def _listing(folder: Path) -> list[Path]:
-    """The folder's entries, sorted; TraceReadError when it cannot be listed."""
+def _listing(folder: Location) -> RunFiles:
+    """The folder's files, listed once; TraceReadError when it cannot be listed."""
     try:
-        return sorted(folder.iterdir())
+        return run_files(folder)
+    except FileNotFoundError as exc:
+        raise TraceReadError("no such file or directory", path=folder) from exc
     except OSError as exc:
         raise TraceReadError(
             f"cannot list this folder: {exc.strerror or exc}", path=folder
@@ -277,49 +265,45 @@ def _discover_remote(url: RemotePath) -> _Found:
     listed once. (Asking the server whether a URL is a folder can cost a whole download.)"""
     if is_trace_name(url.name):
         return _Found(url, [url], None, None, is_dir=False)
-    try:
-        listed = list_dir(url)
-    except FileNotFoundError as exc:
-        raise TraceReadError("no such file or directory", path=url) from exc
-    except OSError as exc:
-        raise TraceReadError(f"cannot list this folder: {exc}", path=url) from exc
-    entries = [e for e in listed if not e.is_dir]
-    candidates = [e for e in entries if is_trace_name(e.location.name)]
-    if not candidates:
-        folders = [e.location.name for e in listed if e.is_dir]
-        raise _no_traces(url, folders, checked=False)
-    files, skipped = _traces([e.location for e in candidates], url)
-    sizes = [e.size for e in candidates if e.location in files]
+    listed = _listing(url)
+    if not listed.traces:
+        raise _no_traces(url, list(listed.folders), checked=False)
+    return _found_folder(listed)
+
+
+def _found_folder(listed: RunFiles, links: tuple[str, ...] = ()) -> _Found:
+    """A run folder with trace files: those the sniffer takes, their size, its ``run.json``."""
+    files, skipped = _traces([e.location for e in listed.traces], listed.folder)
+    sizes = [e.size for e in listed.traces if e.location in files]
     total = None if None in sizes else sum(s for s in sizes if s is not None)
-    has_meta = any(e.location.name == RUN_JSON for e in entries)
-    meta = read_run_meta(url / RUN_JSON) if has_meta else None
-    return _Found(url, files, total, meta, True, tuple(skipped))
+    meta = None if listed.run_json is None else read_run_meta(listed.run_json)
+    return _Found(listed.folder, files, total, meta, True, tuple(skipped), links, listed.sidecars)
 
 
 _RUNS_SHOWN = 8
 _RUN_DEPTH = 3
 
 
-def _run_folders(root: Path) -> list[str]:
+def _run_folders(root: RunFiles) -> list[str]:
     """Folders under ``root`` (``_RUN_DEPTH`` levels at most) that hold trace files: runs,
     as paths relative to ``root``, shallowest first, by name within a level; the first
     ``_RUNS_SHOWN`` + 1 found."""
     found: list[str] = []
-    level = [root]
+    level = [(Path(), root)]
     for _ in range(_RUN_DEPTH):
         below = []
-        for folder in level:
-            for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()):
+        for relative, folder in level:
+            for name in folder.folders:
                 try:
-                    names = [p for p in sub.iterdir() if p.is_file() and not p.is_symlink()]
+                    sub = run_files(folder.folder / name)
                 except OSError:
                     continue  # an unreadable folder is no run to suggest
-                if any(is_trace_name(p.name) for p in names):
-                    found.append(str(sub.relative_to(root)))
+                if sub.traces:
+                    found.append(str(relative / name))
                     if len(found) > _RUNS_SHOWN:
                         return found
                 else:
-                    below.append(sub)
+                    below.append((relative / name, sub))
         level = below
     return found
 

@@ -52,7 +52,6 @@ from fsobs.workload.model import EBC_TABLES, EC_TABLES
 from fsobs.workload.overlap import global_batch_overlaps
 from optim.freescale import FreeScale, StepShare
 from optim.markers import DATA_MARKER
-from optim.padded import rank_cost
 from optim.plan import batch_digest
 
 
@@ -63,8 +62,6 @@ class StepInput:
     step: int
     sample_ids: np.ndarray
     lengths: np.ndarray
-    est_cost: float
-    """The cost model's estimate of this rank's compute."""
     imbalance_before: float
     imbalance_after: float
     batch_digest: str
@@ -179,7 +176,6 @@ class StepInputs:
             step=step,
             sample_ids=np.array([s.index for s in samples], dtype=np.int64),
             lengths=lengths,
-            est_cost=rank_cost(self.fs.cost_model, lengths),
             imbalance_before=plan.imbalance_before,
             imbalance_after=plan.imbalance_after,
             batch_digest=batch_digest(trained),

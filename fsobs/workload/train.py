@@ -8,13 +8,17 @@ launcher: ``fsobs.workload.config``) and writes the run into ``RUN_DIR``. Every 
 same dataset and global batches (same seed), takes its random-split share of each step's global
 batch (or, with the ``balance`` toggle, its part of a cost-balanced plan:
 ``fsobs.workload.inputs``), and trains ``SeqRecModel`` under torchrec DMP with
-``TrainPipelineSparseDist`` (gloo on CPU, nccl on GPU). It writes the run format of
-docs/design.md §3: ``rank<R>.trace.json.gz`` (torch.profiler), ``steps.rank<R>.jsonl`` (what
-data each step got, its estimated cost, wall-clock bounds and the embedding-ID overlap with the
-previous global batch) and, from rank 0, ``run.json``.
+``TrainPipelineSparseDist`` (gloo on CPU, nccl on GPU). It records the run as any user's loop
+does, through :class:`~fsobs.collect.RunRecorder` (docs/design.md §3):
+``rank<R>.trace.json.gz`` (torch.profiler), ``steps.rank<R>.jsonl`` (what data each step got,
+its estimated cost, wall-clock bounds, the balance fields and the embedding-ID overlap with the
+previous global batch, which :class:`~fsobs.workload.inputs.StepInputs` works out before the
+loop) and, from rank 0, ``run.json``. The recorder is made after the optimizer's process
+groups, so that its own group does not change their names in ``run.json``.
 
 The sidecar's step numbers are the profiler's ``ProfilerStep#N`` numbers: step N is the N-th
-call of ``TrainPipelineSparseDist.progress``, which trains batch N.
+call of ``TrainPipelineSparseDist.progress``, which trains batch N. A step's wall-clock bounds
+run from before ``progress`` to after its loss is computed.
 """
 
 from __future__ import annotations
@@ -23,8 +27,6 @@ import argparse
 import gc
 import os
 import signal
-import socket
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -34,16 +36,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from fsobs.collect.pauses import StepMonitor
-from fsobs.collect.profiler import StepProfiler
-from fsobs.runformat import (
-    RUN_JSON,
-    RunMeta,
-    SidecarWriter,
-    StepRecord,
-    ToggleStatus,
-    write_run_json,
-)
+from fsobs.collect.recorder import RunRecorder, StepState
+from fsobs.runformat import RUN_JSON
 from fsobs.workload.batch import Batch
 from fsobs.workload.config import JobConfig, ModelConfig, read_job_json
 from fsobs.workload.cost import cost_coefficients
@@ -112,10 +106,8 @@ def train(
     model_cfg = job.model.config()
     data = SyntheticHistories(job.data)
     fs = FreeScale(job.freescale, cost_model=_cost_model(job, model_cfg))
-    if rank == 0:
-        if (out / RUN_JSON).exists():  # another run's: never rewritten
-            raise FileExistsError(f"{out / RUN_JSON}: the folder holds a run already")
-        write_run_json(out, _meta(job, out, world_size, device, [], "incomplete", "running", fs))
+    if rank == 0 and (out / RUN_JSON).exists():  # another run's: never rewritten
+        raise FileExistsError(f"{out / RUN_JSON}: the folder holds a run already")
     fs.setup()
     if batches is None:
         batches = global_batches(len(data), job.batch_size * world_size, job.steps, job.seed)
@@ -132,47 +124,39 @@ def train(
     made: list[tuple[Batch, StepInput]] = []  # what the pipeline has taken, to score its outputs
     fed = _recorded(iter(inputs), made)
     fail, how = _fault(rank)
-    with (
-        fs,
-        StepProfiler(out, rank, job.profiler) as profiler,
-        SidecarWriter(out, rank) as sidecar,
-        StepMonitor(trace_ranges=job.profiler.enabled) as monitor,
-    ):
+    # made last: its own process group comes after the optimizer's (module docstring)
+    recorder = RunRecorder(
+        out,
+        freescale=fs,
+        cost_model=fs.cost_model,
+        profiler=job.profiler,
+        name=out.name,
+        workload=job.to_json(),
+    )
+    with fs, recorder:
         for step in range(job.steps):
             if step == fail:
                 _die(how)
-            monitor.begin()
-            start = time.time_ns()
+            state = recorder.begin_step(step)
             logits = pipeline.progress(fed)  # trains batch ``step``, returns its logits
-            end = time.time_ns()
-            pauses = monitor.end().fields() if job.profiler.enabled else {}
             batch, info = made[step]
-            loss = F.binary_cross_entropy_with_logits(logits.cpu(), batch.labels.cpu())
-            record = StepRecord.of(
-                step,
-                info.lengths,
-                info.est_cost,
-                start,
-                end,
-                sample_ids=info.sample_ids,
-                loss=float(loss),
-                imbalance_before=info.imbalance_before,
-                imbalance_after=info.imbalance_after,
-                batch_digest=info.batch_digest,
-                id_overlap=info.id_overlap,
-                **pauses,
-            )
-            sidecar.write(record)
+            _describe(state, info)
+            state.loss = F.binary_cross_entropy_with_logits(logits.cpu(), batch.labels.cpu())
+            recorder.end_step()
             fs.after_step(step)
-            profiler.step()
     if job.save_params:
         torch.save(local_state(dmp), out / f"params.rank{rank}.pt")
-    hosts: list[str] = [""] * world_size
-    dist.all_gather_object(hosts, socket.gethostname())
-    dist.barrier()  # every rank has closed its trace and sidecar
-    if rank == 0:
-        meta = _meta(job, out, world_size, device, sorted(set(hosts)), "complete", None, fs)
-        write_run_json(out, meta)
+
+
+def _describe(state: StepState, info: StepInput) -> None:
+    """What the step's sidecar line tells of its data, beside the loss: the samples, their
+    lengths, the balance fields and the ID overlap (:class:`StepInput`)."""
+    state.lengths = info.lengths
+    state.sample_ids = info.sample_ids
+    state.imbalance_before = info.imbalance_before
+    state.imbalance_after = info.imbalance_after
+    state.batch_digest = info.batch_digest
+    state.id_overlap = info.id_overlap
 
 
 def _cost_model(job: JobConfig, model_cfg: ModelConfig) -> CostModel:
@@ -202,32 +186,6 @@ def local_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
         elif isinstance(value, torch.Tensor):
             out[name] = value.detach().clone()
     return out
-
-
-def _meta(
-    job: JobConfig,
-    out: Path,
-    world_size: int,
-    device: torch.device,
-    hosts: list[str],
-    status: str,
-    reason: str | None,
-    fs: FreeScale,
-) -> RunMeta:
-    complete = status == "complete"
-    return RunMeta.now(
-        name=out.name,
-        world_size=world_size,
-        backend="nccl" if device.type == "cuda" else "gloo",
-        device=device.type,
-        hosts=tuple(hosts),
-        workload=job.to_json(),
-        toggles={name: ToggleStatus(**t) for name, t in fs.status().items()},
-        ranks_present=tuple(range(world_size)) if complete else (),
-        status=status,
-        reason=reason,
-        process_groups=fs.layout() if complete else None,
-    )
 
 
 def _fault(rank: int) -> tuple[int, str]:

@@ -14,7 +14,7 @@ rank's split sizes (a trace truncates a list beyond 30 entries: then there is no
 and columns are the instance's ranks in ascending order (PyTorch numbers a group's ranks so).
 Where the received sizes are not recorded, the matrix's column sums give them.
 
-With step sidecars (:func:`with_data`) each instance is tied to the data: the rank with the
+With step sidecars (:func:`alltoall_with_data`) each instance is tied to the data: the rank with the
 most ids in that step (``len_sum``, the sum of its samples' sequence lengths), and whether it
 is the heaviest sender, since the ids a rank sends to the embedding shards are its samples'.
 """
@@ -157,7 +157,7 @@ def _heaviest(a2a: pd.DataFrame, column: str) -> pd.Series:
     return first.where(unique & known).astype("Int64")
 
 
-def with_data(per_instance: pd.DataFrame, sidecar: pd.DataFrame | None) -> pd.DataFrame:
+def alltoall_with_data(per_instance: pd.DataFrame, sidecar: pd.DataFrame | None) -> pd.DataFrame:
     """``per_instance`` (:attr:`AllToAll.per_instance`) with :data:`DATA_COLUMNS`: the rank
     with the most ids (``len_sum``) in the instance's step, and whether it is the heaviest
     sender (null without sidecars, for a tie, or where either is unknown)."""

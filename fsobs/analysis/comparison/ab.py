@@ -85,7 +85,7 @@ class Comparison:
     by_class_ci: dict[str, tuple[float, float]]
     """The same bootstrap per class (the same resampled steps' per-class values)."""
     by_role: pd.DataFrame
-    """One row per (role, class) of :func:`fsobs.analysis.pipeline.by_role`: ``role, class,
+    """One row per (role, class) of :func:`fsobs.analysis.pipeline.kpis_by_role`: ``role, class,
     control, test`` (ms per rank and step), ``reduction``, ``ci_lo``, ``ci_hi``; PEC's roles
     and ``embedding_total`` only when either run has PEC's collectives. A run whose roles are
     unknown (:attr:`control_roles_known`, :attr:`test_roles_known`) has NaN in its column, and
@@ -223,7 +223,7 @@ def _role_reductions(
 
     The roles are :data:`~optim.markers.ROLES`, then PEC's roles that either run has (0 ms in
     the other, which had no such collectives) and, with those, ``embedding_total``: the sum of
-    ``embedding`` and PEC's roles (:func:`fsobs.analysis.pipeline.by_role`), which compares a
+    ``embedding`` and PEC's roles (:func:`fsobs.analysis.pipeline.kpis_by_role`), which compares a
     PEC run's whole embedding communication, its mask exchange included, with a plain run's.
     A run whose roles are not ``known`` gives NaN (and so does the reduction)."""
     rows = []

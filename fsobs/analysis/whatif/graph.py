@@ -22,6 +22,7 @@ asynchronous collective) is local.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
@@ -149,11 +150,11 @@ def build_graph(analysis: Analysis) -> SegmentGraph:
     ranks = analysis.bubbles.ranks
     pieces: dict[int, list[Piece]] = {}
     starts: dict[int, int] = {}
+    by_rank = _RankColls.by_rank(inst)
     for rank in ranks:
-        mine = inst[inst["rank"] == rank]
         own = sorted(analysis.bubbles.of_rank(rank), key=lambda b: b.window)
         shift = int(colls.offsets_ns.get(rank, 0))
-        pieces[rank], starts[rank] = _rank_chain(own, shift, _RankColls.of(mine))
+        pieces[rank], starts[rank] = _rank_chain(own, shift, by_rank(rank))
     ends = inst.groupby("instance")["end_ns"].max()
     last = inst.groupby("instance")["arrival_last_ns"].first()
     delta = inst["end_ns"].to_numpy(np.int64) - inst["instance"].map(ends).to_numpy(np.int64)
@@ -199,14 +200,19 @@ class _RankColls:
     last: np.ndarray
 
     @staticmethod
-    def of(frame: pd.DataFrame) -> _RankColls:
-        frame = frame.sort_values(["start_ns", "instance"])
-        return _RankColls(
-            ids=frame["instance"].to_numpy(np.int64),
-            arrival=frame["start_ns"].to_numpy(np.int64),
-            end=frame["end_ns"].to_numpy(np.int64),
-            last=frame["arrival_last_ns"].to_numpy(np.int64),
+    def by_rank(inst: pd.DataFrame) -> Callable[[int], _RankColls]:
+        """Each rank's instances of ``inst``, sorted once by (rank, arrival, instance)."""
+        frame = inst.sort_values(["rank", "start_ns", "instance"])
+        rank, ids, arrival, end, last = (
+            frame[c].to_numpy(np.int64)
+            for c in ("rank", "instance", "start_ns", "end_ns", "arrival_last_ns")
         )
+
+        def of(r: int) -> _RankColls:
+            lo, hi = np.searchsorted(rank, r, "left"), np.searchsorted(rank, r, "right")
+            return _RankColls(ids[lo:hi], arrival[lo:hi], end[lo:hi], last[lo:hi])
+
+        return of
 
 
 def _rank_chain(own: list[StepBubbles], shift: int, colls: _RankColls) -> tuple[list[Piece], int]:

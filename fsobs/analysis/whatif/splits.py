@@ -137,7 +137,8 @@ def resplit(
             "(a rank's cost is its batch's, not a sum over samples); take kk, lpt or kk-unequal"
         )
     ranks, k = cal.ranks, split.config.window
-    recorded = sorted({s for _, s in cal.lengths if all((r, s) in cal.lengths for r in ranks)})
+    seen = {s for _, s in cal.lengths}
+    recorded = sorted(s for s in seen if all((r, s) in cal.lengths for r in ranks))
     windows = sorted({s // k for s in cal.steps})
     column = {s: i for i, s in enumerate(cal.steps)}
     fitted = cal.fit.model

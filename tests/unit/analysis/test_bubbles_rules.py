@@ -539,7 +539,7 @@ def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
     Per rank and step: embedding wait 3 / 2 = 1.5, exposed (16 + 21) / 2 = 18.5; dense wait
     16 / 2 = 8.
     """
-    from fsobs.analysis.pipeline import by_role
+    from fsobs.analysis.pipeline import kpis_by_role
 
     def doc(rank: int, asks: tuple[float, float], a2a: tuple[float, float], ar) -> dict:
         events = [
@@ -565,7 +565,7 @@ def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
     table = checked_table(run)
     expect_row(table, 0, 1, window=100, busy=65, straggler_wait=19, exposed_comm=16)
     expect_row(table, 1, 1, window=100, busy=79, exposed_comm=21)
-    roles = by_role(result.roles)
+    roles = kpis_by_role(result.roles)
     assert roles["embedding"] == pytest.approx(
         {"straggler_wait_ms_per_step": 0.0015, "exposed_comm_ms_per_step": 0.0185}
     )
@@ -578,7 +578,7 @@ def test_roles_from_the_markers_split_wait_and_exposed_time(tmp_path):
 def test_roles_from_the_nccl_group_description_and_from_run_json(tmp_path):
     """Without markers: an NCCL kernel of the group described ``freescale_emb`` is embedding;
     on gloo, run.json's group layout names the roles (here the default group is dense)."""
-    from fsobs.analysis.pipeline import by_role
+    from fsobs.analysis.pipeline import kpis_by_role
 
     steps = {1: (0, 100)}
 
@@ -586,7 +586,7 @@ def test_roles_from_the_nccl_group_description_and_from_run_json(tmp_path):
         return allreduce(ts, dur, 0, pg="4", Process_Group_Description="freescale_emb")
 
     docs = [gpu_doc(0, steps, [(1, emb(10, 20))]), gpu_doc(1, steps, [(1, emb(20, 10))])]
-    roles = by_role(analyze(load_docs(tmp_path / "gpu", docs)).roles)
+    roles = kpis_by_role(analyze(load_docs(tmp_path / "gpu", docs)).roles)
     assert roles["embedding"]["straggler_wait_ms_per_step"] == pytest.approx(0.005)  # 10/2 µs
 
     rank0 = [gloo("all_reduce", 10, 20)]
@@ -596,7 +596,7 @@ def test_roles_from_the_nccl_group_description_and_from_run_json(tmp_path):
         write(gloo_dir / f"rank{r}.json", cpu_doc(r, events))
     layout = {"dense": {"pg_name": "default"}, "embedding": {"pg_name": "7"}}
     (gloo_dir / "run.json").write_text(json.dumps({"world_size": 2, "process_groups": layout}))
-    roles = by_role(analyze(fsobs.load_run(gloo_dir)).roles)
+    roles = kpis_by_role(analyze(fsobs.load_run(gloo_dir)).roles)
     assert roles["dense"]["straggler_wait_ms_per_step"] == pytest.approx(0.005)
     assert roles["embedding"]["straggler_wait_ms_per_step"] == 0.0
 
@@ -604,13 +604,13 @@ def test_roles_from_the_nccl_group_description_and_from_run_json(tmp_path):
 def test_a_group_of_several_roles_in_run_json_names_none(tmp_path):
     """Every toggle off, FreeScale's embedding and dense groups are both the default group:
     run.json's layout then says nothing of an unmarked collective's role (not 'embedding')."""
-    from fsobs.analysis.pipeline import by_role
+    from fsobs.analysis.pipeline import kpis_by_role
 
     for r, events in ((0, [gloo("all_reduce", 10, 20)]), (1, [gloo("all_reduce", 20, 10)])):
         write(tmp_path / f"rank{r}.json", cpu_doc(r, events))
     layout = {"dense": {"pg_name": "0"}, "embedding": {"pg_name": "0"}}
     (tmp_path / "run.json").write_text(json.dumps({"world_size": 2, "process_groups": layout}))
-    roles = by_role(analyze(fsobs.load_run(tmp_path)).roles)
+    roles = kpis_by_role(analyze(fsobs.load_run(tmp_path)).roles)
     assert roles["other"]["straggler_wait_ms_per_step"] == pytest.approx(0.005)  # 10/2 µs
     assert roles["embedding"]["straggler_wait_ms_per_step"] == 0.0
     assert roles["dense"]["straggler_wait_ms_per_step"] == 0.0

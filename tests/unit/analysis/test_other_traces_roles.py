@@ -8,7 +8,7 @@ import pytest
 
 import fsobs
 from fsobs.analysis import analyze
-from fsobs.analysis.pipeline import by_role
+from fsobs.analysis.pipeline import kpis_by_role
 from fsobs.report import to_json
 from tests.support.bubble_rows import load_docs
 from tests.support.kineto import (
@@ -113,7 +113,7 @@ def test_torchrec_and_ddp_ranges_give_the_roles(tmp_path):
         "other": {"straggler_wait_ms_per_step": 0.0025, "exposed_comm_ms_per_step": 0.015},
     }
     for role, values in expected.items():
-        assert by_role(result.roles)[role] == pytest.approx(values)
+        assert kpis_by_role(result.roles)[role] == pytest.approx(values)
         assert to_json(result)["by_role"][role] == pytest.approx(values)
 
 

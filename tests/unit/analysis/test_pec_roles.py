@@ -10,7 +10,7 @@ import json
 import pytest
 
 from fsobs.analysis import analyze, compare
-from fsobs.analysis.pipeline import by_role
+from fsobs.analysis.pipeline import kpis_by_role
 from fsobs.report import compare_json, to_json
 from tests.support.bubble_rows import checked_table, expect_row, load_docs
 from tests.support.kineto import (
@@ -147,7 +147,7 @@ def test_gloo_collectives_take_the_role_of_the_pec_range_around_their_enqueue(tm
     table = checked_table(run)
     expect_row(table, 0, 1, window=200, busy=131, straggler_wait=15, exposed_comm=54)
     expect_row(table, 1, 1, window=200, busy=144, exposed_comm=56)
-    roles = by_role(result.roles)
+    roles = kpis_by_role(result.roles)
     assert list(roles) == [
         "embedding",
         "dense",
@@ -177,7 +177,7 @@ def test_gloo_collectives_take_the_role_of_the_pec_range_around_their_enqueue(tm
 def test_without_pec_ranges_the_same_trace_has_only_the_three_roles(tmp_path):
     """Every collective is marked embedding: the whole wait (15 / 2) and exposed time
     ((54 + 56) / 2) are embedding's, and no PEC key appears."""
-    roles = by_role(analyze(_gloo_run(tmp_path, pec=False)).roles)
+    roles = kpis_by_role(analyze(_gloo_run(tmp_path, pec=False)).roles)
     assert list(roles) == ["embedding", "dense", "other"]
     assert roles["embedding"] == _ms(15 / 2, (54 + 56) / 2)
 
@@ -278,7 +278,7 @@ def test_nccl_kernels_take_the_role_of_the_pec_range_around_their_launch(tmp_pat
     table = checked_table(run)
     expect_row(table, 0, 1, window=60, busy=25, straggler_wait=4, exposed_comm=31)
     expect_row(table, 1, 1, window=60, busy=29, exposed_comm=31)
-    roles = by_role(result.roles)
+    roles = kpis_by_role(result.roles)
     assert list(roles) == [
         "embedding",
         "dense",

@@ -170,3 +170,27 @@ def test_a_step_that_raised_is_the_reason_and_its_error_goes_on(tmp_path, loop):
     side = read_sidecars(tmp_path / "run")
     assert side is not None and side["step"].tolist() == [0, 1, 2]
     assert fsobs.load_rank(tmp_path / "run" / "rank0.trace.json.gz").steps == [2, 3]
+
+
+def test_the_loops_own_sidecar_fields_reach_the_line(tmp_path):
+    """Sample ids, the balance fields and an ID overlap the loop worked out itself (as the
+    reference job does) are written as given; ids and id_overlap together are refused."""
+    rec = RunRecorder(tmp_path / "run", profiler=OFF)
+    state = rec.begin_step(0, lengths=[4, 2])
+    state.sample_ids = np.array([17, 3])
+    state.imbalance_before, state.imbalance_after = 1.5, 1.01
+    state.batch_digest = "ab12"
+    state.id_overlap = {"t_item": 0.25}
+    rec.end_step()
+    rec.close()
+    line = (tmp_path / "run" / "steps.rank0.jsonl").read_text().splitlines()[0]
+    assert '"sample_ids":[17,3]' in line
+    assert line.endswith(
+        '"imbalance_before":1.5,"imbalance_after":1.01,"batch_digest":"ab12",'
+        + '"id_overlap":{"t_item":0.25}}'
+    )
+    both = RunRecorder(tmp_path / "both", profiler=OFF)
+    state = both.begin_step(0, lengths=[1], ids={"t": [1]})
+    state.id_overlap = {"t": 1.0}
+    with pytest.raises(ValueError, match="id_overlap: give either ids or id_overlap"):
+        both.end_step()

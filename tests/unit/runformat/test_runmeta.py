@@ -93,14 +93,14 @@ OFF = {"requested": False, "applied": False, "reason": None}
     [
         ({"requested": False, "applied": True, "reason": None}, "applied but not requested"),
         ({"requested": True, "applied": False, "reason": None}, "give the reason"),
-        ({"requested": True}, "\\.applied: Object missing required field `applied`"),
-        ({"requested": 1, "applied": True, "reason": None}, "\\.requested: Expected `bool`"),
-        ({"requested": True, "applied": True, "why": None}, "\\.why: .* unknown field `why`"),
+        ({"requested": True}, "applied: applied is missing"),
+        ({"requested": 1, "applied": True, "reason": None}, "must be true or false, got 1"),
+        ({"requested": True, "applied": True, "why": None}, "why: unknown field 'why'"),
     ],
 )
 def test_bad_toggles_are_refused_naming_the_toggle(tmp_path, toggle, wanted):
     (tmp_path / "run.json").write_text(json.dumps({"toggles": {"y": OFF, "x": toggle}}))
-    with pytest.raises(TraceFormatError, match=f"field toggles.x(: .*)?{wanted}"):
+    with pytest.raises(TraceFormatError, match=f"field toggles\\.x[.:].*{wanted}"):
         read_run_json(tmp_path)
 
 
@@ -110,7 +110,7 @@ def test_bad_toggles_are_refused_naming_the_toggle(tmp_path, toggle, wanted):
         ({"world_size": 0}, "world_size"),
         ({"world_size": "4"}, "world_size"),
         ({"toggles": []}, "toggles"),
-        ({"hosts": [1]}, "hosts[0]"),
+        ({"hosts": [1]}, "hosts"),
         ({"ranks_present": [0, 0]}, "ranks_present"),
         ({"status": "incomplete"}, "reason"),
         ({"simulated": "yes"}, "simulated"),
