@@ -48,7 +48,8 @@ def main() -> None:
         cfg = calibrate(analyze_path(args.calibrate), steps=args.steps)
     else:
         cfg = SimConfig(steps=args.steps)
-    print(f"modes: {', '.join(f'{k} = {v}' for k, v in BALANCE_MODES.items())}")
+    modes = [f"{k} = {v.method}, window {v.window}" for k, v in BALANCE_MODES.items()]
+    print(f"modes: {'; '.join(modes)}")
     for n in args.world_sizes:
         print("\n".join(["", *table(cfg, n, args.seeds)]))
 

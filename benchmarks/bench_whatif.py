@@ -118,14 +118,8 @@ MODE_FLAGS = {
     "window:4": ["--balance", "--balance-counts=unequal", "--balance-window=4"],
 }
 """The balance modes the reference job trains (``fsobs run``)."""
-SIM_MODES = {
-    "kk": ("kk", 1),
-    "lpt": ("lpt", 1),
-    "window:2": ("lpt", 2),
-    "window:4": ("lpt", 4),
-    "window:8": ("lpt", 8),
-}
-"""The modes the simulator plays: ``--balance-split`` -> (balance_method, balance_window)."""
+SIM_MODES = ("kk", "lpt", "window:2", "window:4", "window:8")
+"""The modes the simulator plays, by ``--balance-split`` name (:class:`BalanceSplit`)."""
 SIM_JOBS = {
     "noise-free, fixed kernels 7 µs/step": SimConfig(
         world_size=8,
@@ -207,10 +201,10 @@ def simulated_modes(seeds: list[int], draws: int, out: Path) -> list[dict[str, A
             write_run(base, path, workers=1)
             analysis = analyze_path(path)
             bubble = kpis(base)["bubble_ms_per_step"]
-            for mode, (method, window) in SIM_MODES.items():
-                run_cfg = replace(base_cfg, balance_method=method, balance_window=window)
-                truth = 1 - kpis(simulate(run_cfg, {"balance"}))["bubble_ms_per_step"] / bubble
+            for mode in SIM_MODES:
                 split = BalanceSplit.parse(mode)
+                run_cfg = replace(base_cfg, balance=split.config)
+                truth = 1 - kpis(simulate(run_cfg, {"balance"}))["bubble_ms_per_step"] / bubble
                 w = whatif(analysis, ("balance",), draws=draws, seed=seed, balance_split=split)
                 pred = w.predictions[0].bubble_reduction
                 rows.append(

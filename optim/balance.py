@@ -50,6 +50,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -58,7 +59,9 @@ __all__ = ["METHODS", "SHAPES", "CostModel", "imbalance", "imbalance_bound", "pa
 MAX_COST_MODEL_BYTES = 2**20
 """The largest cost-model file read (1 MiB; :meth:`CostModel.to_json` writes under 200 B)."""
 
-METHODS: tuple[str, ...] = ("kk", "lpt", "random")
+Method = Literal["kk", "lpt", "random"]
+"""A partitioner: Karmarkar-Karp, LPT or the random (contiguous) split."""
+METHODS: tuple[Method, ...] = get_args(Method)
 SHAPES: tuple[str, ...] = ("additive", "padded")
 """The shapes of :attr:`CostModel.shape`."""
 

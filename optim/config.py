@@ -19,7 +19,7 @@ Every toggle is off by default, and a toggle that is off changes nothing the job
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from optim.plan import BalanceConfig
 from optim.sync_gc import SyncGCConfig
@@ -27,7 +27,10 @@ from optim.sync_gc import SyncGCConfig
 __all__ = ["FreeScaleConfig", "PriorityConfig", "SMFreeConfig", "ToggleStatus", "TOGGLES"]
 
 TOGGLES = ("balance", "priority_overlap", "sm_free", "sync_gc")
-DENSE_ORDERS = ("auto", "after_embedding", "concurrent")
+DenseOrder = Literal["auto", "after_embedding", "concurrent"]
+"""When the dense all-reduce runs beside the embedding collectives
+(:attr:`PriorityConfig.dense_order`)."""
+DENSE_ORDERS: tuple[DenseOrder, ...] = get_args(DenseOrder)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -39,8 +42,13 @@ class PriorityConfig:
     on NCCL), the dense all-reduce on another."""
 
     enabled: bool = False
-    dense_order: str = "auto"
-    """``auto`` (default): decided at the first backward (:class:`optim.ddp.DenseGate`):
+    """Embedding collectives on a process group of their own (a high-priority stream on
+    NCCL), the dense all-reduce on another."""
+    dense_order: DenseOrder = "auto"
+    """With the toggle: auto (decided at the first backward), after_embedding (each step's
+    dense buckets wait for its backward embedding all-to-all) or concurrent.
+
+    ``auto``: decided at the first backward (:class:`optim.ddp.DenseGate`):
     ``after_embedding`` where the backward issues an embedding all-to-all (torchrec's own
     embedding modules), ``concurrent`` where it issues none (PEC took every table: it sends its
     gradients after the backward, so holding the dense buckets would only delay them).
@@ -63,6 +71,8 @@ class SMFreeConfig:
     :mod:`optim.sm_free`)."""
 
     enabled: bool = False
+    """The embedding all-to-all on the GPU copy engines (NCCL >= 2.28, one node); elsewhere
+    recorded as not applied, with the reason."""
     fallback: str = "none"
     """Where the copy-engine path cannot apply: ``none`` (record why, change nothing) or
     ``efficiency`` (NCCL's ``NCCL_CTA_POLICY_EFFICIENCY`` on the embedding group: fewer SMs,

@@ -38,10 +38,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
-from optim.balance import METHODS, imbalance, partition
+from optim.balance import METHODS, Method, imbalance, partition
 from optim.padded import PaddedCosts, partition_padded
 from optim.window import deal_window
 
@@ -56,41 +57,60 @@ __all__ = [
     "plan_window",
 ]
 
-MODES: tuple[str, ...] = ("plan", "shuffle")
-COUNTS: tuple[str, ...] = ("equal", "unequal")
-_COUNTS_OF: dict[str, tuple[str, ...]] = {"kk": COUNTS, "lpt": ("unequal",), "random": ("equal",)}
+Mode = Literal["plan", "shuffle"]
+"""Where the lengths are known: up front (``plan``) or after loading (``shuffle``)."""
+Counts = Literal["equal", "unequal"]
+"""Samples per rank: the same on every rank, or any (each rank's loss rescaled)."""
+MODES: tuple[Mode, ...] = get_args(Mode)
+COUNTS: tuple[Counts, ...] = get_args(Counts)
+_COUNTS_OF: dict[Method, tuple[Counts, ...]] = {
+    "kk": COUNTS,
+    "lpt": ("unequal",),
+    "random": ("equal",),
+}
 """The counts each method plans with; the first is its default."""
 
 
 @dataclass(kw_only=True, frozen=True)
 class BalanceConfig:
-    """The ``balance`` toggle (off by default: the random split, an exact no-op)."""
+    """The ``balance`` toggle (off by default: the random split, an exact no-op).
+
+    The first paragraph of each field's docstring is its flag's help (``fsobs run``,
+    ``fsobs simulate``: :mod:`fsobs.cli.flags`)."""
 
     enabled: bool = False
-    method: str = "kk"
-    """``kk`` (Karmarkar-Karp, default), ``lpt`` (greedy, unequal counts) or ``random``."""
-    counts: str | None = None
-    """Samples per rank: ``equal`` (every rank ``N / W``) or ``unequal`` (any count, each
-    rank's loss rescaled: :func:`loss_scale`). None: the method's own, ``equal`` for ``kk``
-    and ``random``, ``unequal`` for ``lpt``; ``kk`` takes either, ``lpt`` only ``unequal``,
-    ``random`` only ``equal``. Set to the resolved value when the config is made."""
-    mode: str = "plan"
-    """``plan`` (lengths known up front) or ``shuffle`` (exchange after loading)."""
+    """Balance each global batch's cost across ranks."""
+    method: Method = "kk"
+    """Partitioner: kk (Karmarkar-Karp), lpt (greedy, unequal counts) or random."""
+    counts: Counts | None = None
+    """Samples per rank: equal, or unequal with each rank's loss rescaled (default: the
+    method's own, equal for kk, unequal for lpt and for a window).
+
+    ``kk`` takes either, ``lpt`` only ``unequal`` (:func:`loss_scale`), ``random`` only
+    ``equal``. Set to the resolved value when the config is made."""
+    mode: Mode = "plan"
+    """plan: every rank plans from the lengths; shuffle: all-gather the costs and exchange
+    samples."""
     check_every: int = 10
     """All-gather and compare the plan digest every this many steps (and at step 0); 0: never."""
     window: int = 1
-    """Steps planned together (:mod:`optim.window`): 1 plans each global batch alone; ``K > 1``
-    deals the samples of ``K`` consecutive global batches into ``K`` steps (counts differ per
-    rank and per step: ``counts="unequal"``; the deal is the same for ``kk`` and ``lpt``, and
-    the same in both modes: shuffle mode exchanges a window's rows once,
-    :meth:`optim.shuffle.ShuffleBalancer.window`)."""
+    """Deal the samples of K consecutive global batches into K steps (unequal counts; 1: each
+    global batch alone).
+
+    :mod:`optim.window`: counts differ per rank and per step, so a window implies
+    ``counts="unequal"`` (``kk``'s counts resolve to it; ``random`` refuses a window); the deal
+    is the same for ``kk`` and ``lpt``, and the same in both modes: shuffle mode exchanges a
+    window's rows once, :meth:`optim.shuffle.ShuffleBalancer.window`."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method: unknown {self.method!r}, expected one of {list(METHODS)}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window: must be an int >= 1, got {self.window!r}")
         allowed = _COUNTS_OF[self.method]
         if self.counts is None:
-            object.__setattr__(self, "counts", allowed[0])
+            implied = "unequal" if self.window > 1 and "unequal" in allowed else allowed[0]
+            object.__setattr__(self, "counts", implied)
         elif self.counts not in allowed:
             raise ValueError(
                 f"counts: method {self.method!r} plans with {list(allowed)} counts, "
@@ -100,8 +120,6 @@ class BalanceConfig:
             raise ValueError(f"mode: unknown {self.mode!r}, expected one of {list(MODES)}")
         if self.check_every < 0:
             raise ValueError(f"check_every: must be >= 0, got {self.check_every}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window: must be an int >= 1, got {self.window!r}")
         if self.window > 1 and self.counts != "unequal":
             raise ValueError(
                 f"window: {self.window} needs counts 'unequal' (counts differ per step), got "

@@ -22,6 +22,8 @@ class SyncGCConfig:
     """The ``sync_gc`` toggle (off by default: Python's automatic collection, untouched)."""
 
     enabled: bool = False
+    """Automatic garbage collection off; every rank collects the young generation at the same
+    steps (every 10)."""
     every: int = 10
     """Collect after every this many steps (the same steps on every rank)."""
     generation: int = 0

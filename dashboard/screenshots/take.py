@@ -34,6 +34,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlencode
 
+import msgspec
+
 from fsobs import analyze_path
 from fsobs.analysis import compare
 from fsobs.cli import main as fsobs_main
@@ -121,7 +123,7 @@ def simulated_store(root: Path) -> Path:
     )
     meta = read_run_json(live)
     assert meta is not None
-    write_run_json(live, replace(meta, status="incomplete", reason="running"))
+    write_run_json(live, msgspec.structs.replace(meta, status="incomplete", reason="running"))
     for sidecar in live.glob("steps.rank*.jsonl"):
         sidecar.rename(sidecar.with_name(sidecar.name + ".partial"))
     return root

@@ -1,9 +1,10 @@
 """``fsobs run``: the reference job on N ranks with torchrun (torch imported only to launch).
 
-The flags are a frozen set (``tests/integration/cli/test_cli_run.py``): :func:`job_config` turns
-them into
-the :class:`~fsobs.workload.config.JobConfig` that the launcher writes to ``<out>/job.json`` and
-the ranks read; the defaults are the config's. A new knob goes into its component's config.
+The flags are a frozen set (``tests/integration/cli/test_cli_run.py``), generated from the
+fields of the configs that :class:`~fsobs.workload.config.JobConfig` composes (their types,
+defaults and docstrings: :mod:`fsobs.cli.flags`); :func:`job_config` turns them into the job that
+the launcher writes to ``<out>/job.json`` and the ranks read. A new knob goes into its
+component's config.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from pathlib import Path
 
 from fsobs.cli.commands import COMMANDS
 from fsobs.cli.common import Commands, cost_model_path, example
+from fsobs.cli.flags import Section, add_section, section_values
 from fsobs.errors import FsobsError
 from fsobs.runformat.files import run_files
 from fsobs.runformat.names import WINDOWS_DIR
-from fsobs.workload.config import MODEL_PRESETS, JobConfig, ModelSpec, data_config_for, job_profiler
-from optim.balance import METHODS
-from optim.config import DENSE_ORDERS, FreeScaleConfig, PriorityConfig, SMFreeConfig
-from optim.plan import COUNTS, MODES, BalanceConfig
+from fsobs.workload.config import JobConfig, ModelSpec, data_config_for, job_profiler
+from fsobs.workload.data import DataConfig
+from optim.config import TOGGLES, FreeScaleConfig, PriorityConfig, SMFreeConfig
+from optim.plan import BalanceConfig
 from optim.sync_gc import SyncGCConfig
 
 DEFAULT = JobConfig()
@@ -38,27 +40,14 @@ def add_run(commands: Commands) -> None:
         epilog=example("fsobs run --world-size 2 --steps 20 --out out/demo/balanced --balance"),
     )
     cmd.add_argument("--world-size", type=int, required=True, help="ranks on this node")
-    cmd.add_argument("--steps", type=int, default=DEFAULT.steps)
     cmd.add_argument("--out", required=True, help="run directory to write")
-    cmd.add_argument("--preset", default=DEFAULT.data.preset, help="sequence-length distribution")
-    cmd.add_argument("--model-size", default=DEFAULT.model.size, choices=list(MODEL_PRESETS))
-    cmd.add_argument(
-        "--batch-size", type=int, default=DEFAULT.batch_size, help="samples per rank and step"
-    )
-    cmd.add_argument(
-        "--num-samples", type=int, default=DEFAULT.data.num_samples, help="samples in the data set"
-    )
-    cmd.add_argument("--seed", type=int, default=DEFAULT.seed)
-    cmd.add_argument(
-        "--item-popularity",
-        type=float,
-        default=DEFAULT.data.item_popularity,
-        metavar="S",
-        help="Zipf exponent of the items' popularity (0: uniform; 1.1 is realistic)",
-    )
     cmd.add_argument("--threads-per-rank", type=int, default=None)
-    cmd.add_argument("--no-profile", action="store_true", help="train without the profiler")
-    cmd.add_argument(
+    add_section(cmd, _JOB, "the job (JobConfig)")
+    add_section(cmd, _MODEL, "the model (ModelSpec)")
+    add_section(cmd, _DATA, "the data (DataConfig)")
+    profiler = cmd.add_argument_group("the profiler (job_profiler)")
+    profiler.add_argument("--no-profile", action="store_true", help="train without the profiler")
+    profiler.add_argument(
         "--profile-window",
         type=int,
         metavar="K",
@@ -66,79 +55,15 @@ def add_run(commands: Commands) -> None:
         "(fsobs watch OUT shows them; a killed job keeps those it finished; default: one "
         "window over every step, in one trace per rank)",
     )
-    cmd.add_argument(
+    profiler.add_argument(
         "--profile-every",
         type=int,
         metavar="N",
         help="with --profile-window: a window every N steps (default K + 2, back to back); "
         "0 without --profile-window: no scheduled window, only what fsobs capture asks for",
     )
-    cmd.add_argument(
-        "--balance", action="store_true", help="balance each global batch's cost across ranks"
-    )
-    cmd.add_argument(
-        "--balance-method",
-        choices=METHODS,
-        help="partitioner for --balance (default: kk, Karmarkar-Karp)",
-    )
-    cmd.add_argument(
-        "--balance-mode",
-        choices=MODES,
-        help="plan: every rank plans from the lengths; shuffle: all-gather the costs and "
-        "exchange samples (default: plan)",
-    )
-    cmd.add_argument(
-        "--balance-counts",
-        choices=COUNTS,
-        help="samples per rank: equal, or unequal with each rank's loss rescaled (default: "
-        "the method's own: equal for kk, unequal for lpt)",
-    )
-    cmd.add_argument(
-        "--balance-window",
-        type=int,
-        metavar="K",
-        help="deal the samples of K consecutive global batches into K steps (needs unequal "
-        "counts and plan mode; default 1: each global batch alone)",
-    )
-    cmd.add_argument(
-        "--cost-model", metavar="FILE", help="cost model JSON for --balance (fsobs fit-cost)"
-    )
-    cmd.add_argument(
-        "--priority-overlap",
-        action="store_true",
-        help="embedding collectives on a process group of their own (high-priority stream on "
-        "NCCL), the dense all-reduce on another",
-    )
-    cmd.add_argument(
-        "--dense-order",
-        choices=DENSE_ORDERS,
-        help="with --priority-overlap: after_embedding (default: each step's dense buckets "
-        "wait for its backward embedding all-to-all), or concurrent",
-    )
-    cmd.add_argument(
-        "--sm-free",
-        action="store_true",
-        help="embedding all-to-all on the GPU copy engines (NCCL >= 2.28, one node); elsewhere "
-        "recorded as not applied, with the reason",
-    )
-    cmd.add_argument(
-        "--sync-gc",
-        action="store_true",
-        help="automatic garbage collection off; every rank collects the young generation at "
-        "the same steps (every 10)",
-    )
-    cmd.add_argument(
-        "--dense-mb",
-        type=float,
-        default=DEFAULT.model.dense_mb,
-        help="add a dense block of about this many MiB to the model (a large dense all-reduce)",
-    )
-    cmd.add_argument(
-        "--ddp-bucket-mb",
-        type=int,
-        default=DEFAULT.ddp_bucket_mb,
-        help="DDP bucket size of the dense all-reduce (default: torchrec's 25)",
-    )
+    for name, section in zip(TOGGLES, _TOGGLES, strict=True):
+        add_section(cmd, section, f"the {name} toggle ({section.config.__name__})")
     cmd.add_argument(
         "-v",
         "--verbose",
@@ -150,20 +75,57 @@ def add_run(commands: Commands) -> None:
     cmd.set_defaults(handler=_run)
 
 
+_JOB = Section(
+    JobConfig,
+    {
+        "steps": "--steps",
+        "batch_size": "--batch-size",
+        "cost_model": "--cost-model",
+        "ddp_bucket_mb": "--ddp-bucket-mb",
+    },
+)
+_MODEL = Section(ModelSpec, {"size": "--model-size", "dense_mb": "--dense-mb"})
+_DATA = Section(
+    DataConfig,
+    {
+        "preset": "--preset",
+        "num_samples": "--num-samples",
+        "seed": "--seed",
+        "item_popularity": "--item-popularity",
+    },
+)
+_TOGGLES = (
+    Section(
+        BalanceConfig,
+        {
+            "enabled": "--balance",
+            "method": "--balance-method",
+            "mode": "--balance-mode",
+            "counts": "--balance-counts",
+            "window": "--balance-window",
+        },
+        toggle="enabled",
+    ),
+    Section(
+        PriorityConfig,
+        {"enabled": "--priority-overlap", "dense_order": "--dense-order"},
+        toggle="enabled",
+    ),
+    Section(SMFreeConfig, {"enabled": "--sm-free"}),
+    Section(SyncGCConfig, {"enabled": "--sync-gc"}),
+)
+"""The flags of ``fsobs run``'s configs (``--world-size``, ``--out``, ``--threads-per-rank``
+are the launcher's, the ``--profile-*`` ones :func:`~fsobs.workload.config.job_profiler`'s)."""
+
+
 def job_config(args: argparse.Namespace) -> JobConfig:
-    """The job that ``fsobs run`` trains, from its flags. Checks the options that need another
-    one and the cost model file (its path made absolute); a bad value raises FsobsError."""
-    for flag, value in (
-        ("--balance-method", args.balance_method),
-        ("--balance-mode", args.balance_mode),
-        ("--balance-counts", args.balance_counts),
-        ("--balance-window", args.balance_window),
-    ):
-        if value is not None and not args.balance:
-            raise FsobsError(f"{flag} needs --balance")
-    cost_model = None if args.cost_model is None else cost_model_path(args.cost_model)
-    if args.dense_order is not None and not args.priority_overlap:
-        raise FsobsError("--dense-order needs --priority-overlap")
+    """The job that ``fsobs run`` trains, from its flags: each section's config made from the
+    flags given, its own defaults for the others. Checks the options that need another one
+    and the cost model file (its path made absolute); a bad value raises FsobsError."""
+    balance, overlap, sm_free, sync_gc = (section_values(args, s) for s in _TOGGLES)
+    job = section_values(args, _JOB)
+    if "cost_model" in job:
+        job["cost_model"] = cost_model_path(job["cost_model"])
     for flag, value in (
         ("--profile-window", args.profile_window),
         ("--profile-every", args.profile_every),
@@ -171,50 +133,23 @@ def job_config(args: argparse.Namespace) -> JobConfig:
         if value is not None and args.no_profile:
             raise FsobsError(f"{flag} needs the profiler (not --no-profile)")
     try:
-        model = ModelSpec(size=args.model_size, dense_mb=args.dense_mb)
-        data = data_config_for(
-            model.config(),
-            preset=args.preset,
-            num_samples=args.num_samples,
-            seed=args.seed,
-            item_popularity=args.item_popularity,
+        model = ModelSpec(**section_values(args, _MODEL))
+        data = data_config_for(model.config(), **section_values(args, _DATA))
+        profiler = job_profiler(
+            job.get("steps", DEFAULT.steps),
+            window=args.profile_window,
+            every=args.profile_every,
+            enabled=not args.no_profile,
         )
-        return JobConfig(
-            steps=args.steps,
-            batch_size=args.batch_size,
-            model=model,
-            data=data,
-            profiler=job_profiler(
-                args.steps,
-                window=args.profile_window,
-                every=args.profile_every,
-                enabled=not args.no_profile,
-            ),
-            freescale=_freescale(args),
-            cost_model=cost_model,
-            ddp_bucket_mb=args.ddp_bucket_mb,
+        freescale = FreeScaleConfig(
+            balance=BalanceConfig(**balance),
+            priority_overlap=PriorityConfig(**overlap),
+            sm_free=SMFreeConfig(**sm_free),
+            sync_gc=SyncGCConfig(**sync_gc),
         )
+        return JobConfig(**job, model=model, data=data, profiler=profiler, freescale=freescale)
     except ValueError as exc:  # the configs name the field
         raise FsobsError(f"bad job option: {exc}") from None
-
-
-def _freescale(args: argparse.Namespace) -> FreeScaleConfig:
-    """The toggles; an option not given keeps its config's default."""
-    balance, overlap = DEFAULT.freescale.balance, DEFAULT.freescale.priority_overlap
-    return FreeScaleConfig(
-        balance=BalanceConfig(
-            enabled=args.balance,
-            method=args.balance_method or balance.method,
-            mode=args.balance_mode or balance.mode,
-            counts=args.balance_counts,
-            window=balance.window if args.balance_window is None else args.balance_window,
-        ),
-        priority_overlap=PriorityConfig(
-            enabled=args.priority_overlap, dense_order=args.dense_order or overlap.dense_order
-        ),
-        sm_free=SMFreeConfig(enabled=args.sm_free),
-        sync_gc=SyncGCConfig(enabled=args.sync_gc),
-    )
 
 
 def _run(args: argparse.Namespace) -> int:

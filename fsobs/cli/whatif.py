@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fsobs.analysis.whatif.predict import TOGGLES, whatif
 from fsobs.analysis.whatif.splits import KK, SPLITS, BalanceSplit
@@ -19,16 +19,18 @@ from fsobs.cli.common import (
     example,
     load_config,
 )
+from fsobs.cli.flags import Section, add_section, section_values
 from fsobs.errors import FsobsError
 from fsobs.report import render_whatif, whatif_json
 from fsobs.runformat.names import WINDOWS_DIR
 from fsobs.runformat.windows import WindowSchedule, window_dir, window_id
+from fsobs.simulate.config import SimConfig
 from fsobs.trace import LoadConfig
-from optim.balance import METHODS, CostModel
-from optim.plan import COUNTS
+from optim.balance import CostModel
+from optim.plan import BalanceConfig
 
 if TYPE_CHECKING:
-    from fsobs.simulate.simulator import SimConfig, SimWindows
+    from fsobs.simulate.simulator import SimWindows
 
 
 def _toggle_list(text: str) -> tuple[str, ...]:
@@ -115,8 +117,7 @@ def add_simulate(commands: Commands) -> None:
             "--toggles balance --out out/sim256"
         ),
     )
-    cmd.add_argument("--world-size", type=int, required=True)
-    cmd.add_argument("--steps", type=int, default=20)
+    cmd.add_argument("--world-size", type=int, required=True, help="ranks simulated")
     cmd.add_argument("--out", required=True, help="run directory to write")
     cmd.add_argument(
         "--calibrate",
@@ -125,48 +126,35 @@ def add_simulate(commands: Commands) -> None:
         "this measured run (default: a GPU-like job)",
     )
     cmd.add_argument("--toggles", type=_toggle_list, default=(), help="policies to simulate")
-    cmd.add_argument(
-        "--balance-method",
-        choices=METHODS,
-        help="partitioner of the balance policy (default: kk, Karmarkar-Karp)",
-    )
-    cmd.add_argument(
-        "--balance-counts",
-        choices=COUNTS,
-        help="equal or unequal sample counts per rank (default: the method's: kk equal, "
-        "lpt unequal)",
-    )
-    cmd.add_argument(
-        "--balance-window",
-        type=int,
-        metavar="K",
-        help="global batches the balance policy plans together (default: 1; K > 1 needs "
-        "unequal counts)",
-    )
-    cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--workers", type=int, default=None, help="writer processes (default: CPUs)")
-    _add_degradation(cmd)
+    add_section(cmd, _SIMULATED, "the simulated job (SimConfig)")
+    add_section(cmd, _BALANCE, "the balance policy, with --toggles balance (BalanceConfig)")
+    add_section(cmd, _DEGRADATION, "degradation from a known step (recorded in truth.json)")
+    _add_windows(cmd)
     cmd.set_defaults(handler=_simulate)
 
 
-_DEGRADATION = {
-    "slow_rank": (int, "R", "a rank whose compute slows (a slower node)"),
-    "slow_from": (int, "S", "the step it slows from (default: 0)"),
-    "slow_factor": (float, "F", "its compute times this factor"),
-    "shift_from": (int, "S", "a data shift from this step: longer samples"),
-    "shift_factor": (float, "F", "the samples' lengths times this factor"),
-    "shift_rank": (int, "R", "the rank whose samples grow (default: every rank)"),
-    "gc_rank": (int, "R", "a rank with a GC pause in every step"),
-    "gc_from": (int, "S", "the step the pauses start from (default: 0)"),
-    "gc_ms": (float, "MS", "the pause per step"),
-}
-"""``SimConfig``'s degradation fields, each a flag (``--slow-rank`` ...): type, metavar, help."""
+_BALANCE = Section(
+    BalanceConfig,
+    {"method": "--balance-method", "counts": "--balance-counts", "window": "--balance-window"},
+)
+"""The balance policy's flags (the simulator plans: no ``--balance-mode``)."""
+_SIMULATED = Section(SimConfig, {"steps": "--steps", "seed": "--seed"})
+_DEGRADATION = Section(
+    SimConfig,
+    {
+        name: "--" + name.replace("_", "-")
+        for name in (
+            *("slow_rank", "slow_from", "slow_factor"),
+            *("shift_from", "shift_factor", "shift_rank"),
+            *("gc_rank", "gc_from", "gc_ms"),
+        )
+    },
+)
+"""``SimConfig``'s degradation fields, each a flag (``--slow-rank`` ...)."""
 
 
-def _add_degradation(cmd: argparse.ArgumentParser) -> None:
-    group = cmd.add_argument_group("degradation from a known step (recorded in truth.json)")
-    for name, (kind, metavar, text) in _DEGRADATION.items():
-        group.add_argument("--" + name.replace("_", "-"), type=kind, metavar=metavar, help=text)
+def _add_windows(cmd: argparse.ArgumentParser) -> None:
     live = cmd.add_argument_group("the live layout: windows/w<step>/, as a scheduled job's")
     live.add_argument(
         "--window-every", type=int, metavar="N", help="a window every N steps, after a warm-up step"
@@ -208,30 +196,28 @@ def _windows(args: argparse.Namespace) -> SimWindows | None:
         raise FsobsError(f"bad simulate option: {exc}") from None
 
 
-def _balance(args: argparse.Namespace) -> dict[str, Any]:
-    """``SimConfig``'s balance fields from the flags given (they need ``--toggles balance``)."""
-    given = {
-        "balance_method": args.balance_method,
-        "balance_counts": args.balance_counts,
-        "balance_window": args.balance_window,
-    }
-    chosen = {k: v for k, v in given.items() if v is not None}
-    if chosen and "balance" not in args.toggles:
-        flags = ", ".join("--" + k.replace("_", "-") for k in chosen)
+def _balance(args: argparse.Namespace) -> BalanceConfig | None:
+    """The balance policy from its flags (they need ``--toggles balance``); None: none given."""
+    given = section_values(args, _BALANCE)
+    if given and "balance" not in args.toggles:
+        flags = ", ".join(_BALANCE.flags[k] for k in given)
         raise FsobsError(f"{flags} needs --toggles balance")
-    return chosen
+    try:
+        return BalanceConfig(**given) if given else None
+    except ValueError as exc:  # BalanceConfig names the field
+        raise FsobsError(f"bad simulate option: {exc}") from None
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from fsobs.simulate.simulator import SimConfig, calibrate, simulate, write_run
+    from fsobs.simulate.simulator import calibrate, simulate, write_run
     from fsobs.simulate.study import kpis
 
-    if args.world_size < 2 or args.steps < 1:
+    if args.world_size < 2 or (args.steps is not None and args.steps < 1):
         raise FsobsError("--world-size must be >= 2 and --steps >= 1")
     balance = _balance(args)
-    degradation = {k: getattr(args, k) for k in _DEGRADATION if getattr(args, k) is not None}
+    given = section_values(args, _SIMULATED) | section_values(args, _DEGRADATION)
     windows = _windows(args)
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
@@ -241,14 +227,9 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         base = SimConfig()
     try:
-        cfg = replace(
-            base,
-            world_size=args.world_size,
-            steps=args.steps,
-            seed=args.seed,
-            **balance,
-            **degradation,
-        )
+        cfg = replace(base, world_size=args.world_size, **given)
+        if balance is not None:
+            cfg = replace(cfg, balance=balance)
         if windows is not None:
             windows.check(cfg)
     except ValueError as exc:  # SimConfig and SimWindows name the field
@@ -257,15 +238,15 @@ def _simulate(args: argparse.Namespace) -> int:
     write_run(sched, out, workers=args.workers, windows=windows)
     k = kpis(sched)
     target = out if windows is None else window_dir(out, windows.spans(cfg.steps)[0][0])
+    policy = cfg.balance
     toggles = [
-        f"balance ({cfg.balance(enabled=True).method}, {cfg.balance(enabled=True).counts} counts, "
-        f"window {cfg.balance_window})"
+        f"balance ({policy.method}, {policy.counts} counts, window {policy.window})"
         if t == "balance"
         else t
         for t in args.toggles
     ]
     print(
-        f"wrote {out}: simulated, {args.world_size} ranks x {args.steps} steps, toggles: "
+        f"wrote {out}: simulated, {cfg.world_size} ranks x {cfg.steps} steps, toggles: "
         f"{', '.join(toggles) or 'none'} ({cfg.source})\n"
         f"{_degradation_line(cfg, windows)}"
         f"truth: bubble {k['bubble_ratio']:.1%} of step time, {k['bubble_ms_per_step']:.2f} ms "

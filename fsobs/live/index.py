@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -98,7 +99,7 @@ def summarize(analysis: Analysis) -> WindowSummary:
 def _window_meta(meta: RunMeta | None, window: WindowFolder, ranks: tuple[int, ...]) -> RunMeta:
     base = meta or RunMeta.now()
     name = f"{base.name or window.path.parent.parent.name} {window.wid}"
-    return replace(
+    return msgspec.structs.replace(
         base,
         name=name,
         status="complete",

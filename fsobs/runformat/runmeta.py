@@ -3,7 +3,10 @@
 ``run.json`` is written by one process only (the launcher or rank 0), atomically, sorted keys::
 
     format_version  1                      created     UTC ISO time of this metadata
-    name, world_size, backend, device, hosts (list), workload (object), simulated (bool)
+    name, world_size, backend, device, hosts (list), simulated (bool)
+    workload        the job's config as its own JSON (``job.json``'s; a simulated run's:
+                    ``simulator``, ``steps`` and ``freescale.balance``); older runs hold a flat
+                    record (``seed``, ``balance_window``, ...): :meth:`RunMeta.knob` reads both
     toggles         {name: {"requested": bool, "applied": bool, "reason": str | null}}
     versions        {"python": ..., "torch": ... | null, "torchrec": ... | null}
     status          "complete" | "incomplete"   reason: why incomplete (null when complete)
@@ -26,17 +29,19 @@ import logging
 import platform
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
 
 from fsobs.errors import TraceFormatError, TraceReadError
 from fsobs.runformat.atomic import TEMP_RE, write_atomic
 from fsobs.runformat.bounded import MAX_RUN_JSON_BYTES, read_limited
 from fsobs.runformat.names import FORMAT_VERSION, PARTIAL_RE, PARTIAL_SUFFIX, RUN_JSON, TRACE_RE
 from fsobs.runformat.steps import recover_partial
+from fsobs.runformat.structs import FieldError, convert
 from fsobs.runformat.windows import list_windows, published_ranks
 from fsobs.storage import Location
 
@@ -47,8 +52,7 @@ MAX_WORLD_SIZE = 2**20
 """The most ranks a run can have (``run.json`` and the traces): more is a wrong value."""
 
 
-@dataclass(kw_only=True, frozen=True)
-class ToggleStatus:
+class ToggleStatus(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """One optimizer toggle as requested and as applied, with the reason."""
 
     requested: bool
@@ -59,8 +63,6 @@ class ToggleStatus:
     def __post_init__(self) -> None:
         if type(self.requested) is not bool or type(self.applied) is not bool:
             raise ValueError("requested and applied must be bools")
-        if self.reason is not None and not isinstance(self.reason, str):
-            raise ValueError(f"reason must be a string or null, got {self.reason!r}")
         if self.applied and not self.requested:
             raise ValueError("applied but not requested")
         if self.requested and not self.applied and not self.reason:
@@ -70,17 +72,12 @@ class ToggleStatus:
         """The toggle's object, keys in the order ``run.json`` has them (sorted)."""
         return {"applied": self.applied, "reason": self.reason, "requested": self.requested}
 
-    @classmethod
-    def from_json(cls, value: object) -> ToggleStatus:
-        if not isinstance(value, Mapping) or set(value) != {"requested", "applied", "reason"}:
-            raise ValueError("must have exactly requested, applied and reason")
-        return cls(requested=value["requested"], applied=value["applied"], reason=value["reason"])
 
-
-@dataclass(kw_only=True, frozen=True)
-class RunMeta:
-    """The content of ``run.json`` (see the module docstring); checked when made
-    (``ValueError`` naming the field)."""
+class RunMeta(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The content of ``run.json`` (see the module docstring). Read by msgspec
+    (:mod:`fsobs.runformat.structs`: the types, unknown fields); the rules between fields are
+    checked when made (:class:`~fsobs.runformat.structs.FieldError`, a ``ValueError`` naming
+    the field)."""
 
     name: str | None = None
     world_size: int | None = None
@@ -89,17 +86,19 @@ class RunMeta:
     device: str | None = None
     """``cpu`` or ``cuda``."""
     hosts: tuple[str, ...] = ()
-    workload: Mapping[str, Any] = field(default_factory=dict)
-    """The job's configuration (model, data, batch, seed, ...), free-form."""
-    toggles: Mapping[str, ToggleStatus] = field(default_factory=dict)
+    workload: dict[str, Any] = {}
+    """The job's configuration (model, data, batch, seed, ...): its config's own JSON
+    (:meth:`fsobs.workload.config.JobConfig.to_json`), or an older run's flat record; read a
+    knob with :meth:`knob`."""
+    toggles: dict[str, ToggleStatus] = {}
     simulated: bool = False
-    status: str = "complete"
+    status: Literal["complete", "incomplete"] = "complete"
     reason: str | None = None
     """Why the run is incomplete; None when complete."""
     ranks_present: tuple[int, ...] | None = None
     """Ranks that left a trace; None when not recorded."""
-    process_groups: Mapping[str, Any] | None = None
-    versions: Mapping[str, str | None] = field(default_factory=dict)
+    process_groups: dict[str, Any] | None = None
+    versions: dict[str, str | None] = {}
     """python, torch and torchrec versions of the writer."""
     created: str | None = None
     """UTC ISO time the metadata was made (:meth:`now` stamps it)."""
@@ -111,26 +110,16 @@ class RunMeta:
         return cls(created=_now(), versions=_versions(), **fields)
 
     def __post_init__(self) -> None:
-        if self.world_size is not None and (
-            type(self.world_size) is not int or self.world_size < 1
-        ):
+        if self.world_size is not None and self.world_size < 1:
             raise _bad("world_size", "a positive integer", self.world_size)
         if self.world_size is not None and self.world_size > MAX_WORLD_SIZE:
             raise _bad("world_size", f"at most {MAX_WORLD_SIZE} ranks", self.world_size)
         for key in ("name", "backend", "device", "reason", "created"):
-            value = getattr(self, key)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise _bad(key, "a non-empty string", value)
-        if not isinstance(self.hosts, tuple) or not all(isinstance(h, str) for h in self.hosts):
+            if getattr(self, key) == "":
+                raise _bad(key, "a non-empty string", "")
+        if not isinstance(self.hosts, tuple):
             raise _bad("hosts", "a list of host names", self.hosts)
-        for key in ("workload", "toggles", "versions"):
-            if not isinstance(getattr(self, key), Mapping):
-                raise _bad(key, "an object", getattr(self, key))
-        if self.process_groups is not None and not isinstance(self.process_groups, Mapping):
-            raise _bad("process_groups", "an object", self.process_groups)
-        if type(self.simulated) is not bool:
-            raise _bad("simulated", "true or false", self.simulated)
-        if type(self.format_version) is not int or not 1 <= self.format_version <= FORMAT_VERSION:
+        if not 1 <= self.format_version <= FORMAT_VERSION:
             raise _bad(
                 "format_version", f"an integer from 1 to {FORMAT_VERSION}", self.format_version
             )
@@ -141,93 +130,106 @@ class RunMeta:
             raise _bad("status", f"one of {STATUSES}", self.status)
         present = self.ranks_present
         if present is not None:
-            if not all(type(r) is int and r >= 0 for r in present) or list(present) != sorted(
-                set(present)
-            ):
+            if not all(r >= 0 for r in present) or list(present) != sorted(set(present)):
                 raise _bad("ranks_present", "sorted distinct non-negative integers", present)
             if self.world_size is not None and present and present[-1] >= self.world_size:
-                raise ValueError(
-                    f"ranks_present {list(present)} has ranks >= world_size {self.world_size}"
+                raise FieldError(
+                    "ranks_present",
+                    f"ranks_present: {list(present)} has ranks >= world_size {self.world_size}",
                 )
         if self.status == "complete":
             if self.reason is not None:
-                raise ValueError(f"reason must be null for a complete run, got {self.reason!r}")
+                raise FieldError(
+                    "reason", f"reason: must be null for a complete run, got {self.reason!r}"
+                )
             if present is not None and self.world_size is not None:
                 if list(present) != list(range(self.world_size)):
-                    raise ValueError(
-                        f"ranks_present {list(present)} must be all {self.world_size} ranks for "
-                        "a complete run"
+                    raise FieldError(
+                        "ranks_present",
+                        f"ranks_present: {list(present)} must be all {self.world_size} ranks for "
+                        "a complete run",
                     )
         elif not self.reason:
-            raise ValueError("an incomplete run needs a reason")
+            raise FieldError("reason", "reason: an incomplete run needs a reason")
 
     def to_json(self) -> dict[str, Any]:
-        """The object written as ``run.json``."""
-        out: dict[str, Any] = {
-            "format_version": self.format_version,
-            "created": self.created,
-            "name": self.name,
-            "world_size": self.world_size,
-            "backend": self.backend,
-            "device": self.device,
-            "hosts": list(self.hosts),
-            "workload": dict(self.workload),
-            "toggles": {k: t.to_json() for k, t in self.toggles.items()},
-            "simulated": self.simulated,
-            "versions": dict(self.versions),
-            "status": self.status,
-            "reason": self.reason,
-            "ranks_present": None if self.ranks_present is None else list(self.ranks_present),
-        }
-        if self.process_groups is not None:
-            out["process_groups"] = dict(self.process_groups)
+        """The object written as ``run.json`` (``process_groups`` only when recorded)."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        out["hosts"] = list(self.hosts)
+        if self.ranks_present is not None:
+            out["ranks_present"] = list(self.ranks_present)
+        if self.process_groups is None:
+            del out["process_groups"]
         return out
 
     @classmethod
     def from_json(cls, value: object) -> RunMeta:
-        """Parse ``run.json``'s object strictly: ``ValueError`` naming the bad field."""
+        """Parse ``run.json``'s object strictly: a null value stands for the field left out
+        (foreign files write them); :class:`FieldError` naming the bad field."""
         if not isinstance(value, dict):
             raise ValueError("run metadata must be a JSON object")
-        unknown = sorted(set(value) - _FIELDS)
-        if unknown:
-            raise FieldError(unknown[0], "unknown field")
         fields = {k: v for k, v in value.items() if v is not None or k in _NULLABLE}
-        for key in ("hosts", "ranks_present"):
-            if isinstance(fields.get(key), list):
-                fields[key] = tuple(fields[key])
-        if "toggles" in fields and isinstance(fields["toggles"], Mapping):
-            fields["toggles"] = {k: _toggle(k, t) for k, t in fields["toggles"].items()}
-        return cls(**fields)
+        if isinstance(fields.get("toggles"), dict):  # msgspec does not name a dict's key
+            for name, toggle in fields["toggles"].items():
+                _toggle(name, toggle)
+        return convert(fields, cls)
+
+    def knob(self, path: str) -> Any:
+        """The workload's value at ``path``, dotted as in the job config's JSON
+        (``data.seed``, ``freescale.balance.window``), read from an older run's flat record
+        under its flat name too (:data:`FLAT_WORKLOAD`); None when the workload lacks it."""
+        value: Any = self.workload
+        for key in path.split("."):
+            if not isinstance(value, Mapping) or key not in value:
+                return self.workload.get(FLAT_WORKLOAD.get(path, path))
+            value = value[key]
+        return value
 
     def incomplete(self, reason: str, ranks_present: Sequence[int]) -> RunMeta:
         """This metadata with ``status: incomplete``, ``reason`` and ``ranks_present``."""
-        return replace(
+        return msgspec.structs.replace(
             self, status="incomplete", reason=reason, ranks_present=tuple(sorted(ranks_present))
         )
 
 
-_FIELDS = frozenset(RunMeta.__dataclass_fields__)
 _NULLABLE = frozenset({"reason", "ranks_present", "process_groups"})
+FLAT_WORKLOAD: dict[str, str] = {
+    "model.size": "model_size",
+    "model.dense_mb": "dense_mb",
+    "data.preset": "preset",
+    "data.item_popularity": "item_popularity",
+    "data.num_samples": "num_samples",
+    "data.seed": "seed",
+    "profiler.enabled": "profile",
+    "profiler.repeat": "profile_repeat",
+    "profiler.every": "profile_every",
+    "profiler.record_shapes": "record_shapes",
+    "freescale.balance.enabled": "balance",
+    "freescale.balance.method": "balance_method",
+    "freescale.balance.mode": "balance_mode",
+    "freescale.balance.counts": "balance_counts",
+    "freescale.balance.window": "balance_window",
+    "freescale.priority_overlap.enabled": "priority_overlap",
+    "freescale.priority_overlap.dense_order": "dense_order",
+    "freescale.sm_free.enabled": "sm_free",
+    "freescale.sync_gc.enabled": "sync_gc",
+}
+"""Where the knobs of an older run's flat ``workload`` are in the job config's JSON: path ->
+flat name (``steps``, ``batch_size``, ``optimizer``, ``ddp_bucket_mb``, ``save_params`` are
+named alike in both; the flat ``cost_model`` and ``profile_active`` have no exact path)."""
 
 
-class FieldError(ValueError):
-    """A bad field of ``run.json``: ``field`` names it, the message says what is wrong."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"field {field}: {message}")
-        self.field = field
-        self.message = message
-
-
-def _toggle(name: str, value: object) -> ToggleStatus:
+def _toggle(name: str, value: object) -> None:
+    """Check one toggle of ``run.json``: :class:`FieldError` naming ``toggles.<name>``."""
     try:
-        return ToggleStatus.from_json(value)
-    except ValueError as exc:
-        raise FieldError(f"toggles.{name}", str(exc)) from None
+        convert(value, ToggleStatus)
+    except FieldError as exc:
+        field = f"toggles.{name}" + (f".{exc.field}" if exc.field else "")
+        raise FieldError(field, str(exc)) from None
 
 
 def _bad(key: str, wanted: str, value: object) -> FieldError:
-    return FieldError(key, f"expected {wanted}, got {json.dumps(value, default=repr)}")
+    return FieldError(key, f"{key}: expected {wanted}, got {json.dumps(value, default=repr)}")
 
 
 def write_run_json(run_dir: str | Path, meta: RunMeta) -> Path:
@@ -261,7 +263,7 @@ def read_run_meta(path: Location) -> RunMeta:
     try:
         return RunMeta.from_json(value)
     except FieldError as exc:
-        raise TraceFormatError(exc.message, path=path, field=exc.field) from exc
+        raise TraceFormatError(str(exc), path=path, field=exc.field or None) from exc
     except (TypeError, ValueError) as exc:
         raise TraceFormatError(str(exc), path=path) from exc
 

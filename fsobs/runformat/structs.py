@@ -10,7 +10,9 @@ msgspec says where a value went wrong as a path (``Expected `int`, got `float` -
     Object contains unknown field `c` - at `$.a`    ->  unknown field 'a.c'
     Object missing required field `d`               ->  d is missing
 
-What ``__post_init__`` raises (a range, two fields that disagree) keeps its own words.
+What ``__post_init__`` raises (a range, two fields that disagree) keeps its own words; a
+:class:`FieldError` raised there keeps its field too. Every error of :func:`convert` is a
+:class:`FieldError`: its ``field`` names the field for the error's ``field=`` (run.json).
 """
 
 from __future__ import annotations
@@ -37,29 +39,47 @@ _KINDS = {
 }
 
 
+class FieldError(ValueError):
+    """A bad field of a run-format file: ``field`` names it (empty: the whole object); the
+    message names it too (module docstring)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def convert(obj: object, kind: type[T]) -> T:
     """``obj`` (parsed JSON) as ``kind`` (a msgspec Struct or type), strictly (no str -> int);
-    ``ValueError`` naming the field (module docstring)."""
+    :class:`FieldError` naming the field (module docstring)."""
     try:
         return msgspec.convert(obj, kind, strict=True)
     except msgspec.ValidationError as exc:
-        raise ValueError(message(str(exc), obj)) from None
+        if isinstance(exc.__cause__, FieldError):  # a rule of __post_init__, naming its field
+            raise exc.__cause__ from None
+        raise FieldError(*located(str(exc), obj)) from None
 
 
 def message(error: str, obj: object) -> str:
     """msgspec's ``error`` about ``obj`` as a run-format message (module docstring)."""
+    return located(error, obj)[1]
+
+
+def located(error: str, obj: object) -> tuple[str, str]:
+    """The field that msgspec's ``error`` about ``obj`` names, and the run-format message."""
     at = _AT.search(error)
     text = error[: at.start()] if at else error
     field, value = _walk(obj, at.group("path") if at else "")
     if match := _UNKNOWN.match(text):
-        return f"unknown field {_join(field, match.group('name'))!r}"
+        name = _join(field, match.group("name"))
+        return name, f"unknown field {name!r}"
     if match := _MISSING.match(text):
-        return f"{_join(field, match.group('name'))} is missing"
+        name = _join(field, match.group("name"))
+        return name, f"{name} is missing"
     if match := _EXPECTED.match(text):
         kinds = [k for k in match.group("kinds").split(" | ") if k != "null"]
         wanted = " or ".join(_KINDS.get(k, k) for k in kinds)
-        return f"{field or 'the value'} must be {wanted}, got {value!r}"
-    return f"{field}: {text}" if field else text
+        return field, f"{field or 'the value'} must be {wanted}, got {value!r}"
+    return field, f"{field}: {text}" if field else text
 
 
 def _join(field: str, name: str) -> str:

@@ -6,24 +6,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fsobs.analysis.pipeline import Analysis
-from fsobs.analysis.whatif.calibration import calibrate as calibrate_busy
-from fsobs.analysis.whatif.calibration import partition_model
-from fsobs.analysis.whatif.predict import TOGGLES
-from fsobs.analysis.whatif.priority import pec_overlap
-from fsobs.analysis.whatif.replay import SegmentGraph, build_graph
 from fsobs.errors import RunError
 from fsobs.runformat.windows import WindowSchedule
 from fsobs.workload.lengths import PRESETS
 from optim.balance import CostModel
+from optim.config import TOGGLES
 from optim.markers import EMBEDDING_ROLES
 from optim.plan import BalanceConfig
 
-SIM_TOGGLES = TOGGLES
+if TYPE_CHECKING:
+    from fsobs.analysis.pipeline import Analysis
+    from fsobs.analysis.whatif.replay import SegmentGraph
+
+SIM_TOGGLES = tuple(t for t in TOGGLES if t != "sync_gc")
+"""The toggles the simulator plays as policies: optim's, less ``sync_gc`` (no Python garbage
+collector is simulated; a GC pause is a degradation). The what-if predicts the same ones
+(:data:`fsobs.analysis.whatif.predict.TOGGLES`). The analysis it needs to calibrate is imported
+there, so that the flags made from :class:`SimConfig` (``fsobs simulate``) cost no analysis."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -32,8 +35,11 @@ class SimConfig:
     assumption); :func:`calibrate` makes one from a measured run."""
 
     world_size: int = 8
+    """Ranks simulated."""
     steps: int = 20
+    """Steps simulated (one global batch each)."""
     seed: int = 0
+    """Seed of the lengths, the noise and the split."""
     batch_per_rank: int = 32
     length_median: float = 1024.0
     """Lognormal lengths (the ``lognormal`` preset's shape, KuaiRand-1K's mean/median)..."""
@@ -45,14 +51,9 @@ class SimConfig:
     """Busy ns per sample of the data-dependent compute (embedding lookup + dense fwd/bwd)."""
     partition: CostModel | None = None
     """The balancer's model (default: ``cost``)."""
-    balance_method: str = "kk"
-    """The ``balance`` toggle's partitioner (:attr:`optim.plan.BalanceConfig.method`)."""
-    balance_counts: str | None = None
-    """Equal or unequal counts per rank (:attr:`optim.plan.BalanceConfig.counts`; None: the
-    method's default)."""
-    balance_window: int = 1
-    """Steps it plans together (:attr:`optim.plan.BalanceConfig.window`; > 1 needs unequal
-    counts)."""
+    balance: BalanceConfig = field(default_factory=BalanceConfig)
+    """The ``balance`` policy's partitioner, counts and window, played when ``balance`` is
+    among the toggles simulated (they decide, not its ``enabled``: :meth:`balance_config`)."""
     embedding_share: float = 0.15
     """Share of that compute before the embedding output all-to-all (the lookup)."""
     speed_sigma: float = 0.01
@@ -91,21 +92,33 @@ class SimConfig:
     the reference job's Zipf-1.1 IDs: 0.72-0.77); :func:`calibrate` takes a run's own."""
     source: str = "default: GPU-like job (no calibration)"
     slow_rank: int | None = None
-    """A rank whose compute runs ``slow_factor`` times longer from step ``slow_from`` on: the
-    same data, a slower node (None: none)."""
+    """A rank whose compute runs slow_factor times longer from step slow_from on (a slower
+    node; default: none).
+
+    It gets the same data as without the degradation."""
     slow_from: int = 0
+    """The step the slow rank slows from."""
     slow_factor: float = 1.0
+    """The slow rank's compute times this factor."""
     shift_from: int | None = None
-    """A data shift from this step on (None: none): the samples given to ``shift_rank`` (every
-    rank when None) are ``shift_factor`` times longer after the split, so their estimated cost
-    (the sidecar's ``est_cost``) grows with them."""
+    """A data shift from this step on: longer samples (default: none).
+
+    The samples given to ``shift_rank`` (every rank when None) are ``shift_factor`` times
+    longer after the split, so their estimated cost (the sidecar's ``est_cost``) grows with
+    them."""
     shift_rank: int | None = None
+    """The rank whose samples grow in the data shift (default: every rank)."""
     shift_factor: float = 1.0
+    """The shifted samples' lengths times this factor."""
     gc_rank: int | None = None
-    """A rank with a GC pause of ``gc_ms`` in every step from ``gc_from`` on (None: none): host
-    time before its embedding lookup (the GPU idles), and the sidecar's ``gc_count``/``gc_ms``."""
+    """A rank with a GC pause of gc_ms in every step from gc_from on (default: none).
+
+    The pause is host time before its embedding lookup (the GPU idles), and the sidecar's
+    ``gc_count``/``gc_ms``."""
     gc_from: int = 0
+    """The step the GC pauses start from."""
     gc_ms: float = 0.0
+    """The GC pause per step, in ms."""
 
     def __post_init__(self) -> None:
         for name in ("world_size", "steps", "batch_per_rank", "ranks_per_host", "update_chunks"):
@@ -119,7 +132,6 @@ class SimConfig:
             raise ValueError(f"id_overlap: must be in [0, 1], got {self.id_overlap}")
         if self.gamma < 1:
             raise ValueError(f"gamma: must be >= 1, got {self.gamma}")
-        self.balance(enabled=True)  # a ValueError naming method or window
         self._check_degradation()
 
     def _check_degradation(self) -> None:
@@ -166,14 +178,9 @@ class SimConfig:
             gc = {"rank": self.gc_rank, "from_step": self.gc_from, "gc_ms": self.gc_ms}
         return {"slow": slow, "shift": shift, "gc": gc}
 
-    def balance(self, *, enabled: bool) -> BalanceConfig:
-        """The ``balance`` toggle's config, on or off."""
-        return BalanceConfig(
-            enabled=enabled,
-            method=self.balance_method,
-            counts=self.balance_counts,
-            window=self.balance_window,
-        )
+    def balance_config(self, *, enabled: bool) -> BalanceConfig:
+        """The ``balance`` toggle's config, on or off (:attr:`balance` with ``enabled``)."""
+        return replace(self.balance, enabled=enabled)
 
     def draw_lengths(self, rng: np.random.Generator, size: int) -> np.ndarray:
         if self.lengths:
@@ -246,6 +253,11 @@ def calibrate(analysis: Analysis, **overrides: Any) -> SimConfig:
     """A :class:`SimConfig` from a measured run: its lengths, batch, fitted cost model, rank
     speeds and residual noise, host time and transfer times (GPU-like fixed kernels kept small;
     ``overrides`` win). The transfers are bandwidth terms fitted at the run's world size."""
+    from fsobs.analysis.whatif.calibration import calibrate as calibrate_busy
+    from fsobs.analysis.whatif.calibration import partition_model
+    from fsobs.analysis.whatif.priority import pec_overlap
+    from fsobs.analysis.whatif.replay import build_graph
+
     graph = build_graph(analysis)
     sidecar = analysis.run.sidecar
     if sidecar is None or sidecar.empty:

@@ -16,7 +16,7 @@ Each step of each rank runs on one GPU (compute stream: ``|==|``; communication:
   collective starts on a rank when it is issued there (``a``) and ends for every rank at
   ``E = max_r a_r + X``. C3 waits in the queue behind C2.
 - ``balance`` splits each global batch with optim's planner instead of the random split (with
-  a window, :attr:`SimConfig.balance_window`, it deals ``K`` steps' batches at once).
+  a window, :attr:`SimConfig.balance`'s ``window``, it deals ``K`` steps' batches at once).
 - Degradation from a known step (:meth:`SimConfig.degradation`): a slow rank's ``K1`` and
   ``K2`` take ``slow_factor`` times longer; a data shift makes a rank's samples longer after
   the split, and its ``K1``/``K2`` follow their cost; a GC pause is host time ``gc`` between
@@ -157,7 +157,7 @@ def _split(
     """Draw every step's global batch (in step order, whatever the plan) and split it: one
     step at a time, or with a window ``K`` steps at once (:func:`optim.plan.plan_window`)."""
     n, b = cfg.world_size, cfg.batch_per_rank
-    config = cfg.balance(enabled=balance)
+    config = cfg.balance_config(enabled=balance)
     model = cfg.partition_model
     batches = [cfg.draw_lengths(rng, n * b) for _ in range(cfg.steps)]
     window = config.window if balance else 1

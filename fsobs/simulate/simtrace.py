@@ -20,6 +20,7 @@ import json
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from platform import python_version
@@ -342,7 +343,7 @@ def run_meta(sched: Schedule, name: str) -> RunMeta:
     """``run.json`` of a simulated run (``simulated: true``; no torch ran it)."""
     n = sched.cfg.world_size
     hosts = sorted({host_name(r, sched.cfg.ranks_per_host) for r in range(n)})
-    balance = sched.cfg.balance(enabled="balance" in sched.toggles)
+    balance = sched.cfg.balance_config(enabled="balance" in sched.toggles)
     toggles = {
         t: ToggleStatus(
             requested=t in sched.toggles,
@@ -360,12 +361,10 @@ def run_meta(sched: Schedule, name: str) -> RunMeta:
         hosts=tuple(hosts),
         workload={
             "simulator": sched.cfg.describe(),
+            # the paths of a real run's job config (fsobs.workload.config): steps and the
+            # balance toggle, off as BalanceConfig's defaults
             "steps": sched.cfg.steps,
-            # as a real run's (fsobs.workload.config); the toggle off: BalanceConfig's defaults
-            "balance": balance.enabled,
-            "balance_method": balance.method if balance.enabled else BalanceConfig().method,
-            "balance_counts": balance.counts if balance.enabled else BalanceConfig().counts,
-            "balance_window": balance.window if balance.enabled else 1,
+            "freescale": {"balance": asdict(balance if balance.enabled else BalanceConfig())},
         },
         toggles=toggles,
         simulated=True,

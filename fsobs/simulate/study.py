@@ -18,16 +18,18 @@ import pandas as pd
 
 from fsobs.simulate.config import SIM_TOGGLES, SimConfig
 from fsobs.simulate.schedule import TRUTH_CLASSES, Schedule, plan
+from optim.plan import BalanceConfig
 
 WORLD_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
-BALANCE_MODES: dict[str, tuple[str, int]] = {
-    "kk": ("kk", 1),
-    "lpt": ("lpt", 1),
-    "window2": ("lpt", 2),
-    "window4": ("lpt", 4),
-    "window8": ("lpt", 8),
+BALANCE_MODES: dict[str, BalanceConfig] = {
+    "kk": BalanceConfig(),
+    "lpt": BalanceConfig(method="lpt"),
+    "window2": BalanceConfig(method="lpt", window=2),
+    "window4": BalanceConfig(method="lpt", window=4),
+    "window8": BalanceConfig(method="lpt", window=8),
 }
-"""Name -> (``balance_method``, ``balance_window``): equal counts, unequal counts, windows."""
+"""Name -> the balance policy (:attr:`SimConfig.balance`): equal counts, unequal counts,
+windows."""
 
 
 def kpis(sched: Schedule) -> dict[str, float]:
@@ -118,8 +120,7 @@ def balance_study(
         base_cfg = replace(cfg, world_size=world_size, seed=seed)
         base = kpis(plan(base_cfg))["bubble_ms_per_step"]
         for mode in modes:
-            method, window = BALANCE_MODES[mode]
-            mode_cfg = replace(base_cfg, balance_method=method, balance_window=window)
+            mode_cfg = replace(base_cfg, balance=BALANCE_MODES[mode])
             for toggles in (("balance",), SIM_TOGGLES):
                 k = kpis(plan(mode_cfg, frozenset(toggles)))
                 rows.append(

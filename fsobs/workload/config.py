@@ -16,8 +16,9 @@
 - ``job.json``: ``fsobs run`` builds the JobConfig from its flags and writes it into the run
   directory (:func:`write_job_json`, atomic); every rank reads it (:func:`read_job_json`), which
   turns a bad field into one :class:`~fsobs.errors.JobConfigError` line naming the file and the
-  field (``data.preset``). ``run.json`` keeps its flat ``workload`` record
-  (:meth:`JobConfig.workload`).
+  field (``data.preset``). ``run.json``'s ``workload`` is the same JSON
+  (:meth:`JobConfig.to_json`; :meth:`fsobs.runformat.runmeta.RunMeta.knob` reads a knob of it,
+  and of the flat record older runs hold).
 """
 
 from __future__ import annotations
@@ -106,7 +107,9 @@ class ModelConfig:
         return dataclasses.replace(MODEL_PRESETS[name], **overrides)
 
 
-MODEL_PRESETS: dict[str, ModelConfig] = {
+ModelSize = Literal["tiny", "small", "medium"]
+"""The names of :data:`MODEL_PRESETS`."""
+MODEL_PRESETS: dict[ModelSize, ModelConfig] = {
     # Unit tests: a forward/backward of a few short samples takes milliseconds.
     "tiny": ModelConfig(
         emb_dim=16,
@@ -174,11 +177,13 @@ def check_compatible(model: ModelConfig, data: DataConfig) -> None:
 class ModelSpec:
     """Which model a job trains: a named size and an optional dense block (:meth:`config`)."""
 
-    size: str = "small"
-    """A key of ``MODEL_PRESETS``: ``tiny``, ``small`` or ``medium``."""
+    size: ModelSize = "small"
+    """The model's size, a key of MODEL_PRESETS."""
     dense_mb: float = 0.0
-    """An extra dense block of about this many MiB in the head (``ModelConfig.wide_dim``), so
-    that the dense all-reduce is large; 0: none."""
+    """Add a dense block of about this many MiB to the model's head (a large dense all-reduce;
+    0: none).
+
+    Its width is ``ModelConfig.wide_dim``."""
 
     def __post_init__(self) -> None:
         if self.size not in MODEL_PRESETS:
@@ -262,13 +267,15 @@ class JobConfig:
     freescale: FreeScaleConfig = field(default_factory=FreeScaleConfig)
     """The optimizer's toggles (``optim.FreeScale``)."""
     cost_model: Path | None = None
-    """A JSON cost model (``fsobs fit-cost``) for ``balance``; None: the analytic one of the
-    model shape."""
+    """A JSON cost model file (fsobs fit-cost) for balance (default: the analytic one of the
+    model shape)."""
     optimizer: str = "adagrad"
     """One of ``OPTIMIZERS`` (``sgd`` for equivalence tests)."""
     ddp_bucket_mb: int = 25
-    """DDP's bucket size for the dense all-reduce (torchrec's default 25); smaller buckets make
-    more all-reduces that can be in flight when the embedding all-to-all is issued."""
+    """DDP's bucket size for the dense all-reduce, in MiB (torchrec's default).
+
+    Smaller buckets make more all-reduces that can be in flight when the embedding all-to-all
+    is issued."""
     save_params: bool = False
     """Write each rank's final parameters to ``params.rank<R>.pt`` (for equivalence tests)."""
 
@@ -298,43 +305,9 @@ class JobConfig:
         """The job's seed (``data.seed``)."""
         return self.data.seed
 
-    def workload(self) -> dict[str, Any]:
-        """The knobs as ``run.json``'s flat ``workload`` record (``job.json`` has them all).
-        ``profile_active`` is None when the profiler records every step after its wait and
-        warm-up (the default)."""
-        prof, fs = self.profiler, self.freescale
-        every = prof.active == self.steps - prof.wait - prof.warmup
-        return {
-            "steps": self.steps,
-            "model_size": self.model.size,
-            "preset": self.data.preset,
-            "item_popularity": self.data.item_popularity,
-            "batch_size": self.batch_size,
-            "num_samples": self.data.num_samples,
-            "seed": self.seed,
-            "profile": prof.enabled,
-            "profile_active": None if every else prof.active,
-            "profile_repeat": prof.repeat,
-            "profile_every": prof.every,
-            "record_shapes": prof.record_shapes,
-            "balance": fs.balance.enabled,
-            "balance_method": fs.balance.method,
-            "balance_mode": fs.balance.mode,
-            "balance_counts": fs.balance.counts,
-            "balance_window": fs.balance.window,
-            "cost_model": str(self.cost_model) if self.cost_model else "analytic",
-            "save_params": self.save_params,
-            "optimizer": self.optimizer,
-            "priority_overlap": fs.priority_overlap.enabled,
-            "dense_order": fs.priority_overlap.dense_order,
-            "sm_free": fs.sm_free.enabled,
-            "sync_gc": fs.sync_gc.enabled,
-            "ddp_bucket_mb": self.ddp_bucket_mb,
-            "dense_mb": self.model.dense_mb,
-        }
-
     def to_json(self) -> dict[str, Any]:
-        """Plain JSON values, one object per section (what ``job.json`` holds)."""
+        """Plain JSON values, one object per section (what ``job.json`` holds, and ``run.json``
+        as its ``workload``)."""
         obj: dict[str, Any] = _encode(self)
         return obj
 

@@ -67,7 +67,9 @@ class DataConfig:
     length_scale: float = 1.0
     """Multiplies every length (and the preset's min and cap) before rounding."""
     item_popularity: float = 0.0
-    """Zipf exponent of the items within a category: item ``k`` of a category (0-based) is
+    """Zipf exponent of the items' popularity (0: uniform; 1.1 is realistic).
+
+    Within a category, item ``k`` (0-based) is
     drawn with weight ``(k + 1) ** -item_popularity``; 0 draws them uniformly. Real item
     popularity is heavy-tailed (1.1 is realistic), which is what makes consecutive batches
     share IDs (the overlap PEC exploits; the sidecars record it)."""

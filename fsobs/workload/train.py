@@ -131,7 +131,7 @@ def train(
         cost_model=fs.cost_model,
         profiler=job.profiler,
         name=out.name,
-        workload=job.workload(),
+        workload=job.to_json(),
     )
     with fs, recorder:
         for step in range(job.steps):

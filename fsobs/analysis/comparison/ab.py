@@ -59,8 +59,9 @@ MIN_STEPS_FOR_CI = 2
 """Fewest steps on each side for an interval: the resamples of one step are that step."""
 NEGLIGIBLE = 1e-3
 """A control value below this share of the control's mean step window counts as ~0."""
-WORKLOAD_KEYS = ("seed", "batch_size", "preset", "num_samples", "model_size", "world_size")
-"""The ``run.json`` workload keys that fix the global batches (fallback check)."""
+WORKLOAD_KEYS = ("data.seed", "batch_size", "data.preset", "data.num_samples", "model.size")
+"""The ``run.json`` workload knobs that fix the global batches, with the world size (fallback
+check; :meth:`~fsobs.runformat.runmeta.RunMeta.knob` reads older flat workloads too)."""
 _TOTALS = ("num_samples", "len_sum", "len_sq_sum")
 _BOOT_CHUNK = 1 << 20  # indices drawn at once by the bootstrap (bounds its memory)
 
@@ -421,7 +422,8 @@ def batch_check(control: Run[Any], test: Run[Any]) -> BatchCheck:
     4. both ``run.json`` have a workload: its ``WORKLOAD_KEYS`` present in both;
     5. otherwise None (cannot be told).
 
-    A run that balanced with a window (``run.json`` workload ``balance_window`` = ``K`` > 1,
+    A run that balanced with a window (``run.json`` workload ``freescale.balance.window`` =
+    ``K`` > 1,
     :mod:`optim.window`) moves samples between the ``K`` steps of each window, so its steps'
     batches differ from the baseline's while each window's samples are the same: checks 1 to 3
     then become checks 2 and 3 over each window of ``lcm(K_control, K_test)`` steps from step
@@ -501,9 +503,9 @@ def _differ_warning(check: BatchCheck) -> list[str]:
 
 
 def _window(run: Run[Any]) -> int:
-    """The balance window the run trained with: ``run.json`` workload ``balance_window``
-    (1 without one)."""
-    value = _workload(run).get("balance_window", 1)
+    """The balance window the run trained with: ``run.json`` workload
+    ``freescale.balance.window`` (1 without one)."""
+    value = run.meta.knob("freescale.balance.window") if run.meta is not None else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
@@ -579,7 +581,7 @@ def _totals(run: Run[Any]) -> pd.Series | None:
 
 def _same_workload(control: Run[Any], test: Run[Any]) -> tuple[bool | None, list[str]]:
     a, b = _workload(control), _workload(test)
-    keys = [k for k in WORKLOAD_KEYS if k in a and k in b]
+    keys = [k for k in (*WORKLOAD_KEYS, "world_size") if k in a and k in b]
     if not keys:
         return None, [
             "cannot tell whether the runs saw the same global batches "
@@ -633,11 +635,13 @@ def toggle_warnings(control: dict[str, Any], test: dict[str, Any]) -> list[str]:
 
 
 def _workload(run: Run[Any]) -> dict[str, Any]:
+    """The world size and the :data:`WORKLOAD_KEYS` that ``run.json`` records."""
     meta = run.meta
     if meta is None or not meta.workload:
         return {}
     world_size = meta.world_size if meta.world_size is not None else run.world_size
-    return {"world_size": world_size} | dict(meta.workload)
+    knobs = {key: meta.knob(key) for key in WORKLOAD_KEYS}
+    return {"world_size": world_size} | {k: v for k, v in knobs.items() if v is not None}
 
 
 def _run_warnings(control: Analysis, test: Analysis) -> list[str]:

@@ -555,7 +555,7 @@ def _calibration(setup: _Setup, split: Resplit | None) -> WhatIfCalibration | No
 
 def _split_notes(split: Resplit) -> list[str]:
     """What a window's prediction assumes (:mod:`fsobs.analysis.whatif.splits`)."""
-    k = split.split.window
+    k = split.split.config.window
     if k == 1:
         return []
     notes = [

@@ -51,55 +51,52 @@ SPLITS = ("kk", "lpt", "kk-unequal", "window:K")
 
 @dataclass(frozen=True)
 class BalanceSplit:
-    """One mode of the ``balance`` toggle (the module docstring)."""
+    """One mode of the ``balance`` toggle (the module docstring): the job's own config, under
+    the name ``fsobs whatif --balance-split`` gives it."""
 
-    method: str = "kk"
-    """``kk`` or ``lpt``."""
-    equal_size: bool = True
-    """Equal counts per rank (``kk`` only)."""
-    window: int = 1
-    """Global batches dealt together (``> 1``: ``lpt``, unequal counts)."""
+    config: BalanceConfig = BalanceConfig(enabled=True)
+    """The ``balance`` toggle in this mode (on; ``kk`` or ``lpt``; a window is named
+    ``lpt``'s)."""
 
     def __post_init__(self) -> None:
-        if self.method not in ("kk", "lpt"):
-            raise ValueError(f"balance_split: method {self.method!r}, expected kk or lpt")
-        if self.window > 1 and self.method != "lpt":
-            raise ValueError(f"balance_split: window {self.window} is named lpt's (window:K)")
-        try:
-            _ = self.config  # BalanceConfig's own checks of counts and window
-        except ValueError as exc:
-            raise ValueError(f"balance_split: {exc}") from None
+        config = self.config
+        if not config.enabled or config.method not in ("kk", "lpt"):
+            raise ValueError(
+                f"balance_split: the toggle on with method kk or lpt, got {config.method!r}"
+                + ("" if config.enabled else " (off)")
+            )
+        if config.window > 1 and config.method != "lpt":
+            raise ValueError(f"balance_split: window {config.window} is named lpt's (window:K)")
 
     @property
     def name(self) -> str:
         """``kk``, ``lpt``, ``kk-unequal`` or ``window:K`` (what :meth:`parse` reads)."""
-        if self.window > 1:
-            return f"window:{self.window}"
-        return self.method if self.method == "lpt" or self.equal_size else "kk-unequal"
+        config = self.config
+        if config.window > 1:
+            return f"window:{config.window}"
+        return config.method if config.method == "lpt" or config.equal_size else "kk-unequal"
 
     @classmethod
     def parse(cls, text: str) -> BalanceSplit:
         """The mode named ``text`` (:data:`SPLITS`); ValueError naming ``balance_split``."""
-        named = {"kk": KK, "lpt": cls("lpt", False), "kk-unequal": cls("kk", False)}
+        named = {
+            "kk": KK,
+            "lpt": cls(BalanceConfig(enabled=True, method="lpt")),
+            "kk-unequal": cls(BalanceConfig(enabled=True, counts="unequal")),
+        }
         if text in named:
             return named[text]
         head, _, k = text.partition(":")
         if head == "window" and k.isdigit() and int(k) >= 2:
-            return cls(method="lpt", equal_size=False, window=int(k))
+            return cls(BalanceConfig(enabled=True, method="lpt", window=int(k)))
         raise ValueError(
             f"balance_split: unknown {text!r}, expected one of {', '.join(SPLITS)} (K >= 2)"
         )
 
-    @property
-    def config(self) -> BalanceConfig:
-        """The job's ``balance`` toggle in this mode."""
-        counts = "equal" if self.equal_size else "unequal"
-        return BalanceConfig(enabled=True, method=self.method, counts=counts, window=self.window)
-
     def plan(self, costs: list[np.ndarray | PaddedCosts], world_size: int) -> list[StepPlan]:
         """optim's plans of one window (one global batch unless ``window > 1``): the job's own
         calls."""
-        if self.window > 1:
+        if self.config.window > 1:
             return plan_window(costs, world_size)
         (batch,) = costs
         return [StepPlan.make(batch, world_size, self.config)]
@@ -134,12 +131,12 @@ def resplit(
 ) -> Resplit:
     """Run optim's planner in mode ``split`` on every recorded step (the module docstring)."""
     _check_lengths(cal)
-    if split.window > 1 and model.shape == "padded":
+    if split.config.window > 1 and model.shape == "padded":
         raise FsobsError(
             f"balance_split: {split.name} deals per-sample costs and the cost model is padded "
             "(a rank's cost is its batch's, not a sum over samples); take kk, lpt or kk-unequal"
         )
-    ranks, k = cal.ranks, split.window
+    ranks, k = cal.ranks, split.config.window
     seen = {s for _, s in cal.lengths}
     recorded = sorted(s for s in seen if all((r, s) in cal.lengths for r in ranks))
     windows = sorted({s // k for s in cal.steps})

@@ -83,36 +83,27 @@ def test_the_flags_defaults_are_the_configs():
     assert _job() == JobConfig()
 
 
-def test_run_json_workload_is_unchanged():
-    """``run.json``'s ``workload`` of a run without flags, key for key."""
-    assert _job().workload() == {
-        "steps": 20,
-        "model_size": "small",
-        "preset": "lognormal",
-        "item_popularity": 0.0,
-        "batch_size": 32,
-        "num_samples": 100_000,
-        "seed": 0,
-        "profile": True,
-        "profile_active": None,
-        "profile_repeat": 1,
-        "profile_every": None,
-        "record_shapes": False,
-        "balance": False,
-        "balance_method": "kk",
-        "balance_mode": "plan",
-        "balance_counts": "equal",
-        "balance_window": 1,
-        "cost_model": "analytic",
-        "save_params": False,
-        "optimizer": "adagrad",
-        "priority_overlap": False,
-        "dense_order": "auto",
-        "sm_free": False,
-        "sync_gc": False,
-        "ddp_bucket_mb": 25,
-        "dense_mb": 0.0,
+def test_run_json_workload_is_the_job_configs_json():
+    """``run.json``'s ``workload`` of a run without flags: ``job.json``'s sections, the
+    defaults of each config (``data``'s tables those of the small model)."""
+    workload = _job().to_json()
+    assert list(workload) == [
+        *("steps", "batch_size", "model", "data", "profiler", "freescale", "cost_model"),
+        *("optimizer", "ddp_bucket_mb", "save_params"),
+    ]
+    assert (workload["steps"], workload["batch_size"], workload["cost_model"]) == (20, 32, None)
+    assert workload["model"] == {"size": "small", "dense_mb": 0.0}
+    assert workload["freescale"]["balance"] == {
+        "enabled": False,
+        "method": "kk",
+        "counts": "equal",
+        "mode": "plan",
+        "check_every": 10,
+        "window": 1,
     }
+    assert workload["freescale"]["priority_overlap"] == {"enabled": False, "dense_order": "auto"}
+    assert workload["data"]["seed"] == 0 and workload["data"]["num_items"] == 20_000
+    assert workload["profiler"]["active"] == 20 - 2 and workload["profiler"]["every"] is None
 
 
 def test_the_flags_build_the_job():
@@ -141,9 +132,9 @@ def test_profile_window_makes_live_windows_of_that_many_steps():
     assert not prof.record_shapes
     spaced = _job("--profile-window", "4", "--profile-every", "10").profiler
     assert spaced.schedule.scheduled(0, 19) == [(2, 5), (12, 15)]
-    assert _job("--profile-window", "4").workload()["profile_every"] == 6
+    assert _job("--profile-window", "4").to_json()["profiler"]["every"] == 6
     assert _job("--profile-every", "0").profiler.schedule.scheduled(0, 19) == []
-    assert JobConfig().workload()["profile_every"] is None
+    assert JobConfig().to_json()["profiler"]["every"] is None
 
 
 def test_run_builds_the_balance_toggle(tmp_path, monkeypatch):
@@ -156,8 +147,8 @@ def test_run_builds_the_balance_toggle(tmp_path, monkeypatch):
     assert _job("--balance", "--cost-model", "cost.json").cost_model == cost.resolve()
     unequal = _job("--balance", "--balance-counts", "unequal", "--balance-window", "2")
     assert unequal.freescale.balance == BalanceConfig(enabled=True, counts="unequal", window=2)
-    assert unequal.workload()["balance_counts"] == "unequal"
-    assert unequal.workload()["balance_window"] == 2
+    assert unequal.to_json()["freescale"]["balance"]["counts"] == "unequal"
+    assert unequal.to_json()["freescale"]["balance"]["window"] == 2
 
 
 def test_run_builds_the_overlap_toggle():
@@ -176,7 +167,10 @@ def test_run_builds_the_overlap_toggle():
         (["--balance-mode", "shuffle"], "--balance-mode needs --balance"),
         (["--balance-counts", "unequal"], "--balance-counts needs --balance"),
         (["--balance-window", "2"], "--balance-window needs --balance"),
-        (["--balance", "--balance-window", "2"], "window: 2 needs counts 'unequal'"),
+        (
+            ["--balance", "--balance-window", "2", "--balance-counts", "equal"],
+            "window: 2 needs counts 'unequal'",
+        ),
         (["--balance", "--balance-method", "lpt", "--balance-counts", "equal"], "counts: "),
         (["--steps", "2"], "steps: must be > wait + warmup (2)"),
         (["--preset", "zipf"], "preset: unknown 'zipf'"),
@@ -287,3 +281,11 @@ def test_the_launcher_notes_stop_signals_and_keeps_ignored_ones_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, sigint)
+
+
+def test_a_balance_window_implies_unequal_counts():
+    """``--balance-window 2`` alone: kk's counts resolve to unequal (a window's counts differ
+    per step), as if ``--balance-counts unequal`` had been given."""
+    job = _job("--balance", "--balance-window", "2")
+    assert job == _job("--balance", "--balance-window", "2", "--balance-counts", "unequal")
+    assert job.freescale.balance == BalanceConfig(enabled=True, counts="unequal", window=2)

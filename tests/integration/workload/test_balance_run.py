@@ -93,11 +93,9 @@ def _params(run: Path, rank: int) -> dict[str, torch.Tensor]:
 def test_run_json_records_the_toggle(runs):
     meta = json.loads((runs["kk_shuffle"] / "run.json").read_text())
     assert meta["toggles"]["balance"] == {"requested": True, "applied": True, "reason": None}
-    assert (meta["workload"]["balance_method"], meta["workload"]["balance_mode"]) == (
-        "kk",
-        "shuffle",
-    )
-    assert meta["workload"]["cost_model"] == "analytic"
+    balance = meta["workload"]["freescale"]["balance"]
+    assert (balance["method"], balance["mode"]) == ("kk", "shuffle")
+    assert meta["workload"]["cost_model"] is None  # the analytic model of the shape
     assert meta["workload"]["optimizer"] == "sgd"
     base = json.loads((runs["baseline"] / "run.json").read_text())
     assert base["toggles"]["balance"]["requested"] is False
@@ -202,7 +200,7 @@ def test_a_window_from_the_command_line_trains_each_window_once(runs):
     for step, shares in frame.groupby("step")["id_overlap"]:  # of the step's own samples
         assert shares.iloc[0] == shares.iloc[1] and (step == 0) == (shares.iloc[0] is None)
     meta = json.loads((runs["window"] / "run.json").read_text())
-    workload = meta["workload"]
-    assert (workload["balance_counts"], workload["balance_window"]) == ("unequal", 2)
+    balance = meta["workload"]["freescale"]["balance"]
+    assert (balance["counts"], balance["window"]) == ("unequal", 2)
     job = json.loads((runs["window"] / "job.json").read_text())
     assert job["freescale"]["balance"]["window"] == 2

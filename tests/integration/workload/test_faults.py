@@ -197,7 +197,7 @@ def test_fsobs_run_in_windows_keeps_the_first_window_of_a_killed_job(tmp_path, c
     meta = json.loads((out / "run.json").read_text())
     assert (meta["status"], meta["ranks_present"]) == ("incomplete", [0, 1])
     assert meta["reason"].endswith("rank 1 failed first (exit code -9)"), meta["reason"]
-    assert meta["workload"]["profile_every"] == 4
+    assert meta["workload"]["profiler"]["every"] == 4
     assert _leftovers(out) == []
     state = LiveRun(out).poll()
     assert (state.status, state.reason) == ("stopped", meta["reason"])

@@ -54,9 +54,9 @@ def test_two_rank_run_writes_an_analyzable_run(tmp_path, capsys):
     meta = json.loads((out / "run.json").read_text())
     assert (meta["status"], meta["world_size"], meta["ranks_present"]) == ("complete", 2, [0, 1])
     job = JobConfig.from_json(json.loads((out / "job.json").read_text()))  # what the ranks read
-    assert job == _tiny_job(STEPS) and meta["workload"] == job.workload()
+    assert job == _tiny_job(STEPS) and meta["workload"] == job.to_json()
     assert (meta["backend"], meta["device"], meta["simulated"]) == ("gloo", "cpu", False)
-    assert meta["workload"]["model_size"] == "tiny" and meta["versions"]["torchrec"]
+    assert meta["workload"]["model"]["size"] == "tiny" and meta["versions"]["torchrec"]
     assert meta["toggles"]["sm_free"] == {"requested": False, "applied": False, "reason": None}
 
     run = fsobs.load_run(out)

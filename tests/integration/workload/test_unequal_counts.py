@@ -146,10 +146,13 @@ def test_the_window_trains_like_a_plain_run_on_its_step_sets(runs):
 
 def test_run_json_records_the_counts_and_the_window_and_compare_knows_it(runs):
     workload = json.loads((runs / "window" / "run.json").read_text())["workload"]
-    assert (workload["balance_method"], workload["balance_counts"]) == ("kk", "unequal")
-    assert workload["balance_window"] == WINDOW
+    balance = workload["freescale"]["balance"]
+    assert (balance["method"], balance["counts"], balance["window"]) == ("kk", "unequal", WINDOW)
     base = json.loads((runs / "baseline" / "run.json").read_text())["workload"]
-    assert (base["balance_counts"], base["balance_window"]) == ("equal", 1)
+    assert (base["freescale"]["balance"]["counts"], base["freescale"]["balance"]["window"]) == (
+        "equal",
+        1,
+    )
 
     def loaded(name: str) -> SimpleNamespace:  # what fsobs compare reads of a loaded run
         run = runs / name

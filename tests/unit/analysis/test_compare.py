@@ -309,8 +309,19 @@ def test_workload_when_there_are_no_sidecars():
     assert c.same_batches is False
     assert c.warnings == [
         "the runs did not see the same global batches: run.json workload differs in "
-        "seed (0 vs 1), batch_size (32 vs 16)"
+        "data.seed (0 vs 1), batch_size (32 vs 16)"
     ]
+
+
+def test_workload_as_the_job_configs_json_against_an_old_flat_one():
+    """A run whose workload is the job config's JSON against one with the older flat record:
+    the same knobs, read at their paths and under their flat names."""
+    nested = {"batch_size": 32, "data": {"seed": 0, "preset": "lognormal", "num_samples": 4096}}
+    metas = ({"name": "r", "world_size": 2, "workload": nested}, _meta())
+    assert compare(*_runs_with(None, None, metas=metas)).same_batches is True
+    metas = (metas[0], _meta(num_samples=512))
+    c = compare(*_runs_with(None, None, metas=metas))
+    assert c.same_batches is False and "data.num_samples (4096 vs 512)" in c.warnings[0]
 
 
 def test_cannot_tell():

@@ -17,6 +17,7 @@ from fsobs.analysis.whatif.splits import BalanceSplit, resplit
 from fsobs.cli import main
 from fsobs.simulate.simulator import Schedule, SimConfig, simulate, truth_frame, write_run
 from optim.balance import CostModel
+from optim.plan import BalanceConfig
 from tests.unit.analysis.test_whatif import QUIET, calibration
 
 LENGTHS = {
@@ -81,23 +82,31 @@ def test_window_deals_two_steps_by_hand() -> None:
 def test_mode_names() -> None:
     for name in ("kk", "lpt", "kk-unequal", "window:4"):
         assert BalanceSplit.parse(name).name == name
-    assert BalanceSplit.parse("window:8") == BalanceSplit("lpt", False, 8)
+    assert BalanceSplit.parse("window:8") == BalanceSplit(
+        BalanceConfig(enabled=True, method="lpt", window=8)
+    )
+    assert BalanceSplit.parse("kk-unequal").config == BalanceConfig(enabled=True, counts="unequal")
     for bad in ("random", "window:1", "window:x", "window", ""):
         with pytest.raises(ValueError, match="balance_split"):
             BalanceSplit.parse(bad)
-    with pytest.raises(ValueError, match="balance_split"):
-        BalanceSplit("kk", True, 2)  # a window moves samples between steps: unequal counts
+    for config in (
+        BalanceConfig(enabled=True, window=2),  # a window is named lpt's (window:K)
+        BalanceConfig(enabled=True, method="random"),
+        BalanceConfig(),  # off
+    ):
+        with pytest.raises(ValueError, match="balance_split"):
+            BalanceSplit(config)
 
 
 CFG = SimConfig(world_size=4, steps=8, seed=3, **QUIET)
 MODES = {
-    "kk": ("kk", None, 1),
-    "lpt": ("lpt", None, 1),
-    "kk-unequal": ("kk", "unequal", 1),
-    "window:2": ("lpt", None, 2),
-    "window:4": ("lpt", None, 4),
+    "kk": BalanceConfig(),
+    "lpt": BalanceConfig(method="lpt"),
+    "kk-unequal": BalanceConfig(counts="unequal"),
+    "window:2": BalanceConfig(method="lpt", window=2),
+    "window:4": BalanceConfig(method="lpt", window=4),
 }
-"""The modes the simulator plays: method, counts, window."""
+"""The modes the simulator plays (:attr:`SimConfig.balance`)."""
 
 
 def _bubble(sched: Schedule) -> float:
@@ -116,8 +125,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_each_mode_predicted_from_a_simulated_baseline(baseline: Path, name: str) -> None:
     """Noise-free, the prediction from the baseline alone is within 1 pp of the simulator's run
     in that mode on the same batches (its truth)."""
-    method, counts, window = MODES[name]
-    cfg = replace(CFG, balance_method=method, balance_counts=counts, balance_window=window)
+    cfg = replace(CFG, balance=MODES[name])
     run = simulate(cfg, {"balance"})
     measured = 1 - _bubble(run) / _bubble(simulate(CFG))
     w = whatif(
@@ -130,7 +138,7 @@ def test_each_mode_predicted_from_a_simulated_baseline(baseline: Path, name: str
     assert w.predictions[0].bubble_reduction == pytest.approx(measured, abs=0.01)
     assert w.calibration is not None and w.calibration.resplit is not None
     assert w.calibration.resplit.balance_split == name
-    assert any(n.startswith(f"balance {name}:") for n in w.notes) == (window > 1)
+    assert any(n.startswith(f"balance {name}:") for n in w.notes) == (MODES[name].window > 1)
 
 
 def test_cli_names_the_mode(baseline: Path, capsys: pytest.CaptureFixture[str]) -> None:

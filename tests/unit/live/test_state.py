@@ -3,7 +3,6 @@ window's state, the index kept once, how a run is called running / stopped / com
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -138,7 +137,7 @@ def test_a_window_is_pending_until_every_rank_publishes_then_missing(simulated, 
 
 
 def _meta_fields(meta: dict) -> dict:
-    fields = {f.name for f in dataclasses.fields(RunMeta)}
+    fields = set(RunMeta.__struct_fields__)
     out = {k: v for k, v in meta.items() if k in fields and k != "toggles"}
     out["hosts"] = tuple(out.get("hosts", ()))
     out["ranks_present"] = None

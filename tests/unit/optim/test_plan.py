@@ -118,8 +118,18 @@ def test_counts_default_to_the_method_and_refuse_what_it_cannot_do():
         with pytest.raises(ValueError, match="counts"):
             BalanceConfig(method=method, counts=counts)
     assert BalanceConfig(enabled=True, counts="unequal", window=2).window == 2
-    with pytest.raises(ValueError, match="window: 2 needs counts 'unequal'"):
-        BalanceConfig(enabled=True, window=2)
+
+
+def test_a_window_implies_unequal_counts_where_the_method_has_them():
+    """A window deals K global batches into K steps: counts differ per step, so kk's counts
+    resolve to unequal (lpt's are unequal anyway); random's only counts are equal: refused,
+    and so are equal counts asked for with a window."""
+    assert BalanceConfig(enabled=True, window=2).counts == "unequal"
+    assert BalanceConfig(window=2) == BalanceConfig(counts="unequal", window=2)
+    assert BalanceConfig(method="lpt", window=3).counts == "unequal"
+    for fields in ({"counts": "equal"}, {"method": "random"}):
+        with pytest.raises(ValueError, match="window: 2 needs counts 'unequal'"):
+            BalanceConfig(window=2, **fields)
 
 
 @pytest.mark.parametrize(

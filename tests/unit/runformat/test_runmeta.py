@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 
 import pytest
 
@@ -15,9 +16,10 @@ from fsobs.runformat import (
     finalize_incomplete,
     mark_incomplete,
     read_run_json,
+    read_run_meta,
     write_run_json,
 )
-from tests.support.kineto import step, trace, write
+from tests.support.kineto import REFERENCE, step, trace, write
 
 TOGGLES = {
     "load_balance": {"requested": True, "applied": True, "reason": None},
@@ -83,18 +85,22 @@ def test_inconsistent_meta_is_refused(overrides, field):
         _meta(**overrides)
 
 
+OFF = {"requested": False, "applied": False, "reason": None}
+
+
 @pytest.mark.parametrize(
     "toggle, wanted",
     [
         ({"requested": False, "applied": True, "reason": None}, "applied but not requested"),
         ({"requested": True, "applied": False, "reason": None}, "give the reason"),
-        ({"requested": True}, "exactly requested, applied and reason"),
-        ({"requested": 1, "applied": True, "reason": None}, "bools"),
+        ({"requested": True}, "applied: applied is missing"),
+        ({"requested": 1, "applied": True, "reason": None}, "must be true or false, got 1"),
+        ({"requested": True, "applied": True, "why": None}, "why: unknown field 'why'"),
     ],
 )
 def test_bad_toggles_are_refused_naming_the_toggle(tmp_path, toggle, wanted):
-    (tmp_path / "run.json").write_text(json.dumps({"toggles": {"x": toggle}}))
-    with pytest.raises(TraceFormatError, match=f"field toggles.x: .*{wanted}"):
+    (tmp_path / "run.json").write_text(json.dumps({"toggles": {"y": OFF, "x": toggle}}))
+    with pytest.raises(TraceFormatError, match=f"field toggles\\.x[.:].*{wanted}"):
         read_run_json(tmp_path)
 
 
@@ -105,6 +111,8 @@ def test_bad_toggles_are_refused_naming_the_toggle(tmp_path, toggle, wanted):
         ({"world_size": "4"}, "world_size"),
         ({"toggles": []}, "toggles"),
         ({"hosts": [1]}, "hosts"),
+        ({"ranks_present": [0, 0]}, "ranks_present"),
+        ({"status": "incomplete"}, "reason"),
         ({"simulated": "yes"}, "simulated"),
         ({"workload": 3}, "workload"),
         ({"status": "done"}, "status"),
@@ -114,7 +122,7 @@ def test_bad_toggles_are_refused_naming_the_toggle(tmp_path, toggle, wanted):
 )
 def test_reader_names_the_bad_field(tmp_path, content, field):
     (tmp_path / "run.json").write_text(json.dumps(content))
-    with pytest.raises(TraceFormatError, match=f"run.json: field {field}: ") as info:
+    with pytest.raises(TraceFormatError, match=f"run.json: field {re.escape(field)}: ") as info:
         read_run_json(tmp_path)
     assert info.value.field == field and "\n" not in str(info.value)
 
@@ -174,3 +182,26 @@ def test_mark_incomplete_without_run_json(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["world_size"] is None
     with pytest.raises(ValueError, match="reason"):
         mark_incomplete(tmp_path, "", [0])
+
+
+def test_a_workload_knob_reads_from_the_job_config_json_and_from_an_old_flat_record():
+    """The knob at a dotted path of the job config's JSON; an older run's flat record answers
+    under its flat name; a knob neither has is None."""
+    nested = RunMeta(workload={"steps": 4, "data": {"seed": 7}, "freescale": {"balance": {}}})
+    assert (nested.knob("steps"), nested.knob("data.seed")) == (4, 7)
+    assert nested.knob("freescale.balance.window") is None
+    flat = RunMeta(workload={"steps": 10, "seed": 3, "balance_window": 2, "model_size": "small"})
+    assert (flat.knob("steps"), flat.knob("data.seed"), flat.knob("model.size")) == (
+        10,
+        3,
+        "small",
+    )
+    assert flat.knob("freescale.balance.window") == 2
+    assert flat.knob("data.preset") is None and RunMeta().knob("steps") is None
+
+
+def test_a_stored_run_with_a_flat_workload_still_reads():
+    """traces/ab_balance_2rank/test (written before run.json held the job config's JSON)."""
+    meta = read_run_meta(REFERENCE.parent / "ab_balance_2rank" / "test" / "run.json")
+    assert (meta.knob("freescale.balance.enabled"), meta.knob("data.seed")) == (True, 0)
+    assert (meta.knob("freescale.balance.method"), meta.knob("steps")) == ("kk", 10)

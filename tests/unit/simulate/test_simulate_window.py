@@ -1,9 +1,10 @@
-"""The simulator's balance modes (``SimConfig.balance_method`` / ``balance_window``): a window
+"""The simulator's balance modes (``SimConfig.balance``, a ``BalanceConfig``): a window
 keeps each window's samples, `compare` sees the same batches, the balance-mode study, and
 ``fsobs simulate``'s balance flags."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -15,9 +16,10 @@ from fsobs.analysis import analyze_path, compare
 from fsobs.cli import main
 from fsobs.simulate.simulator import SimConfig, simulate, write_run
 from fsobs.simulate.study import BALANCE_MODES, balance_study
+from optim.plan import BalanceConfig
 
 SMALL = SimConfig(world_size=4, steps=6, seed=3, batch_per_rank=8, length_sigma=1.5)
-WINDOW = replace(SMALL, balance_method="lpt", balance_window=4)
+WINDOW = replace(SMALL, balance=BalanceConfig(method="lpt", window=4))
 
 
 def _pooled(step_parts: list[list[np.ndarray]]) -> list[int]:
@@ -50,22 +52,24 @@ def test_balance_study_rows_and_modes() -> None:
     assert list(frame["mode"]) == ["kk", "kk", "window2", "window2"]
     assert list(frame["toggles"]) == ["balance", "all"] * 2
     assert (frame["bubble_reduction"] > 0).all()
-    assert BALANCE_MODES["window8"] == ("lpt", 8)
+    assert BALANCE_MODES["window8"] == BalanceConfig(method="lpt", counts="unequal", window=8)
     with pytest.raises(ValueError, match="modes"):
         balance_study(cfg, world_size=8, seeds=(0,), modes=("window3",))
 
 
-def test_sim_config_checks_the_balance_mode() -> None:
-    with pytest.raises(ValueError, match="window"):
-        SimConfig(balance_window=2)  # kk cannot move samples between steps
-    with pytest.raises(ValueError, match="method"):
-        SimConfig(balance_method="best")
+def test_sim_config_plays_its_balance_config_with_the_toggle() -> None:
+    """``SimConfig.balance`` is the policy; the toggles simulated switch it on or off."""
+    assert SMALL.balance == BalanceConfig() and not SMALL.balance.enabled
+    assert WINDOW.balance_config(enabled=True) == BalanceConfig(
+        enabled=True, method="lpt", window=4
+    )
+    assert not WINDOW.balance_config(enabled=False).enabled
 
 
 def test_cli_simulate_balance_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``fsobs simulate --balance-method --balance-window`` plays that mode and records it in
-    run.json's workload as a real run does (``balance``, ``balance_method``,
-    ``balance_window``); the toggle off records BalanceConfig's defaults."""
+    run.json's workload at a real run's paths (``freescale.balance``, BalanceConfig's own
+    JSON); the toggle off records BalanceConfig's defaults."""
     common = ["simulate", "--world-size", "4", "--steps", "4", "--seed", "3", "--workers", "1"]
     flags = ["--toggles", "balance", "--balance-method", "lpt", "--balance-window", "2"]
     assert main([*common, *flags, "--out", str(tmp_path / "win")]) == 0
@@ -75,9 +79,17 @@ def test_cli_simulate_balance_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
         name: json.loads((tmp_path / name / "run.json").read_text())["workload"]
         for name in ("win", "base")
     }
-    keys = ("balance", "balance_method", "balance_counts", "balance_window")
-    assert tuple(workload["win"][k] for k in keys) == (True, "lpt", "unequal", 2)
-    assert tuple(workload["base"][k] for k in keys) == (False, "kk", "equal", 1)
+    on = BalanceConfig(enabled=True, method="lpt", window=2)
+    assert workload["win"]["freescale"]["balance"] == {
+        "enabled": True,
+        "method": "lpt",
+        "counts": "unequal",
+        "mode": "plan",
+        "check_every": on.check_every,
+        "window": 2,
+    }
+    assert workload["base"]["freescale"]["balance"] == dataclasses.asdict(BalanceConfig())
+    assert workload["win"]["steps"] == 4 and workload["win"]["simulator"]["steps"] == 4
     flags = ["--toggles", "balance", "--balance-counts", "unequal", "--out", str(tmp_path / "u")]
     assert main([*common, *flags]) == 0
     assert "balance (kk, unequal counts, window 1)" in capsys.readouterr().out
@@ -95,7 +107,14 @@ def test_cli_simulate_balance_flags(tmp_path: Path, capsys: pytest.CaptureFixtur
     ("flags", "message"),
     [
         (["--balance-method", "lpt"], "--balance-method needs --toggles balance"),
-        (["--toggles", "balance", "--balance-window", "2"], "window"),
+        (
+            ["--toggles", "balance", "--balance-window", "2", "--balance-counts", "equal"],
+            "window: 2 needs counts 'unequal'",
+        ),
+        (
+            ["--toggles", "balance", "--balance-window", "2", "--balance-method", "random"],
+            "window: 2 needs counts 'unequal'",
+        ),
     ],
 )
 def test_cli_simulate_balance_flag_errors(

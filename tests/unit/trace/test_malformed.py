@@ -432,7 +432,7 @@ CASES = [
         "run-json-world-size-string",
         run({"r0.json.gz": trace(0, 1)}, b'{"world_size": "1"}'),
         E.TraceFormatError,
-        ("run.json", 'expected a positive integer, got "1"'),
+        ("run.json", "world_size must be an integer, got '1'"),
         field="world_size",
     ),
     Case(
@@ -585,14 +585,14 @@ CASES = [
         "run-json-toggles-not-an-object",
         run({"r0.json.gz": trace(0, 1)}, b'{"toggles": [1]}'),
         E.TraceFormatError,
-        ("run.json", "expected an object, got [1]"),
+        ("run.json", "toggles must be an object, got [1]"),
         field="toggles",
     ),
     Case(
         "run-json-toggle-not-an-object",
         run({"r0.json.gz": trace(0, 1)}, b'{"toggles": {"balance": 1}}'),
         E.TraceFormatError,
-        ("run.json", "must have exactly requested, applied and reason"),
+        ("run.json", "the value must be an object, got 1"),
         field="toggles.balance",
     ),
     Case(
