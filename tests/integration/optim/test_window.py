@@ -111,8 +111,12 @@ def test_heavy_tailed_steps_are_closer_than_the_per_step_plan(window: int):
 
 
 def test_the_window_config_is_checked():
-    with pytest.raises(ValueError, match="window"):
-        BalanceConfig(enabled=True, window=2)  # kk: equal counts cannot move samples
+    # a window moves samples between ranks: kk's counts resolve to unequal, equal ones refuse
+    assert BalanceConfig(enabled=True, window=2).counts == "unequal"
+    with pytest.raises(ValueError, match="window: 2 needs counts 'unequal'"):
+        BalanceConfig(enabled=True, window=2, counts="equal")
+    with pytest.raises(ValueError, match="window: 2 needs counts 'unequal'"):
+        BalanceConfig(enabled=True, method="random", window=2)  # random splits equal counts
     with pytest.raises(ValueError, match="window"):
         BalanceConfig(window=0)
     # shuffle mode deals a window too (optim.shuffle.ShuffleBalancer.window)
