@@ -6,9 +6,9 @@ light submodule such as :mod:`fsobs.cli` or :mod:`fsobs.errors` does not import 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fsobs._lazy import lazy_attributes
 from fsobs.errors import (
     DuplicateRankError,
     EmptyRunError,
@@ -61,14 +61,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fsobs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

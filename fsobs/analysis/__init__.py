@@ -8,7 +8,9 @@ Their JSON objects and text reports live in :mod:`fsobs.report`. The names load 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fsobs._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from fsobs.analysis.bubbles.classify import StepBubbles
@@ -106,15 +108,4 @@ del globals()["whatif"]
 
 _LAZY = {name: module for module, names in _SOURCES.items() for name in names}
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fsobs.analysis' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

@@ -12,8 +12,9 @@ The names load on first use (PEP 562 ``__getattr__``), so that
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fsobs._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from fsobs.report._alltoall import ALLTOALL_COLUMNS
@@ -74,15 +75,4 @@ __all__ = [
 
 _LAZY = {name: module for module, names in _SOURCES.items() for name in names}
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fsobs.report' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

@@ -6,8 +6,9 @@ as :mod:`fsobs.trace.cluster` does not import pandas.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fsobs._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from fsobs.trace._decode import GZIP_MAGIC
@@ -40,14 +41,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fsobs.trace' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
