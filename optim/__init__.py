@@ -2,7 +2,8 @@
 
 - ``optim.config``: :class:`FreeScaleConfig` with every toggle (:class:`BalanceConfig`,
   :class:`PriorityConfig`, :class:`SMFreeConfig`, :class:`SyncGCConfig`) and
-  :class:`ToggleStatus`.
+  :class:`ToggleStatus`; ``optim.errors``: :class:`FieldError`, the error of a bad field that
+  every config raises (its ``field`` names it).
 - ``optim.freescale``: :class:`FreeScale`, the facade a torchrec training loop embeds (torch).
 - ``optim.balance``: the per-sample cost model and the partitioners.
 - ``optim.plan``: the ``balance`` toggle's per-step plan.
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from optim.balance import MAX_COST_MODEL_BYTES, METHODS, CostModel, imbalance, partition
 from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
+from optim.errors import FieldError
 from optim.lazy import lazy_attributes
 from optim.plan import MODES, BalanceConfig, StepPlan
 from optim.sampler import BalancedBatchSampler, BatchShare, ShareCollate, ShareDataset
@@ -51,6 +53,7 @@ __all__ = [
     "BalancedBatchSampler",
     "BatchShare",
     "CostModel",
+    "FieldError",
     "FreeScale",
     "FreeScaleConfig",
     "PipelineBatch",

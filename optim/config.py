@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
+from optim.errors import FieldError
 from optim.plan import BalanceConfig
 from optim.sync_gc import SyncGCConfig
 
@@ -60,8 +61,8 @@ class PriorityConfig:
 
     def __post_init__(self) -> None:
         if self.dense_order not in DENSE_ORDERS:
-            raise ValueError(
-                f"dense_order: unknown {self.dense_order!r}, expected one of {list(DENSE_ORDERS)}"
+            raise FieldError(
+                "dense_order", f"unknown {self.dense_order!r}, expected one of {list(DENSE_ORDERS)}"
             )
 
 
@@ -83,9 +84,9 @@ class SMFreeConfig:
 
     def __post_init__(self) -> None:
         if self.fallback not in ("none", "efficiency"):
-            raise ValueError(f"fallback: 'none' or 'efficiency', got {self.fallback!r}")
+            raise FieldError("fallback", f"'none' or 'efficiency', got {self.fallback!r}")
         if self.capacity is not None and self.capacity < 1:
-            raise ValueError(f"capacity: must be >= 1, got {self.capacity}")
+            raise FieldError("capacity", f"must be >= 1, got {self.capacity}")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -113,7 +114,7 @@ class ToggleStatus:
 
     def __post_init__(self) -> None:
         if self.applied and not self.requested:
-            raise ValueError("applied: a toggle that was not requested cannot be applied")
+            raise FieldError("applied", "a toggle that was not requested cannot be applied")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -43,6 +43,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from optim.balance import METHODS, Method, imbalance, partition
+from optim.errors import FieldError
 from optim.padded import PaddedCosts, partition_padded
 from optim.window import deal_window
 
@@ -104,26 +105,27 @@ class BalanceConfig:
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
-            raise ValueError(f"method: unknown {self.method!r}, expected one of {list(METHODS)}")
+            raise FieldError("method", f"unknown {self.method!r}, expected one of {list(METHODS)}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"window: must be an int >= 1, got {self.window!r}")
+            raise FieldError("window", f"must be an int >= 1, got {self.window!r}")
         allowed = _COUNTS_OF[self.method]
         if self.counts is None:
             implied = "unequal" if self.window > 1 and "unequal" in allowed else allowed[0]
             object.__setattr__(self, "counts", implied)
         elif self.counts not in allowed:
-            raise ValueError(
-                f"counts: method {self.method!r} plans with {list(allowed)} counts, "
-                f"got {self.counts!r}"
+            raise FieldError(
+                "counts",
+                f"method {self.method!r} plans with {list(allowed)} counts, got {self.counts!r}",
             )
         if self.mode not in MODES:
-            raise ValueError(f"mode: unknown {self.mode!r}, expected one of {list(MODES)}")
+            raise FieldError("mode", f"unknown {self.mode!r}, expected one of {list(MODES)}")
         if self.check_every < 0:
-            raise ValueError(f"check_every: must be >= 0, got {self.check_every}")
+            raise FieldError("check_every", f"must be >= 0, got {self.check_every}")
         if self.window > 1 and self.counts != "unequal":
-            raise ValueError(
-                f"window: {self.window} needs counts 'unequal' (counts differ per step), got "
-                f"counts {self.counts!r}"
+            raise FieldError(
+                "window",
+                f"{self.window} needs counts 'unequal' (counts differ per step), got "
+                f"counts {self.counts!r}",
             )
 
     @property
@@ -197,9 +199,10 @@ def plan_window(costs: Sequence[np.ndarray | PaddedCosts], world_size: int) -> l
     model's batches (:class:`optim.padded.PaddedCosts`) are a ValueError naming ``window``."""
     batches = [c for c in costs if not isinstance(c, PaddedCosts)]
     if len(batches) != len(costs):
-        raise ValueError(
-            "window: a balance window deals per-sample costs; a padded cost model plans one "
-            "global batch at a time (window=1)"
+        raise FieldError(
+            "window",
+            "a balance window deals per-sample costs; a padded cost model plans one "
+            "global batch at a time (window=1)",
         )
     steps = deal_window(batches, world_size)
     pooled = np.concatenate([np.asarray(c, dtype=np.float64) for c in batches])

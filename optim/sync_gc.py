@@ -14,6 +14,8 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 
+from optim.errors import FieldError
+
 __all__ = ["SyncGC", "SyncGCConfig"]
 
 
@@ -31,9 +33,9 @@ class SyncGCConfig:
 
     def __post_init__(self) -> None:
         if self.every < 1:
-            raise ValueError(f"every: must be >= 1, got {self.every}")
+            raise FieldError("every", f"must be >= 1, got {self.every}")
         if self.generation not in (0, 1, 2):
-            raise ValueError(f"generation: 0, 1 or 2, got {self.generation}")
+            raise FieldError("generation", f"0, 1 or 2, got {self.generation}")
 
 
 class SyncGC:

@@ -54,6 +54,7 @@ from fsobs.collect.live_windows import LiveWindows
 from fsobs.runformat.atomic import publish, temp_path
 from fsobs.runformat.names import trace_file_name
 from fsobs.runformat.windows import WindowSchedule
+from optim.errors import FieldError
 
 if TYPE_CHECKING:
     import torch
@@ -94,13 +95,13 @@ class ProfilerConfig:
         for name, low in (("wait", 0), ("warmup", 1), ("active", 1), ("repeat", 1)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+                raise FieldError(name, f"must be an integer >= {low}, got {value!r}")
         for name in ("enabled", "record_shapes", "with_stack", "profile_memory"):
             if type(getattr(self, name)) is not bool:
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+                raise FieldError(name, f"must be a bool, got {getattr(self, name)!r}")
         if self.every is not None:
             if self.repeat != 1:
-                raise ValueError("repeat: live windows (every) repeat without end; leave it 1")
+                raise FieldError("repeat", "live windows (every) repeat without end; leave it 1")
             self.schedule  # noqa: B018  # checks every against the cycle
 
     @classmethod

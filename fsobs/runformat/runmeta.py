@@ -134,23 +134,19 @@ class RunMeta(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=T
                 raise _bad("ranks_present", "sorted distinct non-negative integers", present)
             if self.world_size is not None and present and present[-1] >= self.world_size:
                 raise FieldError(
-                    "ranks_present",
-                    f"ranks_present: {list(present)} has ranks >= world_size {self.world_size}",
+                    "ranks_present", f"{list(present)} has ranks >= world_size {self.world_size}"
                 )
         if self.status == "complete":
             if self.reason is not None:
-                raise FieldError(
-                    "reason", f"reason: must be null for a complete run, got {self.reason!r}"
-                )
+                raise FieldError("reason", f"must be null for a complete run, got {self.reason!r}")
             if present is not None and self.world_size is not None:
                 if list(present) != list(range(self.world_size)):
                     raise FieldError(
                         "ranks_present",
-                        f"ranks_present: {list(present)} must be all {self.world_size} ranks for "
-                        "a complete run",
+                        f"{list(present)} must be all {self.world_size} ranks for a complete run",
                     )
         elif not self.reason:
-            raise FieldError("reason", "reason: an incomplete run needs a reason")
+            raise FieldError("reason", "an incomplete run needs a reason")
 
     def to_json(self) -> dict[str, Any]:
         """The object written as ``run.json`` (``process_groups`` only when recorded)."""
@@ -224,12 +220,11 @@ def _toggle(name: str, value: object) -> None:
     try:
         convert(value, ToggleStatus)
     except FieldError as exc:
-        field = f"toggles.{name}" + (f".{exc.field}" if exc.field else "")
-        raise FieldError(field, str(exc)) from None
+        raise exc.within(f"toggles.{name}") from None
 
 
 def _bad(key: str, wanted: str, value: object) -> FieldError:
-    return FieldError(key, f"{key}: expected {wanted}, got {json.dumps(value, default=repr)}")
+    return FieldError(key, f"expected {wanted}, got {json.dumps(value, default=repr)}")
 
 
 def write_run_json(run_dir: str | Path, meta: RunMeta) -> Path:
@@ -263,7 +258,7 @@ def read_run_meta(path: Location) -> RunMeta:
     try:
         return RunMeta.from_json(value)
     except FieldError as exc:
-        raise TraceFormatError(str(exc), path=path, field=exc.field or None) from exc
+        raise TraceFormatError(exc.reason, path=path, field=exc.field or None) from exc
     except (TypeError, ValueError) as exc:
         raise TraceFormatError(str(exc), path=path) from exc
 

@@ -62,7 +62,7 @@ from fsobs.runformat.atomic import publish, temp_path, write_atomic
 from fsobs.runformat.bounded import MAX_SIDECAR_LINE_BYTES, iter_lines
 from fsobs.runformat.files import run_files
 from fsobs.runformat.names import PARTIAL_SUFFIX, sidecar_file_name
-from fsobs.runformat.structs import convert
+from fsobs.runformat.structs import FieldError, convert
 from fsobs.storage import Location, as_location
 
 MAX_LISTED_LENGTHS = 4096
@@ -192,7 +192,7 @@ class StepRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             values = _non_negative_ints(lengths, "seq_lengths")
             fields = {"num_samples": len(values), **fields, **_sums(values)}
         elif lengths is not None:
-            raise ValueError(f"seq_lengths must be a list, got {_kind(lengths)}")
+            raise FieldError("seq_lengths", f"must be a list, got {_kind(lengths)}")
         if fields.get("id_overlap") is not None:
             _check_id_overlap(fields["id_overlap"])  # naming the table
         return convert(fields, cls)
@@ -243,7 +243,7 @@ def _check_record(r: StepRecord) -> None:
     for name in ("seq_lengths", "sample_ids"):
         listed = getattr(r, name)
         if listed is not None and len(listed) != r.num_samples:
-            raise ValueError(f"num_samples {r.num_samples} but {name} lists {len(listed)} samples")
+            raise FieldError(name, f"lists {len(listed)} samples, num_samples {r.num_samples}")
     if r.sample_ids is not None:
         _non_negative_ints(list(r.sample_ids), "sample_ids")
     for name in ("wall_start_ns", "wall_end_ns"):
@@ -251,37 +251,39 @@ def _check_record(r: StepRecord) -> None:
             _non_negative_int(getattr(r, name), name)
     if r.wall_start_ns is not None and r.wall_end_ns is not None:
         if r.wall_end_ns < r.wall_start_ns:
-            raise ValueError(f"wall_end_ns {r.wall_end_ns} is before wall_start_ns")
+            raise FieldError("wall_end_ns", f"{r.wall_end_ns} is before wall_start_ns")
     for name in ("est_cost", "loss"):
         _finite(name, getattr(r, name))
     for name in ("imbalance_before", "imbalance_after"):
         value = _finite(name, getattr(r, name))
         if value is not None and value < 1.0 - 1e-9:
-            raise ValueError(f"{name} must be a finite ratio >= 1, got {value}")
+            raise FieldError(name, f"must be a finite ratio >= 1, got {value}")
     if r.batch_digest is not None and (not isinstance(r.batch_digest, str) or not r.batch_digest):
-        raise ValueError(f"batch_digest must be a non-empty string, got {r.batch_digest!r}")
+        raise FieldError("batch_digest", f"must be a non-empty string, got {r.batch_digest!r}")
     if r.id_overlap is not None:
         _check_id_overlap(r.id_overlap)
     for name, low in (("gc_count", 0), ("gc_max_gen", -1), ("nivcsw", 0)):
         value = getattr(r, name)
         if value is not None and (type(value) is not int or value < low):
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            raise FieldError(name, f"must be an integer >= {low}, got {value!r}")
     for name in ("gc_ms", "cpu_ms"):
         value = _finite(name, getattr(r, name))
         if value is not None and value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            raise FieldError(name, f"must be a finite number >= 0, got {value!r}")
 
 
 def _check_id_overlap(shares: object) -> None:
     """``id_overlap``: a non-empty object of table name -> share in [0, 1]."""
     if not isinstance(shares, dict) or not shares:
-        raise ValueError(f"id_overlap must be a non-empty object of table -> share, got {shares!r}")
+        raise FieldError(
+            "id_overlap", f"must be a non-empty object of table -> share, got {shares!r}"
+        )
     for table, share in shares.items():
         if not isinstance(table, str) or not table:
-            raise ValueError(f"id_overlap: table names must be non-empty strings, got {table!r}")
-        value = _finite(f"id_overlap[{table!r}]", share)
+            raise FieldError("id_overlap", f"table names must be non-empty strings, got {table!r}")
+        value = _finite(f"id_overlap.{table}", share)
         if value is None or not 0.0 <= value <= 1.0:
-            raise ValueError(f"id_overlap[{table!r}] must be a share in [0, 1], got {share!r}")
+            raise FieldError(f"id_overlap.{table}", f"must be a share in [0, 1], got {share!r}")
 
 
 class SidecarWriter:
@@ -461,15 +463,15 @@ def _kind(value: object) -> str:
 
 def _non_negative_int(value: object, name: str) -> int:
     if isinstance(value, bool) or isinstance(value, float):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise FieldError(name, f"must be an integer, got {value!r}")
     try:
         number = operator.index(cast(SupportsIndex, value))  # TypeError if it has no __index__
     except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        raise FieldError(name, f"must be an integer, got {value!r}") from None
     if number < 0:
-        raise ValueError(f"{name} must be >= 0, got {number}")
+        raise FieldError(name, f"must be >= 0, got {number}")
     if number >= 2**63:
-        raise ValueError(f"{name} must be < 2**63, got {number}")
+        raise FieldError(name, f"must be < 2**63, got {number}")
     return number
 
 
@@ -477,9 +479,9 @@ def _finite(name: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
+        raise FieldError(name, f"must be a number, got {value!r}")
     if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
+        raise FieldError(name, f"must be finite, got {value}")
     return float(value)
 
 
@@ -508,7 +510,7 @@ def _lengths(lengths: Sequence[int] | np.ndarray, name: str = "seq lengths") -> 
     """``lengths`` (a sequence, array or tensor of integers >= 0) as a list of ints."""
     raw = lengths.tolist() if hasattr(lengths, "tolist") else list(lengths)
     if not isinstance(raw, list):  # a 0-d array or tensor
-        raise ValueError(f"{name} must be a 1-D sequence, got {lengths!r}")
+        raise FieldError(name, f"must be a 1-D sequence, got {lengths!r}")
     return _non_negative_ints(raw, name)
 
 

@@ -47,6 +47,7 @@ from fsobs.runformat.names import (
     WINDOWS_DIR,
     note_file_name,
 )
+from optim.errors import FieldError
 
 TRIGGERS = ("schedule", "capture")
 MAX_SMALL_JSON = 2**20
@@ -83,17 +84,17 @@ class WindowNote:
         for name in ("rank", "first_step", "last_step", "closed_ns"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
-                raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
+                raise FieldError(name, f"must be an integer >= 0, got {value!r}")
         if self.last_step < self.first_step:
-            raise ValueError(f"last_step: {self.last_step} before first_step {self.first_step}")
+            raise FieldError("last_step", f"{self.last_step} before first_step {self.first_step}")
         if self.trigger not in TRIGGERS:
-            raise ValueError(f"trigger: must be one of {TRIGGERS}, got {self.trigger!r}")
+            raise FieldError("trigger", f"must be one of {TRIGGERS}, got {self.trigger!r}")
         for name in ("request", "missed"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"{name}: must be a non-empty string or null, got {value!r}")
+                raise FieldError(name, f"must be a non-empty string or null, got {value!r}")
         if (self.request is None) != (self.trigger == "schedule"):
-            raise ValueError("request: a capture window names its request, a scheduled one none")
+            raise FieldError("request", "a capture window names its request, a scheduled one none")
 
     @property
     def steps(self) -> range:
@@ -204,11 +205,11 @@ class CaptureRequest:
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or re.fullmatch(r"[0-9a-z-]{1,64}", self.id) is None:
-            raise ValueError(f"id: must be 1-64 of [0-9a-z-], got {self.id!r}")
+            raise FieldError("id", f"must be 1-64 of [0-9a-z-], got {self.id!r}")
         for name, low in (("start_step", 1), ("steps", 1), ("requested_ns", 0)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
-                raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+                raise FieldError(name, f"must be an integer >= {low}, got {value!r}")
 
     @classmethod
     def new(cls, start_step: int, steps: int) -> CaptureRequest:
@@ -286,11 +287,12 @@ class WindowSchedule:
         for name, low in (("every", 0), ("wait", 0), ("warmup", 1), ("active", 1)):
             value = getattr(self, name)
             if type(value) is not int or value < low:
-                raise ValueError(f"{name}: must be an integer >= {low}, got {value!r}")
+                raise FieldError(name, f"must be an integer >= {low}, got {value!r}")
         if self.every and self.every < self.wait + self.warmup + self.active:
-            raise ValueError(
-                f"every: a cycle of {self.every} steps cannot hold wait + warmup + active "
-                f"({self.wait} + {self.warmup} + {self.active})"
+            raise FieldError(
+                "every",
+                f"a cycle of {self.every} steps cannot hold wait + warmup + active "
+                f"({self.wait} + {self.warmup} + {self.active})",
             )
 
     def scheduled(self, first: int, last: int) -> list[tuple[int, int]]:

@@ -16,9 +16,10 @@
 - ``job.json``: ``fsobs run`` builds the JobConfig from its flags and writes it into the run
   directory (:func:`write_job_json`, atomic); every rank reads it (:func:`read_job_json`), which
   turns a bad field into one :class:`~fsobs.errors.JobConfigError` line naming the file and the
-  field (``data.preset``). ``run.json``'s ``workload`` is the same JSON
-  (:meth:`JobConfig.to_json`; :meth:`fsobs.runformat.runmeta.RunMeta.knob` reads a knob of it,
-  and of the flat record older runs hold).
+  field (``data.preset``; :func:`fsobs.runformat.structs.convert`). ``run.json``'s
+  ``workload`` is the same JSON (:meth:`JobConfig.to_json`;
+  :meth:`fsobs.runformat.runmeta.RunMeta.knob` reads a knob of it, and of the flat record older
+  runs hold).
 """
 
 from __future__ import annotations
@@ -26,16 +27,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal
+
+import msgspec
 
 from fsobs.collect.profiler import ProfilerConfig
 from fsobs.errors import JobConfigError
 from fsobs.runformat.atomic import write_atomic
 from fsobs.runformat.names import JOB_JSON
+from fsobs.runformat.structs import FieldError, convert
 from fsobs.workload.data import DataConfig
 from optim.config import FreeScaleConfig
 
@@ -77,18 +79,18 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("emb_dim", "num_heads", "head_dim", "num_blocks"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+                raise FieldError(name, f"must be >= 1, got {getattr(self, name)}")
         for name in ("num_items", "num_categories", "num_users", "num_contexts"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+                raise FieldError(name, f"must be >= 1, got {getattr(self, name)}")
         if self.wide_dim < 0:
-            raise ValueError(f"wide_dim: must be >= 0, got {self.wide_dim}")
+            raise FieldError("wide_dim", f"must be >= 0, got {self.wide_dim}")
         if any(d < 1 for d in self.mlp_dims):
-            raise ValueError(f"mlp_dims: every width must be >= 1, got {self.mlp_dims}")
+            raise FieldError("mlp_dims", f"every width must be >= 1, got {self.mlp_dims}")
         if self.emb_dim % 4:
-            raise ValueError(f"emb_dim: must be a multiple of 4 (fbgemm), got {self.emb_dim}")
+            raise FieldError("emb_dim", f"must be a multiple of 4 (fbgemm), got {self.emb_dim}")
         if self.loss_reduction not in ("mean", "sum"):
-            raise ValueError(f"loss_reduction: 'mean' or 'sum', got {self.loss_reduction!r}")
+            raise FieldError("loss_reduction", f"'mean' or 'sum', got {self.loss_reduction!r}")
 
     @property
     def head_input(self) -> int:
@@ -103,7 +105,9 @@ class ModelConfig:
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named size (``MODEL_PRESETS``), optionally with some fields replaced."""
         if name not in MODEL_PRESETS:
-            raise ValueError(f"name: unknown model preset {name!r}, expected {list(MODEL_PRESETS)}")
+            raise FieldError(
+                "name", f"unknown model preset {name!r}, expected {list(MODEL_PRESETS)}"
+            )
         return dataclasses.replace(MODEL_PRESETS[name], **overrides)
 
 
@@ -187,9 +191,11 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if self.size not in MODEL_PRESETS:
-            raise ValueError(f"size: unknown {self.size!r}, expected one of {list(MODEL_PRESETS)}")
+            raise FieldError(
+                "size", f"unknown {self.size!r}, expected one of {list(MODEL_PRESETS)}"
+            )
         if not (math.isfinite(self.dense_mb) and self.dense_mb >= 0):
-            raise ValueError(f"dense_mb: must be >= 0, got {self.dense_mb}")
+            raise FieldError("dense_mb", f"must be >= 0, got {self.dense_mb}")
 
     def config(self) -> ModelConfig:
         """The model's shape: the preset, with ``wide_dim`` sized for ``dense_mb``."""
@@ -223,17 +229,19 @@ def job_profiler(
     if every == 0 and window is None:
         return ProfilerConfig(active=1, every=0, **fields)
     if window is None:
-        raise ValueError("profile_every: needs profile_window, the steps recorded in each window")
+        raise FieldError("profile_every", "needs profile_window, the steps recorded in each window")
     if type(window) is not int or not 1 <= window <= steps - 2:
-        raise ValueError(
-            f"profile_window: must be an integer from 1 to the job's {steps} steps less a wait "
-            f"and a warm-up step, got {window!r}"
+        raise FieldError(
+            "profile_window",
+            f"must be an integer from 1 to the job's {steps} steps less a wait "
+            f"and a warm-up step, got {window!r}",
         )
     every = window + 2 if every is None else every
     if type(every) is not int or every < window + 2:
-        raise ValueError(
-            f"profile_every: must be an integer >= profile_window + 2 ({window + 2}: a wait, a "
-            f"warm-up and the window), got {every!r}"
+        raise FieldError(
+            "profile_every",
+            f"must be an integer >= profile_window + 2 ({window + 2}: a wait, a "
+            f"warm-up and the window), got {every!r}",
         )
     return ProfilerConfig(active=window, every=every, **fields)
 
@@ -282,22 +290,24 @@ class JobConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "ddp_bucket_mb"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+                raise FieldError(name, f"must be >= 1, got {getattr(self, name)}")
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(
-                f"optimizer: unknown {self.optimizer!r}, expected one of {list(OPTIMIZERS)}"
+            raise FieldError(
+                "optimizer", f"unknown {self.optimizer!r}, expected one of {list(OPTIMIZERS)}"
             )
         shape = self.model.config()
         for name in _TABLES:
             if getattr(self.data, name) != getattr(shape, name):
-                raise ValueError(
-                    f"data.{name}: {getattr(self.data, name)} ids, but the model's table has "
-                    f"{getattr(shape, name)} rows (build the data with data_config_for)"
+                raise FieldError(
+                    f"data.{name}",
+                    f"{getattr(self.data, name)} ids, but the model's table has "
+                    f"{getattr(shape, name)} rows (build the data with data_config_for)",
                 )
         if self.profiler.num_steps > self.steps:
-            raise ValueError(
-                f"profiler: its cycles take {self.profiler.num_steps} steps, the job has "
-                f"{self.steps} (job_profiler(steps) records every step)"
+            raise FieldError(
+                "profiler",
+                f"its cycles take {self.profiler.num_steps} steps, the job has "
+                f"{self.steps} (job_profiler(steps) records every step)",
             )
 
     @property
@@ -308,7 +318,7 @@ class JobConfig:
     def to_json(self) -> dict[str, Any]:
         """Plain JSON values, one object per section (what ``job.json`` holds, and ``run.json``
         as its ``workload``)."""
-        obj: dict[str, Any] = _encode(self)
+        obj: dict[str, Any] = msgspec.to_builtins(self, enc_hook=str)  # a Path as its string
         return obj
 
     @classmethod
@@ -317,10 +327,9 @@ class JobConfig:
         A bad, unknown or mistyped field raises :class:`JobConfigError` naming it (and
         ``path``)."""
         try:
-            job: JobConfig = _decode(cls, obj, "")
-        except _BadField as bad:
-            raise JobConfigError(bad.message, path=path, field=bad.field or None) from None
-        return job
+            return convert(obj, cls)
+        except FieldError as exc:
+            raise JobConfigError(exc.reason, path=path, field=exc.field or None) from None
 
 
 def write_job_json(run_dir: str | Path, job: JobConfig) -> Path:
@@ -345,81 +354,3 @@ def read_job_json(run_dir: str | Path) -> JobConfig:
     except ValueError as exc:
         raise JobConfigError(f"not JSON: {exc}", path=path) from None
     return JobConfig.from_json(obj, path=path)
-
-
-# ---- JSON <-> config dataclasses, by their type hints ----
-class _BadField(Exception):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field, self.message = field, message
-
-
-def _encode(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple | list):
-        return [_encode(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-_LEADING_NAME = re.compile(r"^([a-z_][a-z0-9_]*)((?:\.[a-z_][a-z0-9_]*)*)\b")
-"""The field a config's ValueError names first (``name: ...``, ``name must ...``, ``a.b: ...``)."""
-
-
-def _decode(hint: Any, value: Any, where: str) -> Any:
-    """``value`` (parsed JSON) as an instance of the type ``hint``; ``where``: its dotted name."""
-    origin, args = get_origin(hint), get_args(hint)
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _build(hint, value, where)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]  # X | None only
-        return _decode(inner, value, where)
-    if origin is Literal:
-        if value not in args:
-            raise _BadField(where, f"must be one of {list(args)}, got {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise _BadField(where, f"must be a list, got {value!r}")
-        return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-    wanted, name = _SCALARS[hint]
-    if isinstance(value, bool) != (hint is bool) or not isinstance(value, wanted):
-        raise _BadField(where, f"must be {name}, got {json.dumps(value)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise _BadField(where, f"must be a finite number, got {value}")
-    return hint(value)
-
-
-_SCALARS: dict[Any, tuple[tuple[type, ...], str]] = {
-    int: ((int,), "an integer"),
-    float: ((int, float), "a number"),
-    bool: ((bool,), "true or false"),
-    str: ((str,), "a string"),
-    Path: ((str,), "a path (a string)"),
-}
-"""The JSON values each scalar field type takes, and how an error names the type."""
-
-
-def _build(cls: type[Any], obj: Any, where: str) -> Any:
-    if not isinstance(obj, dict):
-        raise _BadField(where, f"must be a JSON object, got {json.dumps(obj)}")
-    hints = get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.init]
-    prefix = f"{where}." if where else ""
-    for key in obj:
-        if key not in names:
-            raise _BadField(f"{prefix}{key}", f"unknown field; expected one of {names}")
-    kwargs = {key: _decode(hints[key], obj[key], f"{prefix}{key}") for key in obj}
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as exc:  # the config's own check, naming the field first
-        message = str(exc)
-        match = _LEADING_NAME.match(message)
-        if match is None or match.group(1) not in names:
-            raise _BadField(where, message) from None
-        rest = message[match.end() :].lstrip(": ")
-        raise _BadField(f"{prefix}{match.group(0)}", rest) from None

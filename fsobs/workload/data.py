@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fsobs.workload.lengths import PRESETS
+from optim.errors import FieldError
 
 MAX_CONTEXTS = 3  # context ids per sample: 1..MAX_CONTEXTS
 _NUM_TASTE = 3
@@ -42,7 +43,7 @@ def _rng(seed: int, *key: int) -> np.random.Generator:
 def _check_positive(**fields: int | float) -> None:
     for name, value in fields.items():
         if value <= 0:
-            raise ValueError(f"{name}: must be > 0, got {value}")
+            raise FieldError(name, f"must be > 0, got {value}")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -76,7 +77,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
-            raise ValueError(f"preset: unknown {self.preset!r}, expected one of {list(PRESETS)}")
+            raise FieldError("preset", f"unknown {self.preset!r}, expected one of {list(PRESETS)}")
         _check_positive(
             num_samples=self.num_samples,
             num_items=self.num_items,
@@ -86,14 +87,14 @@ class DataConfig:
             length_scale=self.length_scale,
         )
         if self.num_categories > self.num_items:
-            raise ValueError(
-                f"num_categories: must be <= num_items ({self.num_items}), "
-                f"got {self.num_categories}"
+            raise FieldError(
+                "num_categories",
+                f"must be <= num_items ({self.num_items}), got {self.num_categories}",
             )
         if self.seed < 0:
-            raise ValueError(f"seed: must be >= 0, got {self.seed}")
+            raise FieldError("seed", f"must be >= 0, got {self.seed}")
         if not (math.isfinite(self.item_popularity) and self.item_popularity >= 0):
-            raise ValueError(f"item_popularity: must be >= 0, got {self.item_popularity}")
+            raise FieldError("item_popularity", f"must be >= 0, got {self.item_popularity}")
 
 
 @dataclass(kw_only=True, frozen=True, eq=False)
@@ -231,11 +232,11 @@ def global_batches(
         num_samples=num_samples, global_batch_size=global_batch_size, num_steps=num_steps
     )
     if global_batch_size > num_samples:
-        raise ValueError(
-            f"global_batch_size: must be <= num_samples ({num_samples}), got {global_batch_size}"
+        raise FieldError(
+            "global_batch_size", f"must be <= num_samples ({num_samples}), got {global_batch_size}"
         )
     if seed < 0:
-        raise ValueError(f"seed: must be >= 0, got {seed}")
+        raise FieldError("seed", f"must be >= 0, got {seed}")
     num_epochs = math.ceil(global_batch_size * num_steps / num_samples)
     stream = np.concatenate(
         [_rng(seed, _STREAM_EPOCH, e).permutation(num_samples) for e in range(num_epochs)]
@@ -251,10 +252,10 @@ def random_split(global_batch: np.ndarray, world_size: int, rank: int) -> np.nda
     contiguous chunks of the (already shuffled) global batch."""
     _check_positive(world_size=world_size)
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank: must be in [0, {world_size}), got {rank}")
+        raise FieldError("rank", f"must be in [0, {world_size}), got {rank}")
     if len(global_batch) % world_size:
-        raise ValueError(
-            f"global_batch: size {len(global_batch)} is not a multiple of world_size {world_size}"
+        raise FieldError(
+            "global_batch", f"size {len(global_batch)} is not a multiple of world_size {world_size}"
         )
     per_rank = len(global_batch) // world_size
     return np.asarray(global_batch[rank * per_rank : (rank + 1) * per_rank])

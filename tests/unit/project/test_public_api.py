@@ -89,6 +89,7 @@ def test_optim_exported_members():
             "BalancedBatchSampler",
             "BatchShare",
             "CostModel",
+            "FieldError",
             "FreeScale",
             "FreeScaleConfig",
             "PipelineBatch",

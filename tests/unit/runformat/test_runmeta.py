@@ -93,9 +93,12 @@ OFF = {"requested": False, "applied": False, "reason": None}
     [
         ({"requested": False, "applied": True, "reason": None}, "applied but not requested"),
         ({"requested": True, "applied": False, "reason": None}, "give the reason"),
-        ({"requested": True}, "applied: applied is missing"),
+        ({"requested": True}, "applied: required, but missing"),
         ({"requested": 1, "applied": True, "reason": None}, "must be true or false, got 1"),
-        ({"requested": True, "applied": True, "why": None}, "why: unknown field 'why'"),
+        (
+            {"requested": True, "applied": True, "why": None},
+            "why: unknown field; expected one of \\['requested', 'applied', 'reason'\\]",
+        ),
     ],
 )
 def test_bad_toggles_are_refused_naming_the_toggle(tmp_path, toggle, wanted):

@@ -177,18 +177,27 @@ GOOD = (
         ("[1, 2]", "must be a JSON object, got list"),
         (
             '{"step": 1, "num_samples": 2, "seq_lengths": [3]}',
-            "num_samples 2 but seq_lengths lists 1",
+            "seq_lengths: lists 1 samples, num_samples 2",
         ),
-        ('{"step": 1, "seq_lengths": [1.5]}', "seq_lengths must be an integer"),
-        ('{"step": 1, "seq_lengths": [1], "est_cost": Infinity}', "est_cost must be finite"),
-        ('{"step": 1, "seq_lengths": [1], "loss": 1e400}', "loss must be finite"),
-        ('{"step": -1, "seq_lengths": [1]}', "step must be >= 0"),
-        ('{"step": 1, "seq_lengths": [1], "est_costs": 2.0}', "unknown field 'est_costs'"),
-        ('{"step": 1, "num_samples": 3}', "len_sum is missing"),
-        ('{"seq_lengths": [1]}', "step is missing"),
-        ('{"step": 1, "seq_lengths": [1], "gc_count": 1.0}', "gc_count must be an integer"),
-        ('{"step": 1, "seq_lengths": [1], "batch_digest": 7}', "batch_digest must be"),
-        ('{"step": 1, "seq_lengths": "12"}', "seq_lengths must be a list"),
+        ('{"step": 1, "seq_lengths": [1.5]}', "seq_lengths: must be an integer"),
+        ('{"step": 1, "seq_lengths": [1], "est_cost": Infinity}', "est_cost: must be finite"),
+        ('{"step": 1, "seq_lengths": [1], "loss": 1e400}', "loss: must be finite"),
+        ('{"step": -1, "seq_lengths": [1]}', "step: must be >= 0"),
+        (
+            '{"step": 1, "seq_lengths": [1], "est_costs": 2.0}',
+            r"est_costs: unknown field; expected one of \['step', ",
+        ),
+        ('{"step": 1, "num_samples": 3}', "len_sum: required, but missing"),
+        ('{"seq_lengths": [1]}', "step: required, but missing"),
+        (
+            '{"step": 1, "seq_lengths": [1], "gc_count": 1.0}',
+            "gc_count: must be an integer, got 1.0",
+        ),
+        (
+            '{"step": 1, "seq_lengths": [1], "batch_digest": 7}',
+            "batch_digest: must be a string, got 7",
+        ),
+        ('{"step": 1, "seq_lengths": "12"}', "seq_lengths: must be a list"),
         ("{", "bad step record"),
     ],
 )
@@ -251,13 +260,13 @@ def test_id_overlap_round_trips_and_is_absent_where_not_given(tmp_path):
 @pytest.mark.parametrize(
     ("value", "wanted"),
     [
-        ("{}", "id_overlap must be a non-empty object"),
-        ("[0.5]", "id_overlap must be a non-empty object"),
-        ('{"t_item": 1.5}', r"id_overlap\['t_item'\] must be a share in \[0, 1\]"),
-        ('{"t_item": -0.1}', r"id_overlap\['t_item'\] must be a share in \[0, 1\]"),
-        ('{"t_item": NaN}', r"id_overlap\['t_item'\] must be finite"),
-        ('{"t_item": true}', r"id_overlap\['t_item'\] must be a number"),
-        ('{"t_item": "0.5"}', r"id_overlap\['t_item'\] must be a number"),
+        ("{}", "id_overlap: must be a non-empty object"),
+        ("[0.5]", "id_overlap: must be a non-empty object"),
+        ('{"t_item": 1.5}', r"id_overlap.t_item: must be a share in \[0, 1\]"),
+        ('{"t_item": -0.1}', r"id_overlap.t_item: must be a share in \[0, 1\]"),
+        ('{"t_item": NaN}', r"id_overlap.t_item: must be finite"),
+        ('{"t_item": true}', r"id_overlap.t_item: must be a number"),
+        ('{"t_item": "0.5"}', r"id_overlap.t_item: must be a number"),
         ('{"": 0.5}', "table names must be non-empty strings"),
     ],
 )
@@ -292,7 +301,7 @@ def test_sample_ids_round_trip_beside_the_lengths_and_are_left_out_with_them(tmp
 
 @pytest.mark.parametrize(
     ("ids", "wanted"),
-    [([1], "num_samples 2 but sample_ids lists 1 samples"), ([1, -1], "sample_ids must be >= 0")],
+    [([1], "sample_ids: lists 1 samples, num_samples 2"), ([1, -1], "sample_ids: must be >= 0")],
 )
 def test_bad_sample_ids_are_refused(ids, wanted):
     with pytest.raises(ValueError, match=wanted):

@@ -88,9 +88,9 @@ def _set(path: str, value: object) -> dict[str, object]:
     ("field", "value", "message"),
     [
         ("data.preset", "zipf", "unknown 'zipf', expected one of"),
-        ("data.num_samples", "many", 'must be an integer, got "many"'),
+        ("data.num_samples", "many", "must be an integer, got 'many'"),
         ("data.num_samples", 1.5, "must be an integer, got 1.5"),
-        ("batch_size", True, "must be an integer, got true"),
+        ("batch_size", True, "must be an integer, got True"),
         ("data.length_scale", float("nan"), "must be a finite number, got nan"),
         ("freescale.balance.enabled", 1, "must be true or false, got 1"),
         ("freescale.balance.method", "x", "must be one of ['kk', 'lpt', 'random'], got 'x'"),
@@ -102,7 +102,7 @@ def _set(path: str, value: object) -> dict[str, object]:
         ("steps", 0, "must be >= 1, got 0"),
         ("stepz", 20, "unknown field; expected one of ['steps', "),
         ("data.colour", "red", "unknown field"),
-        ("data", [], "must be a JSON object, got []"),
+        ("data", [], "must be an object, got []"),
     ],
 )
 def test_a_bad_field_is_one_line_naming_the_file_and_the_field(tmp_path, field, value, message):
@@ -137,7 +137,7 @@ def test_an_unreadable_job_json(tmp_path):
     with pytest.raises(JobConfigError, match=r"job\.json: not JSON: "):
         read_job_json(tmp_path)
     (tmp_path / JOB_JSON).write_text("[]")
-    with pytest.raises(JobConfigError, match=r"job\.json: must be a JSON object, got \[\]"):
+    with pytest.raises(JobConfigError, match=r"job\.json: must be an object, got \[\]"):
         read_job_json(tmp_path)
 
 
