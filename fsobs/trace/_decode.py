@@ -179,7 +179,7 @@ def _zlib_inflater() -> _Inflater:
 
 
 def _inflaters() -> tuple[Callable[[], _Inflater], tuple[type[Exception], ...]]:
-    """A maker of gzip decompressors and the errors they raise: ISA-L's (``isal``, 2-3 times
+    """A maker of gzip decompressors and the errors they raise: ISA-L's (``isal``, 3-4 times
     zlib's speed, the same bytes) when it is installed, else zlib's. Imported on first use, so
     that start-up does not pay for it."""
     try:
