@@ -10,8 +10,9 @@ Each measurement runs one tool in a fresh child process (this script with ``--wo
 - HTA:   ``TraceAnalysis(trace_dir=dir)`` then ``get_temporal_breakdown(visualize=False)``
 
 The child times the work after its imports (``work``) and its start-up: from the moment the
-parent spawned it until it has imported what the command needs (fsobs: what ``fsobs analyze``
-imports before it reads a trace, its arguments parsed; HTA: ``hta.trace_analysis``). The parent
+parent spawned it until the tool first opens a trace file of the set (an audit hook on the
+``open`` event, installed before the tool is imported, prints the moment; fsobs: ``fsobs
+analyze``'s arguments parsed, then ``analyze_path``; HTA: ``TraceAnalysis``). The parent
 times the whole child from spawn to exit (``end-to-end``: interpreter start, imports, work,
 exit), the two tools side by side in one run, and samples, every ~20 ms,
 the summed RSS of the child and all its descendants (both tools parse ranks in forked worker
@@ -69,12 +70,13 @@ GOAL_END_TO_END = 8.0
 # ----------------------------------------------------------------------------- child side
 
 
-def worker(tool: str, trace_dir: str, spawned_at: float) -> None:
+def worker(tool: str, trace_dir: str) -> None:
     """Run one tool on ``trace_dir`` and print one JSON line with timings and the breakdown
-    (``parse``: the parse alone); ``spawned_at``: the parent's ``time.time()`` at the spawn."""
+    (``parse``: the parse alone), after the :data:`FIRST_OPEN` line."""
     if tool == "parse":
         parse_worker(trace_dir)
         return
+    _report_first_open(trace_dir)
     t0 = time.perf_counter()
     if tool == "fsobs":
         import fsobs
@@ -83,7 +85,6 @@ def worker(tool: str, trace_dir: str, spawned_at: float) -> None:
         build_parser("analyze").parse_args(["analyze", trace_dir])  # as `fsobs analyze` starts
         analyze_path = fsobs.analyze_path  # what it imports before it reads
         t1 = time.perf_counter()
-        startup_s = time.time() - spawned_at
         rss_after_import = _rss(os.getpid())
         breakdown = analyze_path(trace_dir).hta.temporal_breakdown
     else:
@@ -93,7 +94,6 @@ def worker(tool: str, trace_dir: str, spawned_at: float) -> None:
         from hta.trace_analysis import TraceAnalysis
 
         t1 = time.perf_counter()
-        startup_s = time.time() - spawned_at
         logging.disable(logging.WARNING)  # HTA logs a warning per file and per step
         warnings.simplefilter("ignore")
         rss_after_import = _rss(os.getpid())
@@ -104,11 +104,32 @@ def worker(tool: str, trace_dir: str, spawned_at: float) -> None:
     rows = breakdown.sort_values("rank").to_dict(orient="records")
     result = {
         "import_s": t1 - t0,
-        "startup_s": startup_s,
         "work_s": t2 - t1,
         "rss_after_import": rss_after_import,
     }
     print(json.dumps(result | {"breakdown": rows}, default=float), flush=True)
+
+
+FIRST_OPEN = "first trace open at "
+"""The line the child prints (``time.time()`` after it) when the tool first opens a trace."""
+
+
+def _report_first_open(trace_dir: str) -> None:
+    """Print :data:`FIRST_OPEN` the first time this process (or a worker forked from it before
+    then) opens a ``*.json`` / ``*.json.gz`` file under ``trace_dir``: the end of start-up."""
+    root = os.path.realpath(trace_dir) + os.sep
+    opened = False
+
+    def hook(event: str, args: tuple) -> None:
+        nonlocal opened
+        if event != "open" or opened or not isinstance(args[0], (str, bytes, os.PathLike)):
+            return
+        path = os.fsdecode(args[0])
+        if path.endswith((".json", ".json.gz")) and os.path.realpath(path).startswith(root):
+            opened = True
+            print(f"{FIRST_OPEN}{time.time()!r}", flush=True)
+
+    sys.addaudithook(hook)
 
 
 def parse_worker(trace_dir: str) -> None:
@@ -131,7 +152,7 @@ class Measurement:
     work_s: float
     import_s: float
     startup_s: float
-    """From the spawn until the child had imported what the command needs."""
+    """From the spawn until the tool first opened a trace file."""
     end_to_end_s: float
     peak_rss: int
     peak_pss: int
@@ -233,7 +254,8 @@ def measure(tool: str, trace_dir: Path) -> Measurement:
     env = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     busy0, own0 = _busy_cpu_s(), _own_cpu_s()
     start = time.perf_counter()
-    cmd = [sys.executable, __file__, "--worker", tool, str(trace_dir), repr(time.time())]
+    cmd = [sys.executable, __file__, "--worker", tool, str(trace_dir)]
+    spawned_at = time.time()
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     peak_rss = peak_pss = samples = 0
     while child.poll() is None:
@@ -246,11 +268,13 @@ def measure(tool: str, trace_dir: Path) -> Measurement:
     foreign = max(0.0, (_busy_cpu_s() - busy0) - (_own_cpu_s() - own0))
     if child.returncode != 0:
         raise RuntimeError(f"{tool} on {trace_dir} failed:\n{err.decode()[-3000:]}")
-    data = json.loads(out.decode().strip().splitlines()[-1])
+    lines = out.decode().strip().splitlines()
+    data = json.loads(lines[-1])
+    first_open = next(float(x.removeprefix(FIRST_OPEN)) for x in lines if x.startswith(FIRST_OPEN))
     return Measurement(
         work_s=data["work_s"],
         import_s=data["import_s"],
-        startup_s=data["startup_s"],
+        startup_s=first_open - spawned_at,
         end_to_end_s=end_to_end,
         peak_rss=peak_rss,
         peak_pss=peak_pss,
@@ -263,7 +287,7 @@ def measure(tool: str, trace_dir: Path) -> Measurement:
 def measure_parse(trace_dir: Path) -> float:
     """CPU seconds of fsobs's parse of ``trace_dir``'s files, in a fresh process."""
     env = os.environ | {"PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, __file__, "--worker", "parse", str(trace_dir), repr(time.time())]
+    cmd = [sys.executable, __file__, "--worker", "parse", str(trace_dir)]
     out = subprocess.run(cmd, capture_output=True, env=env, check=True).stdout
     return float(json.loads(out.decode().strip().splitlines()[-1])["parse_cpu_s"])
 
@@ -444,8 +468,8 @@ def details(results: list[Result]) -> str:
 
 
 def feel_table(results: list[Result]) -> str:
-    """What a user feels, medians: start-up (spawn to the imports done), the parse rate, and the
-    end-to-end ratio of the two tools measured side by side."""
+    """What a user feels, medians: start-up (spawn to the first open of a trace), the parse rate,
+    and the end-to-end ratio of the two tools measured side by side."""
     head = (
         "| trace set | JSON MB | fsobs start-up s | HTA start-up s | fsobs parse MB/s per core "
         "| HTA/fsobs end-to-end |\n"
@@ -507,13 +531,10 @@ def main(argv: list[str] | None = None) -> int:
         help="retry a measurement when other processes used more cores than this (default 0.2)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write raw results here")
-    parser.add_argument(
-        "--worker", nargs=3, metavar=("TOOL", "DIR", "SPAWNED_AT"), help=argparse.SUPPRESS
-    )
+    parser.add_argument("--worker", nargs=2, metavar=("TOOL", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        tool, trace_dir, spawned_at = args.worker
-        worker(tool, trace_dir, float(spawned_at))
+        worker(*args.worker)
         return 0
     repeats = args.repeats or (1 if args.quick else 3)
     sets = [(name, REFERENCE / name) for name in REFERENCE_SETS]

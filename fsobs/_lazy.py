@@ -1,8 +1,8 @@
 """The PEP 562 hooks of fsobs's packages, whose names load on first use (standard library only).
 
-:func:`optim.lazy.lazy_attributes` does the same for ``optim``, but importing it runs
-``optim/__init__`` (numpy, about 0.17 s): ``fsobs``, ``fsobs.trace``, ``fsobs.analysis`` and
-``fsobs.report`` must import without it, so that ``fsobs --help`` stays light.
+:func:`optim.lazy.lazy_attributes` does the same for ``optim``; ``fsobs``, ``fsobs.trace``,
+``fsobs.analysis`` and ``fsobs.report`` keep their own, so that importing them (``fsobs --help``)
+imports nothing of ``optim`` (which ``fsobs`` may import, never the reverse).
 """
 
 from __future__ import annotations

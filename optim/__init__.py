@@ -1,4 +1,4 @@
-"""FreeScale optimizer. Importing ``optim`` needs numpy only; the torch parts load on first use.
+"""FreeScale optimizer. Importing ``optim`` imports nothing more; each name loads on first use.
 
 - ``optim.config``: :class:`FreeScaleConfig` with every toggle (:class:`BalanceConfig`,
   :class:`PriorityConfig`, :class:`SMFreeConfig`, :class:`SyncGCConfig`) and
@@ -30,19 +30,19 @@
 
 from typing import TYPE_CHECKING
 
-from optim.balance import MAX_COST_MODEL_BYTES, METHODS, CostModel, imbalance, partition
-from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
-from optim.errors import FieldError
 from optim.lazy import lazy_attributes
-from optim.plan import MODES, BalanceConfig, StepPlan
-from optim.sampler import BalancedBatchSampler, BatchShare, ShareCollate, ShareDataset
-from optim.sync_gc import SyncGCConfig
-from optim.weights import REDUCTIONS, loss_weight
 
 if TYPE_CHECKING:
     from optim.adapter import PipelineBatch, PipelineModel
+    from optim.balance import MAX_COST_MODEL_BYTES, METHODS, CostModel, imbalance, partition
+    from optim.config import FreeScaleConfig, PriorityConfig, SMFreeConfig, ToggleStatus
+    from optim.errors import FieldError
     from optim.freescale import FreeScale, StepShare
     from optim.loader import ShareLoader
+    from optim.plan import MODES, BalanceConfig, StepPlan
+    from optim.sampler import BalancedBatchSampler, BatchShare, ShareCollate, ShareDataset
+    from optim.sync_gc import SyncGCConfig
+    from optim.weights import REDUCTIONS, loss_weight
 
 __all__ = [
     "MAX_COST_MODEL_BYTES",
@@ -72,10 +72,32 @@ __all__ = [
     "partition",
 ]
 
-# These import torch (the adapter torchrec too): loaded when first asked for.
+# Every name is loaded when first asked for: ``import optim.markers`` (what the trace parser
+# reads) then costs nothing more, and FreeScale, StepShare, ShareLoader and the adapter's names
+# import torch (the adapter torchrec too) only when used.
 __getattr__, __dir__ = lazy_attributes(
     __name__,
     {
+        "MAX_COST_MODEL_BYTES": ".balance",
+        "METHODS": ".balance",
+        "CostModel": ".balance",
+        "imbalance": ".balance",
+        "partition": ".balance",
+        "FreeScaleConfig": ".config",
+        "PriorityConfig": ".config",
+        "SMFreeConfig": ".config",
+        "ToggleStatus": ".config",
+        "FieldError": ".errors",
+        "MODES": ".plan",
+        "BalanceConfig": ".plan",
+        "StepPlan": ".plan",
+        "BalancedBatchSampler": ".sampler",
+        "BatchShare": ".sampler",
+        "ShareCollate": ".sampler",
+        "ShareDataset": ".sampler",
+        "SyncGCConfig": ".sync_gc",
+        "REDUCTIONS": ".weights",
+        "loss_weight": ".weights",
         "FreeScale": ".freescale",
         "StepShare": ".freescale",
         "ShareLoader": ".loader",

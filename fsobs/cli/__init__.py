@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 # the access settings `fsobs dashboard` hands the app (dashboard/auth.py): a light module
 from fsobs.cli.access import (
@@ -50,7 +50,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog="example: fsobs analyze traces/reference/synthetic_gloo_a2a_straggler_4rank",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, spec in COMMANDS.items():
         if command is None or name == command:
@@ -69,10 +69,26 @@ def _command(argv: Sequence[str]) -> str:
 
 def package_version() -> str:
     """The installed version of the ``freescale`` distribution (``unknown`` if not installed)."""
+    from importlib.metadata import PackageNotFoundError, version  # 20-60 ms: only when asked
+
     try:
         return version("freescale")
     except PackageNotFoundError:
         return "unknown"
+
+
+class _Version(argparse._VersionAction):
+    """``--version``, the version looked up only when the option is given."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = f"%(prog)s {package_version()}"
+        super().__call__(parser, namespace, values, option_string)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

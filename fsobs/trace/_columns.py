@@ -55,7 +55,7 @@ class ColumnBuilder:
         """HTA rounds timestamps when any ``ts`` of the file is not an integer (or missing)."""
         self.structs: dict[int, Event] = {}
         self.thread_names: dict[str, str] = {}
-        self._tables: dict[str, dict[Any, int]] = {c: {} for c in ("name", "cat", "pid", "tid")}
+        self._tables = {c: _CodeTable() for c in ("name", "cat", "pid", "tid")}
         self._chunks: dict[str, list[np.ndarray]] = {}
         self._keep_flags: list[bool] = []
         self._rows = 0
@@ -117,15 +117,9 @@ class ColumnBuilder:
         return data
 
     def _codes(self, key: str, values: list[Any]) -> np.ndarray:
-        """Codes in the file-wide table of ``key``: a batch's new values are added in the order
-        they first appear, ``None`` after them (one pass in C to find them, one to look up)."""
+        """Codes in the file-wide table of ``key``, new values added in the order they first
+        appear (one pass in C; Python code runs once per new value)."""
         table = self._tables[key]
-        seen = dict.fromkeys(values)
-        for value in seen:
-            if value is not None:
-                table.setdefault(value, len(table))
-        if None in seen:
-            table.setdefault(None, len(table))
         return np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
 
     def _categorical(self, key: str, codes: np.ndarray) -> pd.Categorical:
@@ -213,6 +207,14 @@ class ColumnBuilder:
     def _error(self, message: str, i: int, key: str) -> TraceFormatError:
         rank = self.rank if self.rank >= 0 else None
         return TraceFormatError(message, path=self.path, rank=rank, field=f"traceEvents[{i}].{key}")
+
+
+class _CodeTable(dict[Any, int]):
+    """Value -> code, a value missing from it taking the next code as it is looked up."""
+
+    def __missing__(self, value: Any) -> int:
+        code = self[value] = len(self)
+        return code
 
 
 def _detached(events: list[Event]) -> list[Event]:

@@ -17,7 +17,6 @@ by Dask, which runs the task again elsewhere up to its ``distributed.scheduler.a
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -128,6 +127,8 @@ def _run_task(item: Any, fn: Callable[[Any], Any]) -> Any:
 def _outcome(future: Any, item: Location, distributed: Any) -> Any:
     """The task's result, or the error to raise for it: its bad input, the exception it kept
     raising, or :class:`ClusterError` when the cluster lost it."""
+    import asyncio  # here, not at the top: start-up of a command without a cluster
+
     try:
         result = future.result()
     except distributed.KilledWorker as exc:
