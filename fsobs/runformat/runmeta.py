@@ -30,7 +30,6 @@ import platform
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -361,6 +360,8 @@ def _package_version(name: str) -> str | None:
     loaded = getattr(sys.modules.get(name), "__version__", None)
     if loaded is not None:
         return str(loaded)
+    from importlib import metadata  # 10-45 ms: only when a run is written, not on every read
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
