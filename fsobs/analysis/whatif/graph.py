@@ -57,11 +57,15 @@ TABLE_COLUMNS = [
 ]
 
 
-CompiledPiece = tuple[
-    int, int, tuple[float, ...], int, list[tuple[int, tuple[float, ...] | int]], bool
-]
-"""A piece as the replay runs it (:mod:`.replay`): (kind, step index or -1, lengths, owner,
-arrivals, first_of_step)."""
+Terms = tuple[tuple[int, float], ...]
+"""(class, ns) of the nonzero entries of a per-class vector, in class order."""
+CompiledArrival = tuple[int, tuple[Terms, float] | int]
+"""(instance, position): local: the terms before it of the step's classes and the unscaled
+``gap`` ns; blocked: ns after the start."""
+CompiledPiece = tuple[int, int, Terms, int, list[CompiledArrival], bool]
+"""A piece as the replay runs it (:mod:`.replay`): (kind, step index or -1, the terms of its
+lengths, owner, arrivals, first_of_step). Only nonzero terms are kept: a zero adds nothing to a
+time (``x + 0 * f == x``), and most of a piece's classes are zero."""
 
 
 @dataclass

@@ -35,9 +35,11 @@ from fsobs.analysis.whatif.graph import (
     LOCAL,
     TABLE_COLUMNS,
     WAIT,
+    CompiledArrival,
     CompiledPiece,
     Piece,
     SegmentGraph,
+    Terms,
     build_graph,
 )
 from fsobs.errors import RunError
@@ -139,12 +141,9 @@ def _compiled(graph: SegmentGraph) -> list[list[CompiledPiece]]:
                 (
                     p.kind,
                     index.get(p.step, -1),
-                    _floats(p.lengths) if p.lengths is not None else (),
+                    _terms(p.lengths) if p.lengths is not None else (),
                     p.owner,
-                    [
-                        (k, _floats(pos) if isinstance(pos, np.ndarray) else pos)
-                        for k, pos in p.arrivals
-                    ],
+                    [(k, _position(pos)) for k, pos in p.arrivals],
                     p.first_of_step,
                 )
                 for p in graph.pieces[rank]
@@ -154,9 +153,17 @@ def _compiled(graph: SegmentGraph) -> list[list[CompiledPiece]]:
     return graph.compiled
 
 
-def _floats(values: np.ndarray) -> tuple[float, ...]:
-    """The values as Python floats (``tolist`` of float64: each one exactly)."""
-    return tuple(np.asarray(values, dtype=np.float64).tolist())
+def _terms(values: np.ndarray) -> Terms:
+    """The nonzero values as (class, Python float) (``tolist`` of float64: each one exactly)."""
+    return tuple((c, v) for c, v in enumerate(np.asarray(values, dtype=np.float64).tolist()) if v)
+
+
+def _position(position: np.ndarray | int) -> tuple[Terms, float] | int:
+    """An arrival's position as the replay reads it: in a local piece, the terms of the step's
+    classes before it and the unscaled ``gap`` ns (past the rank's last piece)."""
+    if not isinstance(position, np.ndarray):
+        return position
+    return _terms(position[:GAP]), float(position[GAP])
 
 
 class _Run:
@@ -205,11 +212,10 @@ class _Run:
                 self._arrive(t, arrivals, factors)
                 self.arrived[ri] = True
             if kind == LOCAL:
-                for c, (ns, f) in enumerate(zip(lengths, factors, strict=False)):
-                    if ns:
-                        part = ns * f
-                        t = t + part
-                        totals[c] += part
+                for c, ns in lengths:
+                    part = ns * factors[c]
+                    t = t + part
+                    totals[c] += part
             else:
                 if not self._ready(owner):
                     self.time[ri] = t
@@ -227,18 +233,17 @@ class _Run:
         return moved, True
 
     def _arrive(
-        self,
-        t: np.ndarray,
-        arrivals: list[tuple[int, tuple[float, ...] | int]],
-        factors: list[np.ndarray],
+        self, t: np.ndarray, arrivals: list[CompiledArrival], factors: list[np.ndarray]
     ) -> None:
         for inst, position in arrivals:
             if isinstance(position, tuple):
+                terms, gap = position
                 shift: np.ndarray | int = 0
-                for p, f in zip(position[:GAP], factors, strict=False):
-                    shift = shift + p * f
+                for c, p in terms:
+                    shift = shift + p * factors[c]
                 when = t + shift
-                when = when + position[GAP]
+                if gap:
+                    when = when + gap
             else:
                 when = t + position
             self.count[inst] = self.count.get(inst, 0) + 1
