@@ -202,6 +202,22 @@ class _RankColls:
     arrival: np.ndarray
     end: np.ndarray
     last: np.ndarray
+    wait_target: np.ndarray = field(init=False)
+    """Where a wait for each instance ends: ``min(last, end)``."""
+    reach: dict[int, np.ndarray] = field(init=False)
+    """Per blocked kind, the running maximum of its targets: no instance before the first
+    index where it passes ``t`` covers ``t`` (what :func:`_owned` bisects)."""
+    position: dict[int, int] = field(init=False)
+    """Instance -> its (first) index."""
+
+    def __post_init__(self) -> None:
+        wait = np.minimum(self.last, self.end)
+        object.__setattr__(self, "wait_target", wait)
+        reach = {WAIT: np.maximum.accumulate(wait), EXPOSED: np.maximum.accumulate(self.end)}
+        object.__setattr__(self, "reach", reach)
+        ids = self.ids.tolist()
+        first = {k: i for i, k in reversed(list(enumerate(ids)))}
+        object.__setattr__(self, "position", first)
 
     @staticmethod
     def by_rank(inst: pd.DataFrame) -> Callable[[int], _RankColls]:
@@ -252,8 +268,11 @@ def _owned(
     instant (``arrival <= t < target``, target: ``min(last, end)`` for a wait, ``end`` when
     exposed), the one with the latest ``key``. A piece that ends exactly at its owner's target
     is bound to it (owner kept); otherwise it ended for a local reason (owner -1)."""
-    target = np.minimum(colls.last, colls.end) if kind == WAIT else colls.end
-    near = np.flatnonzero((colls.arrival < hi) & (target > lo))
+    target = colls.wait_target if kind == WAIT else colls.end
+    # arrivals are sorted: only instances in [first reaching past lo, first arriving at hi)
+    begin = int(np.searchsorted(colls.reach[kind], lo, "right"))
+    stop = int(np.searchsorted(colls.arrival, hi, "left"))
+    near = begin + np.flatnonzero(target[begin:stop] > lo)
     points = sorted(
         {lo, hi}
         | {int(p) for p in np.concatenate([colls.arrival[near], target[near]]) if lo < p < hi}
@@ -270,8 +289,7 @@ def _owned(
     bound = []
     for a, b, k, owner, s in out:
         if owner >= 0:
-            pos = int(np.flatnonzero(colls.ids == owner)[0])
-            if b != int(target[pos]):
+            if b != int(target[colls.position[owner]]):
                 owner = -1
         bound.append((a, b, k, owner, s))
     return bound
