@@ -88,6 +88,18 @@ class Piece:
     """(instance, position): local: ns per class before it; blocked: ns after the start."""
     first_of_step: bool = False
 
+    def copy(self) -> Piece:
+        """A deep copy (its arrays and lists its own): what a rewrite of a shared piece
+        changes (:meth:`SegmentGraph.copy`)."""
+        return replace(
+            self,
+            lengths=None if self.lengths is None else self.lengths.copy(),
+            parts=list(self.parts),
+            arrivals=[
+                (k, pos.copy() if isinstance(pos, np.ndarray) else pos) for k, pos in self.arrivals
+            ],
+        )
+
 
 @dataclass
 class SegmentGraph:
@@ -115,14 +127,15 @@ class SegmentGraph:
     """The chains as plain tuples for :func:`replay` (built on first use)."""
 
     def copy(self) -> SegmentGraph:
-        """A deep copy (to rewrite), without the compiled chains (what ``copy.deepcopy`` gives,
-        field by field: the chains are most of the graph and deepcopy walks them slowly)."""
+        """A copy to rewrite, without the compiled chains: its own containers, but the pieces
+        are shared (copy on write: a rewrite replaces a piece by its :meth:`Piece.copy` before
+        it changes it, and a rewrite changes few of them; the chains are most of the graph)."""
         return replace(
             self,
             ranks=list(self.ranks),
             steps=list(self.steps),
             start_ns=dict(self.start_ns),
-            pieces={rank: [_copy_piece(p) for p in chain] for rank, chain in self.pieces.items()},
+            pieces={rank: list(chain) for rank, chain in self.pieces.items()},
             transfer_ns=dict(self.transfer_ns),
             end_delta_ns=dict(self.end_delta_ns),
             members=dict(self.members),
@@ -131,18 +144,6 @@ class SegmentGraph:
             after=dict(self.after),
             compiled=None,
         )
-
-
-def _copy_piece(piece: Piece) -> Piece:
-    """A deep copy of one piece (its arrays and lists are its own)."""
-    return replace(
-        piece,
-        lengths=None if piece.lengths is None else piece.lengths.copy(),
-        parts=list(piece.parts),
-        arrivals=[
-            (k, pos.copy() if isinstance(pos, np.ndarray) else pos) for k, pos in piece.arrivals
-        ],
-    )
 
 
 def build_graph(analysis: Analysis) -> SegmentGraph:

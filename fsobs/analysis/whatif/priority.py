@@ -163,11 +163,13 @@ def _reorder(graph: SegmentGraph, d: int, k: int) -> None:
         if where is None or held is None:
             continue
         piece, position = where
-        chain[held[0]].arrivals = [a for a in chain[held[0]].arrivals if a[0] != k]
-        chain[piece].arrivals.append((k, position))
-        moved = [p for p in chain if p.kind == EXPOSED and p.owner == d]
-        if not moved:
+        source = _own(chain, held[0])
+        source.arrivals = [a for a in source.arrivals if a[0] != k]
+        _own(chain, piece).arrivals.append((k, position))
+        at = [i for i, p in enumerate(chain) if p.kind == EXPOSED and p.owner == d]
+        if not at:
             continue
+        moved = [_own(chain, i) for i in at]  # _rehome empties their arrivals
         last_k = max((i for i, p in enumerate(chain) if p.owner == k), default=-1)
         spot = _after_first_busy(chain, last_k)
         if spot is None:
@@ -185,12 +187,21 @@ def _rehome(chain: list[Piece], ids: set[int]) -> None:
     for i, piece in enumerate(chain):
         if id(piece) not in ids or not piece.arrivals:
             continue
-        host = next((p for p in chain[i + 1 :] if id(p) not in ids), None)
-        if host is None:
+        after = (j for j in range(i + 1, len(chain)) if id(chain[j]) not in ids)
+        j = next(after, None)
+        if j is None:
             continue
+        host = _own(chain, j)
         zero = np.zeros_like(host.lengths) if host.kind == LOCAL else 0
         host.arrivals = [(inst, zero) for inst, _ in piece.arrivals] + host.arrivals
         piece.arrivals = []
+
+
+def _own(chain: list[Piece], i: int) -> Piece:
+    """Piece ``i`` of a rewritten graph's chain, made its own before it is changed (the
+    graph shares its pieces with the one it was copied from: :meth:`SegmentGraph.copy`)."""
+    chain[i] = chain[i].copy()
+    return chain[i]
 
 
 def _arrival_of(chain: list[Piece], inst: int) -> tuple[int, np.ndarray | int] | None:
