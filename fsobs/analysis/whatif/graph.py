@@ -62,9 +62,9 @@ Terms = tuple[tuple[int, float], ...]
 CompiledArrival = tuple[int, tuple[Terms, float] | int]
 """(instance, position): local: the terms before it of the step's classes and the unscaled
 ``gap`` ns; blocked: ns after the start."""
-CompiledPiece = tuple[int, int, Terms, int, list[CompiledArrival], bool]
+CompiledPiece = tuple[int, int, Terms, list[CompiledArrival], int, bool]
 """A piece as the replay runs it (:mod:`.replay`): (kind, step index or -1, the terms of its
-lengths, owner, arrivals, first_of_step). Only nonzero terms are kept: a zero adds nothing to a
+lengths, arrivals, owner, first_of_step). Only nonzero terms are kept: a zero adds nothing to a
 time (``x + 0 * f == x``), and most of a piece's classes are zero."""
 
 
@@ -87,12 +87,24 @@ class Piece:
     arrivals: list[tuple[int, np.ndarray | int]] = field(default_factory=list)
     """(instance, position): local: ns per class before it; blocked: ns after the start."""
     first_of_step: bool = False
+    terms: tuple[Terms, list[CompiledArrival]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """The replay's form of ``lengths`` and ``arrivals`` (:func:`.replay._compiled`), built on
+    first use and shared by every graph that shares the piece; cleared by :meth:`changed`
+    (and absent from a :meth:`copy`)."""
+
+    def changed(self) -> None:
+        """Say that ``lengths``, ``parts`` or ``arrivals`` changed: the replay's form of them
+        is built again."""
+        self.terms = None
 
     def copy(self) -> Piece:
         """A deep copy (its arrays and lists its own): what a rewrite of a shared piece
         changes (:meth:`SegmentGraph.copy`)."""
         return replace(
             self,
+            terms=None,
             lengths=None if self.lengths is None else self.lengths.copy(),
             parts=list(self.parts),
             arrivals=[

@@ -165,7 +165,10 @@ def _reorder(graph: SegmentGraph, d: int, k: int) -> None:
         piece, position = where
         source = _own(chain, held[0])
         source.arrivals = [a for a in source.arrivals if a[0] != k]
-        _own(chain, piece).arrivals.append((k, position))
+        source.changed()
+        target = _own(chain, piece)
+        target.arrivals.append((k, position))
+        target.changed()
         at = [i for i, p in enumerate(chain) if p.kind == EXPOSED and p.owner == d]
         if not at:
             continue
@@ -195,6 +198,8 @@ def _rehome(chain: list[Piece], ids: set[int]) -> None:
         zero = np.zeros_like(host.lengths) if host.kind == LOCAL else 0
         host.arrivals = [(inst, zero) for inst, _ in piece.arrivals] + host.arrivals
         piece.arrivals = []
+        host.changed()
+        piece.changed()
 
 
 def _own(chain: list[Piece], i: int) -> Piece:

@@ -138,19 +138,21 @@ def _compiled(graph: SegmentGraph) -> list[list[CompiledPiece]]:
         index = {s: i for i, s in enumerate(graph.steps)}
         graph.compiled = [
             [
-                (
-                    p.kind,
-                    index.get(p.step, -1),
-                    _terms(p.lengths) if p.lengths is not None else (),
-                    p.owner,
-                    [(k, _position(pos)) for k, pos in p.arrivals],
-                    p.first_of_step,
-                )
+                (p.kind, index.get(p.step, -1), *_piece_terms(p), p.owner, p.first_of_step)
                 for p in graph.pieces[rank]
             ]
             for rank in graph.ranks
         ]
     return graph.compiled
+
+
+def _piece_terms(piece: Piece) -> tuple[Terms, list[CompiledArrival]]:
+    """The terms of a piece's lengths and its compiled arrivals (cached on the piece: a graph
+    and its rewrite share most pieces, :meth:`SegmentGraph.copy`)."""
+    if piece.terms is None:
+        lengths = _terms(piece.lengths) if piece.lengths is not None else ()
+        piece.terms = (lengths, [(k, _position(pos)) for k, pos in piece.arrivals])
+    return piece.terms
 
 
 def _terms(values: np.ndarray) -> Terms:
@@ -201,7 +203,7 @@ class _Run:
         moved = False
         t = self.time[ri]
         while self.index[ri] < len(chain):
-            kind, si, lengths, owner, arrivals, first = chain[self.index[ri]]
+            kind, si, lengths, arrivals, owner, first = chain[self.index[ri]]
             inside = si >= 0
             factors = self.scale[ri][si] if inside else self.ones
             totals = self.totals[ri][si] if inside else self.unused
