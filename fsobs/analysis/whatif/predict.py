@@ -282,10 +282,9 @@ class _Runner:
             stages.next(f"{len(group) * len(etas)} replays{' with priority_overlap' * prioritized}")
             more = [Changes()] + ([] if prioritized else _oracle_batch(self.setup))
             batch = [self._changes(combo, eta) for combo in group for eta in etas] + more
-            owners: dict[int, np.ndarray] = {}
-            replayed = replay_batch(graph, batch, owners)
             first = len(batch) - len(more)  # the unchanged replay's place in the batch
-            blocked = {k: float(v[first]) for k, v in owners.items()}
+            blocked: dict[int, float] = {}
+            replayed = replay_batch(graph, batch, blocked, first)
             walks[prioritized] = _Walk(list(replayed[first:]), blocked)
             totals = iter(replayed)
             for combo in group:

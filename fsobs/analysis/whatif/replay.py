@@ -86,17 +86,15 @@ def replay_totals(
 ) -> np.ndarray:
     """Replay the graph; ns per ``[rank, step, class of KINDS]`` (0 where a rank has no such
     step). ``by_owner``, when given, gets the blocked ns per instance (over all ranks)."""
-    owners: dict[int, np.ndarray] | None = None if by_owner is None else {}
-    totals: np.ndarray = replay_batch(graph, [changes or Changes()], owners)[0]
-    if by_owner is not None and owners is not None:
-        by_owner.update({k: float(v[0]) for k, v in owners.items()})
+    totals: np.ndarray = replay_batch(graph, [changes or Changes()], by_owner)[0]
     return totals
 
 
 def replay_batch(
     graph: SegmentGraph,
     batch: Sequence[Changes],
-    by_owner: dict[int, np.ndarray] | None = None,
+    by_owner: dict[int, float] | None = None,
+    owner_replay: int = 0,
 ) -> np.ndarray:
     """Replay the graph once per ``Changes`` of ``batch``, all in one walk: ns per
     ``[replay, rank, step, class of KINDS]``, each replay exactly what it gives alone.
@@ -104,7 +102,9 @@ def replay_batch(
     The walk's order (which rank moves, which collective it waits on) depends on the chains
     alone, never on the times, so the replays share it: every time is an array with one entry
     per replay, and each operation acts on every entry as it would on one number (same
-    operations, same order). ``by_owner`` gets the blocked ns per instance, per replay.
+    operations, same order). ``by_owner`` gets the blocked ns per instance (over all ranks) of
+    one replay, the one at ``owner_replay`` in ``batch`` (the only one whose blocked time the
+    what-if reads: summing it for every replay would cost an array operation per piece).
     """
     n_ranks, n_steps, width = len(graph.ranks), len(graph.steps), len(batch)
     # [rank, step, class, replay] and [rank, step, replay]: one replay's numbers side by side
@@ -117,7 +117,7 @@ def replay_batch(
             extra[..., b] = changes.extra_idle_ns
     totals = np.zeros((n_ranks, n_steps, len(KINDS), width))
     run = _Run(_compiled(graph), graph, scale, totals, extra)
-    run.by_owner = by_owner
+    run.by_owner, run.owner_replay = by_owner, owner_replay
     pending = list(range(n_ranks))
     while pending:
         progressed = False
@@ -194,7 +194,8 @@ class _Run:
         self.arrived = [False] * len(chains)
         self.count: dict[int, int] = {}
         self.last: dict[int, np.ndarray] = {}
-        self.by_owner: dict[int, np.ndarray] | None = None
+        self.by_owner: dict[int, float] | None = None
+        self.owner_replay = 0
 
     def advance(self, ri: int) -> tuple[bool, bool]:
         """Walk rank ``ri`` as far as it can go; (moved, finished)."""
@@ -226,7 +227,10 @@ class _Run:
                 end = np.where(target > t, target, t)  # max(t, target)
                 totals[kind] += end - t
                 if self.by_owner is not None and inside:
-                    self.by_owner[owner] = self.by_owner.get(owner, 0.0) + end - t
+                    b = self.owner_replay  # (sum + end) - t, as the whole arrays would add
+                    self.by_owner[owner] = (
+                        self.by_owner.get(owner, 0.0) + float(end[b]) - float(t[b])
+                    )
                 t = end
             self.index[ri] += 1
             self.arrived[ri] = False
