@@ -22,8 +22,10 @@ asynchronous collective) is local.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -209,27 +211,33 @@ def build_graph(analysis: Analysis) -> SegmentGraph:
 
 @dataclass(frozen=True)
 class _RankColls:
-    """One rank's matched instances (aligned ns), sorted by arrival."""
+    """One rank's matched instances (aligned ns), sorted by arrival: Python lists, read an
+    item at a time by :func:`_owned` and :func:`_attach` (numpy per item costs more)."""
 
-    ids: np.ndarray
-    arrival: np.ndarray
-    end: np.ndarray
-    last: np.ndarray
-    wait_target: np.ndarray = field(init=False)
-    """Where a wait for each instance ends: ``min(last, end)``."""
-    reach: dict[int, np.ndarray] = field(init=False)
+    ids: list[int]
+    arrival: list[int]
+    end: list[int]
+    last: list[int]
+    target: dict[int, list[int]] = field(init=False)
+    """Per blocked kind, where it ends for each instance: ``min(last, end)`` for a wait,
+    ``end`` when exposed."""
+    key: dict[int, list[int]] = field(init=False)
+    """Per blocked kind, what picks the owner among covering instances (the latest wins):
+    ``last`` for a wait, ``end`` when exposed."""
+    reach: dict[int, list[int]] = field(init=False)
     """Per blocked kind, the running maximum of its targets: no instance before the first
     index where it passes ``t`` covers ``t`` (what :func:`_owned` bisects)."""
     position: dict[int, int] = field(init=False)
     """Instance -> its (first) index."""
 
     def __post_init__(self) -> None:
-        wait = np.minimum(self.last, self.end)
-        object.__setattr__(self, "wait_target", wait)
-        reach = {WAIT: np.maximum.accumulate(wait), EXPOSED: np.maximum.accumulate(self.end)}
+        wait = [min(a, b) for a, b in zip(self.last, self.end, strict=True)]
+        target = {WAIT: wait, EXPOSED: self.end}
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "key", {WAIT: self.last, EXPOSED: self.end})
+        reach = {k: list(accumulate(v, max)) for k, v in target.items()}
         object.__setattr__(self, "reach", reach)
-        ids = self.ids.tolist()
-        first = {k: i for i, k in reversed(list(enumerate(ids)))}
+        first = {k: i for i, k in reversed(list(enumerate(self.ids)))}
         object.__setattr__(self, "position", first)
 
     @staticmethod
@@ -243,7 +251,8 @@ class _RankColls:
 
         def of(r: int) -> _RankColls:
             lo, hi = np.searchsorted(rank, r, "left"), np.searchsorted(rank, r, "right")
-            return _RankColls(ids[lo:hi], arrival[lo:hi], end[lo:hi], last[lo:hi])
+            cut = (a[lo:hi].tolist() for a in (ids, arrival, end, last))
+            return _RankColls(*cut)
 
         return of
 
@@ -264,10 +273,8 @@ def _rank_chain(own: list[StepBubbles], shift: int, colls: _RankColls) -> tuple[
                     parts.append((a - shift, b - shift, kind))
         parts.sort()
         for a, b, kind in parts:
-            if kind == WAIT:
-                elementary.extend(_owned(a, b, kind, sb.step, colls, colls.last))
-            elif kind == EXPOSED:
-                elementary.extend(_owned(a, b, kind, sb.step, colls, colls.end))
+            if kind in (WAIT, EXPOSED):
+                elementary.extend(_owned(a, b, kind, sb.step, colls))
             else:
                 elementary.append((a, b, kind, -1, sb.step))
         previous_end = hi if previous_end is None else max(previous_end, hi)
@@ -275,35 +282,31 @@ def _rank_chain(own: list[StepBubbles], shift: int, colls: _RankColls) -> tuple[
 
 
 def _owned(
-    lo: int, hi: int, kind: int, step: int, colls: _RankColls, key: np.ndarray
+    lo: int, hi: int, kind: int, step: int, colls: _RankColls
 ) -> list[tuple[int, int, int, int, int]]:
     """Split a blocked interval by the instance it waits for: among the instances covering each
     instant (``arrival <= t < target``, target: ``min(last, end)`` for a wait, ``end`` when
-    exposed), the one with the latest ``key``. A piece that ends exactly at its owner's target
-    is bound to it (owner kept); otherwise it ended for a local reason (owner -1)."""
-    target = colls.wait_target if kind == WAIT else colls.end
+    exposed), the one with the latest key (``last`` for a wait, ``end`` when exposed; then the
+    smallest id). A piece that ends exactly at its owner's target is bound to it (owner kept);
+    otherwise it ended for a local reason (owner -1)."""
+    target, key, arrival, ids = colls.target[kind], colls.key[kind], colls.arrival, colls.ids
     # arrivals are sorted: only instances in [first reaching past lo, first arriving at hi)
-    begin = int(np.searchsorted(colls.reach[kind], lo, "right"))
-    stop = int(np.searchsorted(colls.arrival, hi, "left"))
-    near = begin + np.flatnonzero(target[begin:stop] > lo)
-    points = sorted(
-        {lo, hi}
-        | {int(p) for p in np.concatenate([colls.arrival[near], target[near]]) if lo < p < hi}
-    )
+    begin, stop = bisect_right(colls.reach[kind], lo), bisect_left(arrival, hi)
+    near = [i for i in range(begin, stop) if target[i] > lo]
+    inner = {p for i in near for p in (arrival[i], target[i]) if lo < p < hi}
+    points = sorted({lo, hi} | inner)
     out: list[tuple[int, int, int, int, int]] = []
     for a, b in zip(points[:-1], points[1:], strict=True):
-        cover = near[(colls.arrival[near] <= a) & (target[near] > a)]
-        pick = cover[np.lexsort((colls.ids[cover], -key[cover]))[0]] if len(cover) else -1
-        owner = int(colls.ids[pick]) if pick >= 0 else -1
+        cover = [i for i in near if arrival[i] <= a and target[i] > a]
+        owner = ids[min(cover, key=lambda i: (-key[i], ids[i]))] if cover else -1
         if out and out[-1][3] == owner:
             out[-1] = (out[-1][0], b, kind, owner, step)
         else:
             out.append((a, b, kind, owner, step))
     bound = []
     for a, b, k, owner, s in out:
-        if owner >= 0:
-            if b != int(target[colls.position[owner]]):
-                owner = -1
+        if owner >= 0 and b != target[colls.position[owner]]:
+            owner = -1
         bound.append((a, b, k, owner, s))
     return bound
 
@@ -344,7 +347,7 @@ def _attach(
     if not pieces:
         return
     lows = np.array([b[0] for b in bounds], np.int64)
-    for inst, when in zip(c.ids.tolist(), c.arrival.tolist(), strict=True):
+    for inst, when in zip(c.ids, c.arrival, strict=True):
         i = max(int(np.searchsorted(lows, when, "right")) - 1, 0)
         piece, (lo, hi, parts) = pieces[i], bounds[i]
         if piece.kind != LOCAL or when < lo:

@@ -150,14 +150,15 @@ def _piece_terms(piece: Piece) -> tuple[Terms, list[CompiledArrival]]:
     """The terms of a piece's lengths and its compiled arrivals (cached on the piece: a graph
     and its rewrite share most pieces, :meth:`SegmentGraph.copy`)."""
     if piece.terms is None:
-        lengths = _terms(piece.lengths) if piece.lengths is not None else ()
+        lengths = _terms(piece.lengths.tolist()) if piece.lengths is not None else ()
         piece.terms = (lengths, [(k, _position(pos)) for k, pos in piece.arrivals])
     return piece.terms
 
 
-def _terms(values: np.ndarray) -> Terms:
-    """The nonzero values as (class, Python float) (``tolist`` of float64: each one exactly)."""
-    return tuple((c, v) for c, v in enumerate(np.asarray(values, dtype=np.float64).tolist()) if v)
+def _terms(values: list[int] | list[float]) -> Terms:
+    """The nonzero values as (class, Python float): ``float`` of an integer rounds to nearest,
+    as a cast to float64 does (a numpy call per piece would cost more than the replay of it)."""
+    return tuple((c, float(v)) for c, v in enumerate(values) if v)
 
 
 def _position(position: np.ndarray | int) -> tuple[Terms, float] | int:
@@ -165,7 +166,8 @@ def _position(position: np.ndarray | int) -> tuple[Terms, float] | int:
     classes before it and the unscaled ``gap`` ns (past the rank's last piece)."""
     if not isinstance(position, np.ndarray):
         return position
-    return _terms(position[:GAP]), float(position[GAP])
+    values = position.tolist()
+    return _terms(values[:GAP]), float(values[GAP])
 
 
 class _Run:
