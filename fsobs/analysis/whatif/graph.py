@@ -314,7 +314,7 @@ def _owned(
 def _assemble(elementary: list[tuple[int, int, int, int, int]], colls: _RankColls) -> list[Piece]:
     """Merge runs of local parts into local pieces and attach the arrivals."""
     pieces: list[Piece] = []
-    bounds: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+    bounds: list[_Bounds] = []
     last_step = None
     for lo, hi, kind, owner, step in elementary:
         first = step >= 0 and step != last_step
@@ -322,39 +322,56 @@ def _assemble(elementary: list[tuple[int, int, int, int, int]], colls: _RankColl
             last_step = step
         if owner >= 0:
             pieces.append(Piece(step, kind, length=hi - lo, owner=owner, first_of_step=first))
-            bounds.append((lo, hi, []))
+            bounds.append(_Bounds(lo, hi, []))
             continue
         if pieces and pieces[-1].kind == LOCAL and pieces[-1].step == step and not first:
-            cast(np.ndarray, pieces[-1].lengths)[kind] += hi - lo  # a local piece has lengths
             pieces[-1].parts.append((kind, hi - lo))
-            bounds[-1] = (bounds[-1][0], hi, [*bounds[-1][2], (lo, hi, kind)])
+            bounds[-1].hi = hi
+            bounds[-1].parts.append((lo, hi, kind))
             continue
-        lengths = np.zeros(len(KINDS), np.int64)
-        lengths[kind] = hi - lo
-        pieces.append(
-            Piece(step, LOCAL, lengths=lengths, parts=[(kind, hi - lo)], first_of_step=first)
-        )
-        bounds.append((lo, hi, [(lo, hi, kind)]))
+        pieces.append(Piece(step, LOCAL, parts=[(kind, hi - lo)], first_of_step=first))
+        bounds.append(_Bounds(lo, hi, [(lo, hi, kind)]))
+    _lengths([p for p in pieces if p.kind == LOCAL])
     _attach(pieces, bounds, colls)
     return pieces
 
 
-def _attach(
-    pieces: list[Piece], bounds: list[tuple[int, int, list[tuple[int, int, int]]]], c: _RankColls
-) -> None:
+@dataclass
+class _Bounds:
+    """Where a piece lies (aligned ns) and, local, its parts ``(lo, hi, class)``."""
+
+    lo: int
+    hi: int
+    parts: list[tuple[int, int, int]]
+
+
+def _lengths(local: list[Piece]) -> None:
+    """Each local piece's ``lengths``: its parts summed per class (in Python: one numpy call
+    per rank, not one per part)."""
+    rows = []
+    for piece in local:
+        row = [0] * len(KINDS)
+        for kind, ns in piece.parts:
+            row[kind] += ns
+        rows.append(row)
+    for piece, lengths in zip(local, np.array(rows, np.int64).reshape(-1, len(KINDS)), strict=True):
+        piece.lengths = lengths
+
+
+def _attach(pieces: list[Piece], bounds: list[_Bounds], c: _RankColls) -> None:
     """Each arrival of the rank goes to the piece that holds it (before the first piece: the
     first one, at a negative distance; after the last: the last one, past its end)."""
     if not pieces:
         return
-    lows = np.array([b[0] for b in bounds], np.int64)
+    lows = [b.lo for b in bounds]
     for inst, when in zip(c.ids, c.arrival, strict=True):
-        i = max(int(np.searchsorted(lows, when, "right")) - 1, 0)
-        piece, (lo, hi, parts) = pieces[i], bounds[i]
-        if piece.kind != LOCAL or when < lo:
-            piece.arrivals.append((inst, int(when - lo)))
+        i = max(bisect_right(lows, when) - 1, 0)
+        piece, where = pieces[i], bounds[i]
+        if piece.kind != LOCAL or when < where.lo:
+            piece.arrivals.append((inst, int(when - where.lo)))
             continue
-        before = np.zeros(len(KINDS), np.int64)
-        for a, b, kind in parts:
+        before = [0] * len(KINDS)
+        for a, b, kind in where.parts:
             before[kind] += max(0, min(b, when) - a)
-        before[GAP] += max(0, when - hi)  # past the rank's last piece: unscaled
-        piece.arrivals.append((inst, before))
+        before[GAP] += max(0, when - where.hi)  # past the rank's last piece: unscaled
+        piece.arrivals.append((inst, np.array(before, np.int64)))
