@@ -196,6 +196,10 @@ class _Run:
         self.arrived = [False] * len(chains)
         self.count: dict[int, int] = {}
         self.last: dict[int, np.ndarray] = {}
+        # per ready instance, its end and its wait's end where e_rk = E_k (every rank but the
+        # latest ones): the same arrays for every such rank, worked out once
+        self.ends: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.followers = {j: k for k, j in graph.after.items()}  # whose ends follow j's
         self.by_owner: dict[int, float] | None = None
         self.owner_replay = 0
 
@@ -214,7 +218,8 @@ class _Run:
                 if first and inside:
                     t = t + self.extra[ri][si]
                     totals[IDLE] += self.extra[ri][si]
-                self._arrive(t, arrivals, factors)
+                if arrivals:
+                    self._arrive(t, arrivals, factors)
                 self.arrived[ri] = True
             if kind == LOCAL:
                 for c, ns in lengths:
@@ -257,6 +262,9 @@ class _Run:
             self.count[inst] = self.count.get(inst, 0) + 1
             last = self.last.get(inst)
             self.last[inst] = when if last is None else np.where(when > last, when, last)
+            if self.ends:  # an arrival after the instance was ready: its ends move
+                self.ends.pop(inst, None)
+                self.ends.pop(self.followers.get(inst, -1), None)
 
     def _ready(self, k: int) -> bool:
         members = self.graph.members
@@ -266,14 +274,29 @@ class _Run:
         )
 
     def _target(self, kind: int, k: int, rank: int) -> np.ndarray:
+        """Where a blocked piece of instance ``k`` ends on ``rank``: ``E'_k + (e_rk - E_k)``
+        when exposed, ``min(A'_k, e'_rk)`` for a wait."""
+        delta = self.graph.end_delta_ns[(k, rank)]
+        ends = self.ends.get(k)
+        if ends is None:
+            ends = self.ends[k] = self._ends(k)
+        if not delta:  # end + 0 is end: the shared arrays
+            return ends[1] if kind == WAIT else ends[0]
+        last = self.last[k]
+        end = ends[0] + delta
+        return np.where(end < last, end, last) if kind == WAIT else end  # min(last, end)
+
+    def _ends(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``E'_k`` (the transfer after the last arrival, or after the transfer it follows)
+        and ``min(A'_k, E'_k)``."""
         last = self.last[k]
         begin = last
         j = self.graph.after.get(k)
         if j is not None:
             later = self.last[j] + self.graph.transfer_ns[j]
             begin = np.where(later > last, later, last)  # max(last, later)
-        end = begin + self.graph.transfer_ns[k] + self.graph.end_delta_ns[(k, rank)]
-        return np.where(end < last, end, last) if kind == WAIT else end  # min(last, end)
+        end = begin + self.graph.transfer_ns[k]
+        return end, np.where(end < last, end, last)
 
 
 def totals_table(graph: SegmentGraph, totals: np.ndarray) -> pd.DataFrame:
