@@ -207,17 +207,19 @@ class _Run:
         """Walk rank ``ri`` as far as it can go; (moved, finished)."""
         chain = self.chains[ri]
         rank = self.graph.ranks[ri]
-        moved = False
+        scale, sums, extra = self.scale[ri], self.totals[ri], self.extra[ri]
+        by_owner, b = self.by_owner, self.owner_replay
+        i, start = self.index[ri], self.index[ri]
         t = self.time[ri]
-        while self.index[ri] < len(chain):
-            kind, si, lengths, arrivals, owner, first = chain[self.index[ri]]
+        while i < len(chain):
+            kind, si, lengths, arrivals, owner, first = chain[i]
             inside = si >= 0
-            factors = self.scale[ri][si] if inside else self.ones
-            totals = self.totals[ri][si] if inside else self.unused
+            factors = scale[si] if inside else self.ones
+            totals = sums[si] if inside else self.unused
             if not self.arrived[ri]:
                 if first and inside:
-                    t = t + self.extra[ri][si]
-                    totals[IDLE] += self.extra[ri][si]
+                    t = t + extra[si]
+                    totals[IDLE] += extra[si]
                 if arrivals:
                     self._arrive(t, arrivals, factors)
                 self.arrived[ri] = True
@@ -228,22 +230,17 @@ class _Run:
                     totals[c] += part
             else:
                 if not self._ready(owner):
-                    self.time[ri] = t
-                    return moved, False
+                    break
                 target = self._target(kind, owner, rank)
                 end = np.where(target > t, target, t)  # max(t, target)
                 totals[kind] += end - t
-                if self.by_owner is not None and inside:
-                    b = self.owner_replay  # (sum + end) - t, as the whole arrays would add
-                    self.by_owner[owner] = (
-                        self.by_owner.get(owner, 0.0) + float(end[b]) - float(t[b])
-                    )
+                if by_owner is not None and inside:  # (sum + end) - t, as whole arrays add
+                    by_owner[owner] = by_owner.get(owner, 0.0) + float(end[b]) - float(t[b])
                 t = end
-            self.index[ri] += 1
+            i += 1
             self.arrived[ri] = False
-            moved = True
-        self.time[ri] = t
-        return moved, True
+        self.index[ri], self.time[ri] = i, t
+        return i > start, i == len(chain)
 
     def _arrive(
         self, t: np.ndarray, arrivals: list[CompiledArrival], factors: list[np.ndarray]
