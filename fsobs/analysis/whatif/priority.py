@@ -360,11 +360,13 @@ class _Chain:
         self.measured = pieces
         self.arrival: dict[int, tuple[int, np.ndarray | int]] = {}
         self.blocked: dict[int, int] = {}
+        self.step_start: dict[int, int] = {}  # step -> its first piece
         for i, piece in enumerate(pieces):
             for who, position in piece.arrivals:
                 self.arrival.setdefault(who, (i, position))
             if piece.kind != LOCAL:
                 self.blocked.setdefault(piece.owner, i)
+            self.step_start.setdefault(piece.step, i)
         # per gap (before measured piece i; i == len: at the end), the blocks put right after
         # the piece before it (each one ahead of those already there) and right before piece i
         self.front: dict[int, list[list[Piece]]] = {}
@@ -427,7 +429,8 @@ def _busy_between(chain: _Chain, step: int, first: int | None, then: int) -> int
     if end is None or start is None:
         return 0
     busy = 0
-    for i in range(start[0], end[0] + 1):
+    # from the step's first piece on at the earliest: the pieces before it count nothing
+    for i in range(max(start[0], chain.step_start.get(step, end[0] + 1)), end[0] + 1):
         piece = chain.measured[i]
         if piece.step != step or piece.kind != LOCAL or piece.lengths is None:
             continue
