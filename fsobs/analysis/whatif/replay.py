@@ -200,6 +200,7 @@ class _Run:
         # latest ones): the same arrays for every such rank, worked out once
         self.ends: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.followers = {j: k for k, j in graph.after.items()}  # whose ends follow j's
+        self.ready: set[int] = set()  # instances every rank (and what they follow) reached
         self.by_owner: dict[int, float] | None = None
         self.owner_replay = 0
 
@@ -208,7 +209,7 @@ class _Run:
         chain = self.chains[ri]
         rank = self.graph.ranks[ri]
         scale, sums, extra = self.scale[ri], self.totals[ri], self.extra[ri]
-        by_owner, b = self.by_owner, self.owner_replay
+        by_owner, b, ready = self.by_owner, self.owner_replay, self.ready
         i, start = self.index[ri], self.index[ri]
         t = self.time[ri]
         while i < len(chain):
@@ -229,8 +230,10 @@ class _Run:
                     t = t + part
                     totals[c] += part
             else:
-                if not self._ready(owner):
-                    break
+                if owner not in ready:  # once ready, always: arrivals only add up
+                    if not self._ready(owner):
+                        break
+                    ready.add(owner)
                 target = self._target(kind, owner, rank)
                 end = np.where(target > t, target, t)  # max(t, target)
                 totals[kind] += end - t
