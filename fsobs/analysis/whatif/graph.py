@@ -89,16 +89,14 @@ class Piece:
     arrivals: list[tuple[int, np.ndarray | int]] = field(default_factory=list)
     """(instance, position): local: ns per class before it; blocked: ns after the start."""
     first_of_step: bool = False
-    terms: tuple[Terms, list[CompiledArrival]] | None = field(
-        default=None, repr=False, compare=False
-    )
-    """The replay's form of ``lengths`` and ``arrivals`` (:func:`.replay._compiled`), built on
-    first use and shared by every graph that shares the piece; cleared by :meth:`changed`
-    (and absent from a :meth:`copy`)."""
+    terms: CompiledPiece | None = field(default=None, repr=False, compare=False)
+    """The piece as the replay runs it (:func:`.replay._compiled`), built on first use and
+    shared by every graph that shares the piece (rebuilt for a graph whose step index of it
+    differs); cleared by :meth:`changed` (and absent from a :meth:`copy`)."""
 
     def changed(self) -> None:
-        """Say that ``lengths``, ``parts`` or ``arrivals`` changed: the replay's form of them
-        is built again."""
+        """Say that a field changed (``lengths``, ``arrivals``, ...): the replay's form of the
+        piece is built again."""
         self.terms = None
 
     def copy(self) -> Piece:

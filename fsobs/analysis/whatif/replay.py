@@ -137,21 +137,19 @@ def _compiled(graph: SegmentGraph) -> list[list[CompiledPiece]]:
     if graph.compiled is None:
         index = {s: i for i, s in enumerate(graph.steps)}
         graph.compiled = [
-            [
-                (p.kind, index.get(p.step, -1), *_piece_terms(p), p.owner, p.first_of_step)
-                for p in graph.pieces[rank]
-            ]
+            [_compiled_piece(p, index.get(p.step, -1)) for p in graph.pieces[rank]]
             for rank in graph.ranks
         ]
     return graph.compiled
 
 
-def _piece_terms(piece: Piece) -> tuple[Terms, list[CompiledArrival]]:
-    """The terms of a piece's lengths and its compiled arrivals (cached on the piece: a graph
+def _compiled_piece(piece: Piece, si: int) -> CompiledPiece:
+    """The piece as the replay runs it, ``si`` its step's index (cached on the piece: a graph
     and its rewrite share most pieces, :meth:`SegmentGraph.copy`)."""
-    if piece.terms is None:
+    if piece.terms is None or piece.terms[1] != si:
         lengths = _terms(piece.lengths.tolist()) if piece.lengths is not None else ()
-        piece.terms = (lengths, [(k, _position(pos)) for k, pos in piece.arrivals])
+        arrivals = [(k, _position(pos)) for k, pos in piece.arrivals]
+        piece.terms = (piece.kind, si, lengths, arrivals, piece.owner, piece.first_of_step)
     return piece.terms
 
 
