@@ -314,6 +314,7 @@ def _assemble(elementary: list[tuple[int, int, int, int, int]], colls: _RankColl
     pieces: list[Piece] = []
     bounds: list[_Bounds] = []
     last_step = None
+    open_parts: list[tuple[int, int]] | None = None  # the local piece still taking parts
     for lo, hi, kind, owner, step in elementary:
         first = step >= 0 and step != last_step
         if step >= 0:
@@ -321,13 +322,16 @@ def _assemble(elementary: list[tuple[int, int, int, int, int]], colls: _RankColl
         if owner >= 0:
             pieces.append(Piece(step, kind, length=hi - lo, owner=owner, first_of_step=first))
             bounds.append(_Bounds(lo, hi, []))
+            open_parts = None
             continue
-        if pieces and pieces[-1].kind == LOCAL and pieces[-1].step == step and not first:
-            pieces[-1].parts.append((kind, hi - lo))
-            bounds[-1].hi = hi
-            bounds[-1].parts.append((lo, hi, kind))
+        if open_parts is not None and pieces[-1].step == step and not first:
+            open_parts.append((kind, hi - lo))
+            where = bounds[-1]
+            where.hi = hi
+            where.parts.append((lo, hi, kind))
             continue
-        pieces.append(Piece(step, LOCAL, parts=[(kind, hi - lo)], first_of_step=first))
+        open_parts = [(kind, hi - lo)]
+        pieces.append(Piece(step, LOCAL, parts=open_parts, first_of_step=first))
         bounds.append(_Bounds(lo, hi, [(lo, hi, kind)]))
     _lengths([p for p in pieces if p.kind == LOCAL])
     _attach(pieces, bounds, colls)
