@@ -22,8 +22,10 @@ asynchronous collective) is local.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import accumulate
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -57,11 +59,15 @@ TABLE_COLUMNS = [
 ]
 
 
-CompiledPiece = tuple[
-    int, int, tuple[float, ...], int, list[tuple[int, tuple[float, ...] | int]], bool
-]
-"""A piece as the replay runs it (:mod:`.replay`): (kind, step index or -1, lengths, owner,
-arrivals, first_of_step)."""
+Terms = tuple[tuple[int, float], ...]
+"""(class, ns) of the nonzero entries of a per-class vector, in class order."""
+CompiledArrival = tuple[int, tuple[Terms, float] | int]
+"""(instance, position): local: the terms before it of the step's classes and the unscaled
+``gap`` ns; blocked: ns after the start."""
+CompiledPiece = tuple[int, int, Terms, list[CompiledArrival], int, bool]
+"""A piece as the replay runs it (:mod:`.replay`): (kind, step index or -1, the terms of its
+lengths, arrivals, owner, first_of_step). Only nonzero terms are kept: a zero adds nothing to a
+time (``x + 0 * f == x``), and most of a piece's classes are zero."""
 
 
 @dataclass
@@ -83,6 +89,28 @@ class Piece:
     arrivals: list[tuple[int, np.ndarray | int]] = field(default_factory=list)
     """(instance, position): local: ns per class before it; blocked: ns after the start."""
     first_of_step: bool = False
+    terms: CompiledPiece | None = field(default=None, repr=False, compare=False)
+    """The piece as the replay runs it (:func:`.replay._compiled`), built on first use and
+    shared by every graph that shares the piece (rebuilt for a graph whose step index of it
+    differs); cleared by :meth:`changed` (and absent from a :meth:`copy`)."""
+
+    def changed(self) -> None:
+        """Say that a field changed (``lengths``, ``arrivals``, ...): the replay's form of the
+        piece is built again."""
+        self.terms = None
+
+    def copy(self) -> Piece:
+        """A deep copy (its arrays and lists its own): what a rewrite of a shared piece
+        changes (:meth:`SegmentGraph.copy`)."""
+        return replace(
+            self,
+            terms=None,
+            lengths=None if self.lengths is None else self.lengths.copy(),
+            parts=list(self.parts),
+            arrivals=[
+                (k, pos.copy() if isinstance(pos, np.ndarray) else pos) for k, pos in self.arrivals
+            ],
+        )
 
 
 @dataclass
@@ -111,14 +139,15 @@ class SegmentGraph:
     """The chains as plain tuples for :func:`replay` (built on first use)."""
 
     def copy(self) -> SegmentGraph:
-        """A deep copy (to rewrite), without the compiled chains (what ``copy.deepcopy`` gives,
-        field by field: the chains are most of the graph and deepcopy walks them slowly)."""
+        """A copy to rewrite, without the compiled chains: its own containers, but the pieces
+        are shared (copy on write: a rewrite replaces a piece by its :meth:`Piece.copy` before
+        it changes it, and a rewrite changes few of them; the chains are most of the graph)."""
         return replace(
             self,
             ranks=list(self.ranks),
             steps=list(self.steps),
             start_ns=dict(self.start_ns),
-            pieces={rank: [_copy_piece(p) for p in chain] for rank, chain in self.pieces.items()},
+            pieces={rank: list(chain) for rank, chain in self.pieces.items()},
             transfer_ns=dict(self.transfer_ns),
             end_delta_ns=dict(self.end_delta_ns),
             members=dict(self.members),
@@ -127,18 +156,6 @@ class SegmentGraph:
             after=dict(self.after),
             compiled=None,
         )
-
-
-def _copy_piece(piece: Piece) -> Piece:
-    """A deep copy of one piece (its arrays and lists are its own)."""
-    return replace(
-        piece,
-        lengths=None if piece.lengths is None else piece.lengths.copy(),
-        parts=list(piece.parts),
-        arrivals=[
-            (k, pos.copy() if isinstance(pos, np.ndarray) else pos) for k, pos in piece.arrivals
-        ],
-    )
 
 
 def build_graph(analysis: Analysis) -> SegmentGraph:
@@ -192,12 +209,34 @@ def build_graph(analysis: Analysis) -> SegmentGraph:
 
 @dataclass(frozen=True)
 class _RankColls:
-    """One rank's matched instances (aligned ns), sorted by arrival."""
+    """One rank's matched instances (aligned ns), sorted by arrival: Python lists, read an
+    item at a time by :func:`_owned` and :func:`_attach` (numpy per item costs more)."""
 
-    ids: np.ndarray
-    arrival: np.ndarray
-    end: np.ndarray
-    last: np.ndarray
+    ids: list[int]
+    arrival: list[int]
+    end: list[int]
+    last: list[int]
+    target: dict[int, list[int]] = field(init=False)
+    """Per blocked kind, where it ends for each instance: ``min(last, end)`` for a wait,
+    ``end`` when exposed."""
+    key: dict[int, list[int]] = field(init=False)
+    """Per blocked kind, what picks the owner among covering instances (the latest wins):
+    ``last`` for a wait, ``end`` when exposed."""
+    reach: dict[int, list[int]] = field(init=False)
+    """Per blocked kind, the running maximum of its targets: no instance before the first
+    index where it passes ``t`` covers ``t`` (what :func:`_owned` bisects)."""
+    position: dict[int, int] = field(init=False)
+    """Instance -> its (first) index."""
+
+    def __post_init__(self) -> None:
+        wait = [min(a, b) for a, b in zip(self.last, self.end, strict=True)]
+        target = {WAIT: wait, EXPOSED: self.end}
+        object.__setattr__(self, "target", target)
+        object.__setattr__(self, "key", {WAIT: self.last, EXPOSED: self.end})
+        reach = {k: list(accumulate(v, max)) for k, v in target.items()}
+        object.__setattr__(self, "reach", reach)
+        first = {k: i for i, k in reversed(list(enumerate(self.ids)))}
+        object.__setattr__(self, "position", first)
 
     @staticmethod
     def by_rank(inst: pd.DataFrame) -> Callable[[int], _RankColls]:
@@ -210,7 +249,8 @@ class _RankColls:
 
         def of(r: int) -> _RankColls:
             lo, hi = np.searchsorted(rank, r, "left"), np.searchsorted(rank, r, "right")
-            return _RankColls(ids[lo:hi], arrival[lo:hi], end[lo:hi], last[lo:hi])
+            cut = (a[lo:hi].tolist() for a in (ids, arrival, end, last))
+            return _RankColls(*cut)
 
         return of
 
@@ -231,10 +271,8 @@ def _rank_chain(own: list[StepBubbles], shift: int, colls: _RankColls) -> tuple[
                     parts.append((a - shift, b - shift, kind))
         parts.sort()
         for a, b, kind in parts:
-            if kind == WAIT:
-                elementary.extend(_owned(a, b, kind, sb.step, colls, colls.last))
-            elif kind == EXPOSED:
-                elementary.extend(_owned(a, b, kind, sb.step, colls, colls.end))
+            if kind in (WAIT, EXPOSED):
+                elementary.extend(_owned(a, b, kind, sb.step, colls))
             else:
                 elementary.append((a, b, kind, -1, sb.step))
         previous_end = hi if previous_end is None else max(previous_end, hi)
@@ -242,33 +280,31 @@ def _rank_chain(own: list[StepBubbles], shift: int, colls: _RankColls) -> tuple[
 
 
 def _owned(
-    lo: int, hi: int, kind: int, step: int, colls: _RankColls, key: np.ndarray
+    lo: int, hi: int, kind: int, step: int, colls: _RankColls
 ) -> list[tuple[int, int, int, int, int]]:
     """Split a blocked interval by the instance it waits for: among the instances covering each
     instant (``arrival <= t < target``, target: ``min(last, end)`` for a wait, ``end`` when
-    exposed), the one with the latest ``key``. A piece that ends exactly at its owner's target
-    is bound to it (owner kept); otherwise it ended for a local reason (owner -1)."""
-    target = np.minimum(colls.last, colls.end) if kind == WAIT else colls.end
-    near = np.flatnonzero((colls.arrival < hi) & (target > lo))
-    points = sorted(
-        {lo, hi}
-        | {int(p) for p in np.concatenate([colls.arrival[near], target[near]]) if lo < p < hi}
-    )
+    exposed), the one with the latest key (``last`` for a wait, ``end`` when exposed; then the
+    smallest id). A piece that ends exactly at its owner's target is bound to it (owner kept);
+    otherwise it ended for a local reason (owner -1)."""
+    target, key, arrival, ids = colls.target[kind], colls.key[kind], colls.arrival, colls.ids
+    # arrivals are sorted: only instances in [first reaching past lo, first arriving at hi)
+    begin, stop = bisect_right(colls.reach[kind], lo), bisect_left(arrival, hi)
+    near = [i for i in range(begin, stop) if target[i] > lo]
+    inner = {p for i in near for p in (arrival[i], target[i]) if lo < p < hi}
+    points = sorted({lo, hi} | inner)
     out: list[tuple[int, int, int, int, int]] = []
     for a, b in zip(points[:-1], points[1:], strict=True):
-        cover = near[(colls.arrival[near] <= a) & (target[near] > a)]
-        pick = cover[np.lexsort((colls.ids[cover], -key[cover]))[0]] if len(cover) else -1
-        owner = int(colls.ids[pick]) if pick >= 0 else -1
+        cover = [i for i in near if arrival[i] <= a and target[i] > a]
+        owner = ids[min(cover, key=lambda i: (-key[i], ids[i]))] if cover else -1
         if out and out[-1][3] == owner:
             out[-1] = (out[-1][0], b, kind, owner, step)
         else:
             out.append((a, b, kind, owner, step))
     bound = []
     for a, b, k, owner, s in out:
-        if owner >= 0:
-            pos = int(np.flatnonzero(colls.ids == owner)[0])
-            if b != int(target[pos]):
-                owner = -1
+        if owner >= 0 and b != target[colls.position[owner]]:
+            owner = -1
         bound.append((a, b, k, owner, s))
     return bound
 
@@ -276,47 +312,68 @@ def _owned(
 def _assemble(elementary: list[tuple[int, int, int, int, int]], colls: _RankColls) -> list[Piece]:
     """Merge runs of local parts into local pieces and attach the arrivals."""
     pieces: list[Piece] = []
-    bounds: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+    bounds: list[_Bounds] = []
     last_step = None
+    open_parts: list[tuple[int, int]] | None = None  # the local piece still taking parts
     for lo, hi, kind, owner, step in elementary:
         first = step >= 0 and step != last_step
         if step >= 0:
             last_step = step
         if owner >= 0:
             pieces.append(Piece(step, kind, length=hi - lo, owner=owner, first_of_step=first))
-            bounds.append((lo, hi, []))
+            bounds.append(_Bounds(lo, hi, []))
+            open_parts = None
             continue
-        if pieces and pieces[-1].kind == LOCAL and pieces[-1].step == step and not first:
-            cast(np.ndarray, pieces[-1].lengths)[kind] += hi - lo  # a local piece has lengths
-            pieces[-1].parts.append((kind, hi - lo))
-            bounds[-1] = (bounds[-1][0], hi, [*bounds[-1][2], (lo, hi, kind)])
+        if open_parts is not None and pieces[-1].step == step and not first:
+            open_parts.append((kind, hi - lo))
+            where = bounds[-1]
+            where.hi = hi
+            where.parts.append((lo, hi, kind))
             continue
-        lengths = np.zeros(len(KINDS), np.int64)
-        lengths[kind] = hi - lo
-        pieces.append(
-            Piece(step, LOCAL, lengths=lengths, parts=[(kind, hi - lo)], first_of_step=first)
-        )
-        bounds.append((lo, hi, [(lo, hi, kind)]))
+        open_parts = [(kind, hi - lo)]
+        pieces.append(Piece(step, LOCAL, parts=open_parts, first_of_step=first))
+        bounds.append(_Bounds(lo, hi, [(lo, hi, kind)]))
+    _lengths([p for p in pieces if p.kind == LOCAL])
     _attach(pieces, bounds, colls)
     return pieces
 
 
-def _attach(
-    pieces: list[Piece], bounds: list[tuple[int, int, list[tuple[int, int, int]]]], c: _RankColls
-) -> None:
+@dataclass
+class _Bounds:
+    """Where a piece lies (aligned ns) and, local, its parts ``(lo, hi, class)``."""
+
+    lo: int
+    hi: int
+    parts: list[tuple[int, int, int]]
+
+
+def _lengths(local: list[Piece]) -> None:
+    """Each local piece's ``lengths``: its parts summed per class (in Python: one numpy call
+    per rank, not one per part)."""
+    rows = []
+    for piece in local:
+        row = [0] * len(KINDS)
+        for kind, ns in piece.parts:
+            row[kind] += ns
+        rows.append(row)
+    for piece, lengths in zip(local, np.array(rows, np.int64).reshape(-1, len(KINDS)), strict=True):
+        piece.lengths = lengths
+
+
+def _attach(pieces: list[Piece], bounds: list[_Bounds], c: _RankColls) -> None:
     """Each arrival of the rank goes to the piece that holds it (before the first piece: the
     first one, at a negative distance; after the last: the last one, past its end)."""
     if not pieces:
         return
-    lows = np.array([b[0] for b in bounds], np.int64)
-    for inst, when in zip(c.ids.tolist(), c.arrival.tolist(), strict=True):
-        i = max(int(np.searchsorted(lows, when, "right")) - 1, 0)
-        piece, (lo, hi, parts) = pieces[i], bounds[i]
-        if piece.kind != LOCAL or when < lo:
-            piece.arrivals.append((inst, int(when - lo)))
+    lows = [b.lo for b in bounds]
+    for inst, when in zip(c.ids, c.arrival, strict=True):
+        i = max(bisect_right(lows, when) - 1, 0)
+        piece, where = pieces[i], bounds[i]
+        if piece.kind != LOCAL or when < where.lo:
+            piece.arrivals.append((inst, int(when - where.lo)))
             continue
-        before = np.zeros(len(KINDS), np.int64)
-        for a, b, kind in parts:
+        before = [0] * len(KINDS)
+        for a, b, kind in where.parts:
             before[kind] += max(0, min(b, when) - a)
-        before[GAP] += max(0, when - hi)  # past the rank's last piece: unscaled
-        piece.arrivals.append((inst, before))
+        before[GAP] += max(0, when - where.hi)  # past the rank's last piece: unscaled
+        piece.arrivals.append((inst, np.array(before, np.int64)))

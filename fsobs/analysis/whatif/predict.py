@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from fsobs.analysis.pipeline import Analysis
+from fsobs.analysis.whatif._gc import full_collections_held
 from fsobs.analysis.whatif.bounds import BoundSummary, run_bounds
 from fsobs.analysis.whatif.calibration import (
     Calibration,
@@ -134,7 +135,35 @@ def whatif(
     here on a CPU run, where it holds up the training thread; 0 on a GPU run, where the host
     plans while the GPU works). ``progress(done, total, next)``, when given, is called before
     each stage of the work (``next`` names it) and once with ``done == total`` at the end.
+    Full garbage collections are held off meanwhile (:mod:`fsobs.analysis.whatif._gc`).
     """
+    with full_collections_held():
+        return _whatif(
+            analysis,
+            toggles,
+            draws=draws,
+            seed=seed,
+            confidence=confidence,
+            balance_split=balance_split,
+            cost_model=cost_model,
+            planner_ns=planner_ns,
+            progress=progress,
+        )
+
+
+def _whatif(
+    analysis: Analysis,
+    toggles: tuple[str, ...],
+    *,
+    draws: int,
+    seed: int,
+    confidence: float,
+    balance_split: BalanceSplit,
+    cost_model: CostModel | None,
+    planner_ns: float | None,
+    progress: Progress | None,
+) -> WhatIf:
+    """:func:`whatif`'s work."""
     toggles = _check_toggles(toggles)
     stages = _Stages(progress, 3 + ("priority_overlap" in toggles))
     stages.next("the segment graph of the run")
@@ -282,10 +311,9 @@ class _Runner:
             stages.next(f"{len(group) * len(etas)} replays{' with priority_overlap' * prioritized}")
             more = [Changes()] + ([] if prioritized else _oracle_batch(self.setup))
             batch = [self._changes(combo, eta) for combo in group for eta in etas] + more
-            owners: dict[int, np.ndarray] = {}
-            replayed = replay_batch(graph, batch, owners)
             first = len(batch) - len(more)  # the unchanged replay's place in the batch
-            blocked = {k: float(v[first]) for k, v in owners.items()}
+            blocked: dict[int, float] = {}
+            replayed = replay_batch(graph, batch, blocked, first)
             walks[prioritized] = _Walk(list(replayed[first:]), blocked)
             totals = iter(replayed)
             for combo in group:

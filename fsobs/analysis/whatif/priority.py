@@ -163,11 +163,16 @@ def _reorder(graph: SegmentGraph, d: int, k: int) -> None:
         if where is None or held is None:
             continue
         piece, position = where
-        chain[held[0]].arrivals = [a for a in chain[held[0]].arrivals if a[0] != k]
-        chain[piece].arrivals.append((k, position))
-        moved = [p for p in chain if p.kind == EXPOSED and p.owner == d]
-        if not moved:
+        source = _own(chain, held[0])
+        source.arrivals = [a for a in source.arrivals if a[0] != k]
+        source.changed()
+        target = _own(chain, piece)
+        target.arrivals.append((k, position))
+        target.changed()
+        at = [i for i, p in enumerate(chain) if p.kind == EXPOSED and p.owner == d]
+        if not at:
             continue
+        moved = [_own(chain, i) for i in at]  # _rehome empties their arrivals
         last_k = max((i for i, p in enumerate(chain) if p.owner == k), default=-1)
         spot = _after_first_busy(chain, last_k)
         if spot is None:
@@ -185,12 +190,23 @@ def _rehome(chain: list[Piece], ids: set[int]) -> None:
     for i, piece in enumerate(chain):
         if id(piece) not in ids or not piece.arrivals:
             continue
-        host = next((p for p in chain[i + 1 :] if id(p) not in ids), None)
-        if host is None:
+        after = (j for j in range(i + 1, len(chain)) if id(chain[j]) not in ids)
+        j = next(after, None)
+        if j is None:
             continue
+        host = _own(chain, j)
         zero = np.zeros_like(host.lengths) if host.kind == LOCAL else 0
         host.arrivals = [(inst, zero) for inst, _ in piece.arrivals] + host.arrivals
         piece.arrivals = []
+        host.changed()
+        piece.changed()
+
+
+def _own(chain: list[Piece], i: int) -> Piece:
+    """Piece ``i`` of a rewritten graph's chain, made its own before it is changed (the
+    graph shares its pieces with the one it was copied from: :meth:`SegmentGraph.copy`)."""
+    chain[i] = chain[i].copy()
+    return chain[i]
 
 
 def _arrival_of(chain: list[Piece], inst: int) -> tuple[int, np.ndarray | int] | None:
@@ -275,6 +291,7 @@ def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[
     held: set[int] = set()
     done: list[int] = []
     new_rows = []
+    chains = {rank: _Chain(graph.pieces[rank]) for rank in graph.ranks}
     for step, rows in table.groupby("step"):
         o = overlap.get(int(cast(int, step)))
         deferred = 1 - overlap.get(int(cast(int, step)) - 1, 1.0)  # the previous step's rest
@@ -290,13 +307,14 @@ def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[
         next_id += 2
         inserted = 0
         for rank in graph.ranks:
-            lookup = _busy_between(graph.pieces[rank], int(cast(int, step)), prev, f)
+            chain = chains[rank]
+            lookup = _busy_between(chain, int(cast(int, step)), prev, f)
             extra = int(round(2 * deferred * lookup))
-            if _insert_masks(graph.pieces[rank], int(cast(int, step)), f, masks, extra):
+            if _insert_masks(chain, int(cast(int, step)), f, masks, extra):
                 inserted += 1
                 for m in masks:
                     graph.end_delta_ns[(m, rank)] = 0
-            _wait_on_dense(graph.pieces[rank], int(cast(int, step)), d, b)
+            _wait_on_dense(chain, int(cast(int, step)), d, b)
         if inserted:
             row = rows[rows["instance"] == f].iloc[0]
             for m in masks:
@@ -322,7 +340,59 @@ def pec(graph: SegmentGraph, overlap: dict[int, float]) -> tuple[set[int], list[
         graph.instances["role"] = roles
     if new_rows:
         graph.instances = pd.concat([graph.instances, pd.DataFrame(new_rows)], ignore_index=True)
+    for rank, chain in chains.items():
+        graph.pieces[rank] = chain.pieces()
     return held, done
+
+
+class _Chain:
+    """One rank's chain as :func:`pec` rewrites it: the measured pieces, indexed once (the
+    first piece holding each instance's arrival, the first blocked piece of each owner), and
+    the pieces PEC inserts, put in place once at the end (:meth:`pieces`).
+
+    PEC looks up only measured instances (F, D, B and the one before F), never the masks it
+    inserts, and inserted pieces hold only the masks' arrivals and block on the masks or on
+    D: so the index of the measured pieces answers every look-up, and the measured pieces'
+    order is the rewritten chain's.
+    """
+
+    def __init__(self, pieces: list[Piece]) -> None:
+        self.measured = pieces
+        self.arrival: dict[int, tuple[int, np.ndarray | int]] = {}
+        self.blocked: dict[int, int] = {}
+        self.step_start: dict[int, int] = {}  # step -> its first piece
+        for i, piece in enumerate(pieces):
+            for who, position in piece.arrivals:
+                self.arrival.setdefault(who, (i, position))
+            if piece.kind != LOCAL:
+                self.blocked.setdefault(piece.owner, i)
+            self.step_start.setdefault(piece.step, i)
+        # per gap (before measured piece i; i == len: at the end), the blocks put right after
+        # the piece before it (each one ahead of those already there) and right before piece i
+        self.front: dict[int, list[list[Piece]]] = {}
+        self.back: dict[int, list[list[Piece]]] = {}
+
+    def insert_after(self, i: int, new: list[Piece]) -> None:
+        """``new`` right after measured piece ``i`` (``chain[i + 1 : i + 1] = new``)."""
+        self.front.setdefault(i + 1, []).append(new)
+
+    def insert_before(self, i: int, new: list[Piece]) -> None:
+        """``new`` right before measured piece ``i`` (``chain[i:i] = new``)."""
+        self.back.setdefault(i, []).append(new)
+
+    def pieces(self) -> list[Piece]:
+        """The rewritten chain."""
+        if not self.front and not self.back:
+            return self.measured
+        out: list[Piece] = []
+        for i in range(len(self.measured) + 1):
+            for block in reversed(self.front.get(i, [])):
+                out.extend(block)
+            for block in self.back.get(i, []):
+                out.extend(block)
+            if i < len(self.measured):
+                out.append(self.measured[i])
+        return out
 
 
 def _pec_targets(rows: pd.DataFrame) -> tuple[int, int | None, int, int] | None:
@@ -349,17 +419,19 @@ def _pec_targets(rows: pd.DataFrame) -> tuple[int, int | None, int, int] | None:
     return ids[i], prev, int(dense["instance"].iloc[0]), int(after["instance"].iloc[0])
 
 
-def _busy_between(chain: list[Piece], step: int, first: int | None, then: int) -> int:
+def _busy_between(chain: _Chain, step: int, first: int | None, then: int) -> int:
     """The rank's busy time in ``step`` from its arrival at ``first`` (None: the step's start)
     to its arrival at ``then``: the lookup, when ``first`` is the embedding collective before
-    the lookup's output all-to-all ``then``; 0 without those arrivals."""
-    end = _arrival_of(chain, then)
-    start = (0, None) if first is None else _arrival_of(chain, first)
+    the lookup's output all-to-all ``then``; 0 without those arrivals. (Pieces inserted for
+    other steps would count nothing: the measured chain gives it.)"""
+    end = chain.arrival.get(then)
+    start = (0, None) if first is None else chain.arrival.get(first)
     if end is None or start is None:
         return 0
     busy = 0
-    for i in range(start[0], end[0] + 1):
-        piece = chain[i]
+    # from the step's first piece on at the earliest: the pieces before it count nothing
+    for i in range(max(start[0], chain.step_start.get(step, end[0] + 1)), end[0] + 1):
+        piece = chain.measured[i]
         if piece.step != step or piece.kind != LOCAL or piece.lengths is None:
             continue
         hi = _busy_at(end[1]) if i == end[0] else int(piece.lengths[BUSY])
@@ -386,14 +458,13 @@ def _zero_local(step: int, arrivals: list[int], busy: int = 0) -> Piece:
 
 
 def _insert_masks(
-    chain: list[Piece], step: int, f: int, masks: tuple[int, int], extra_busy: int
+    chain: _Chain, step: int, f: int, masks: tuple[int, int], extra_busy: int
 ) -> bool:
     """Put the two blocking mask exchanges and the extra lookups before F's first blocked
     piece (or after the piece that holds F's arrival); False when the rank has no F."""
-    held = _arrival_of(chain, f)
+    held = chain.arrival.get(f)
     if held is None:
         return False
-    spot = next((i for i, p in enumerate(chain) if p.kind != LOCAL and p.owner == f), held[0] + 1)
     m1, m2 = masks
     new = [
         _zero_local(step, [m1]),
@@ -404,17 +475,21 @@ def _insert_masks(
         Piece(step, EXPOSED, owner=m2),
         _zero_local(step, [], extra_busy),
     ]
-    chain[spot:spot] = new
+    spot = chain.blocked.get(f)
+    if spot is None:
+        chain.insert_after(held[0], new)
+    else:
+        chain.insert_before(spot, new)
     return True
 
 
-def _wait_on_dense(chain: list[Piece], step: int, d: int, b: int) -> None:
+def _wait_on_dense(chain: _Chain, step: int, d: int, b: int) -> None:
     """Block on the dense all-reduce D before B's first blocked piece (D arrived before it)."""
-    spot = next((i for i, p in enumerate(chain) if p.kind != LOCAL and p.owner == b), None)
-    where = _arrival_of(chain, d)
+    spot = chain.blocked.get(b)
+    where = chain.arrival.get(d)
     if spot is None or where is None or where[0] >= spot:
         return
-    chain[spot:spot] = [Piece(step, WAIT, owner=d), Piece(step, EXPOSED, owner=d)]
+    chain.insert_before(spot, [Piece(step, WAIT, owner=d), Piece(step, EXPOSED, owner=d)])
 
 
 def embedding_blocked_ms(graph: SegmentGraph, changes: Changes | None = None) -> float:

@@ -35,9 +35,11 @@ from fsobs.analysis.whatif.graph import (
     LOCAL,
     TABLE_COLUMNS,
     WAIT,
+    CompiledArrival,
     CompiledPiece,
     Piece,
     SegmentGraph,
+    Terms,
     build_graph,
 )
 from fsobs.errors import RunError
@@ -84,17 +86,15 @@ def replay_totals(
 ) -> np.ndarray:
     """Replay the graph; ns per ``[rank, step, class of KINDS]`` (0 where a rank has no such
     step). ``by_owner``, when given, gets the blocked ns per instance (over all ranks)."""
-    owners: dict[int, np.ndarray] | None = None if by_owner is None else {}
-    totals: np.ndarray = replay_batch(graph, [changes or Changes()], owners)[0]
-    if by_owner is not None and owners is not None:
-        by_owner.update({k: float(v[0]) for k, v in owners.items()})
+    totals: np.ndarray = replay_batch(graph, [changes or Changes()], by_owner)[0]
     return totals
 
 
 def replay_batch(
     graph: SegmentGraph,
     batch: Sequence[Changes],
-    by_owner: dict[int, np.ndarray] | None = None,
+    by_owner: dict[int, float] | None = None,
+    owner_replay: int = 0,
 ) -> np.ndarray:
     """Replay the graph once per ``Changes`` of ``batch``, all in one walk: ns per
     ``[replay, rank, step, class of KINDS]``, each replay exactly what it gives alone.
@@ -102,7 +102,9 @@ def replay_batch(
     The walk's order (which rank moves, which collective it waits on) depends on the chains
     alone, never on the times, so the replays share it: every time is an array with one entry
     per replay, and each operation acts on every entry as it would on one number (same
-    operations, same order). ``by_owner`` gets the blocked ns per instance, per replay.
+    operations, same order). ``by_owner`` gets the blocked ns per instance (over all ranks) of
+    one replay, the one at ``owner_replay`` in ``batch`` (the only one whose blocked time the
+    what-if reads: summing it for every replay would cost an array operation per piece).
     """
     n_ranks, n_steps, width = len(graph.ranks), len(graph.steps), len(batch)
     # [rank, step, class, replay] and [rank, step, replay]: one replay's numbers side by side
@@ -115,7 +117,7 @@ def replay_batch(
             extra[..., b] = changes.extra_idle_ns
     totals = np.zeros((n_ranks, n_steps, len(KINDS), width))
     run = _Run(_compiled(graph), graph, scale, totals, extra)
-    run.by_owner = by_owner
+    run.by_owner, run.owner_replay = by_owner, owner_replay
     pending = list(range(n_ranks))
     while pending:
         progressed = False
@@ -135,28 +137,35 @@ def _compiled(graph: SegmentGraph) -> list[list[CompiledPiece]]:
     if graph.compiled is None:
         index = {s: i for i, s in enumerate(graph.steps)}
         graph.compiled = [
-            [
-                (
-                    p.kind,
-                    index.get(p.step, -1),
-                    _floats(p.lengths) if p.lengths is not None else (),
-                    p.owner,
-                    [
-                        (k, _floats(pos) if isinstance(pos, np.ndarray) else pos)
-                        for k, pos in p.arrivals
-                    ],
-                    p.first_of_step,
-                )
-                for p in graph.pieces[rank]
-            ]
+            [_compiled_piece(p, index.get(p.step, -1)) for p in graph.pieces[rank]]
             for rank in graph.ranks
         ]
     return graph.compiled
 
 
-def _floats(values: np.ndarray) -> tuple[float, ...]:
-    """The values as Python floats (``tolist`` of float64: each one exactly)."""
-    return tuple(np.asarray(values, dtype=np.float64).tolist())
+def _compiled_piece(piece: Piece, si: int) -> CompiledPiece:
+    """The piece as the replay runs it, ``si`` its step's index (cached on the piece: a graph
+    and its rewrite share most pieces, :meth:`SegmentGraph.copy`)."""
+    if piece.terms is None or piece.terms[1] != si:
+        lengths = _terms(piece.lengths.tolist()) if piece.lengths is not None else ()
+        arrivals = [(k, _position(pos)) for k, pos in piece.arrivals]
+        piece.terms = (piece.kind, si, lengths, arrivals, piece.owner, piece.first_of_step)
+    return piece.terms
+
+
+def _terms(values: list[int] | list[float]) -> Terms:
+    """The nonzero values as (class, Python float): ``float`` of an integer rounds to nearest,
+    as a cast to float64 does (a numpy call per piece would cost more than the replay of it)."""
+    return tuple((c, float(v)) for c, v in enumerate(values) if v)
+
+
+def _position(position: np.ndarray | int) -> tuple[Terms, float] | int:
+    """An arrival's position as the replay reads it: in a local piece, the terms of the step's
+    classes before it and the unscaled ``gap`` ns (past the rank's last piece)."""
+    if not isinstance(position, np.ndarray):
+        return position
+    values = position.tolist()
+    return _terms(values[:GAP]), float(values[GAP])
 
 
 class _Run:
@@ -185,65 +194,75 @@ class _Run:
         self.arrived = [False] * len(chains)
         self.count: dict[int, int] = {}
         self.last: dict[int, np.ndarray] = {}
-        self.by_owner: dict[int, np.ndarray] | None = None
+        # per ready instance, its end and its wait's end where e_rk = E_k (every rank but the
+        # latest ones): the same arrays for every such rank, worked out once
+        self.ends: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.followers = {j: k for k, j in graph.after.items()}  # whose ends follow j's
+        self.ready: set[int] = set()  # instances every rank (and what they follow) reached
+        self.by_owner: dict[int, float] | None = None
+        self.owner_replay = 0
 
     def advance(self, ri: int) -> tuple[bool, bool]:
         """Walk rank ``ri`` as far as it can go; (moved, finished)."""
         chain = self.chains[ri]
         rank = self.graph.ranks[ri]
-        moved = False
+        scale, sums, extra = self.scale[ri], self.totals[ri], self.extra[ri]
+        by_owner, b, ready = self.by_owner, self.owner_replay, self.ready
+        i, start = self.index[ri], self.index[ri]
         t = self.time[ri]
-        while self.index[ri] < len(chain):
-            kind, si, lengths, owner, arrivals, first = chain[self.index[ri]]
+        while i < len(chain):
+            kind, si, lengths, arrivals, owner, first = chain[i]
             inside = si >= 0
-            factors = self.scale[ri][si] if inside else self.ones
-            totals = self.totals[ri][si] if inside else self.unused
+            factors = scale[si] if inside else self.ones
+            totals = sums[si] if inside else self.unused
             if not self.arrived[ri]:
                 if first and inside:
-                    t = t + self.extra[ri][si]
-                    totals[IDLE] += self.extra[ri][si]
-                self._arrive(t, arrivals, factors)
+                    t = t + extra[si]
+                    totals[IDLE] += extra[si]
+                if arrivals:
+                    self._arrive(t, arrivals, factors)
                 self.arrived[ri] = True
             if kind == LOCAL:
-                for c, (ns, f) in enumerate(zip(lengths, factors, strict=False)):
-                    if ns:
-                        part = ns * f
-                        t = t + part
-                        totals[c] += part
+                for c, ns in lengths:
+                    part = ns * factors[c]
+                    t = t + part
+                    totals[c] += part
             else:
-                if not self._ready(owner):
-                    self.time[ri] = t
-                    return moved, False
+                if owner not in ready:  # once ready, always: arrivals only add up
+                    if not self._ready(owner):
+                        break
+                    ready.add(owner)
                 target = self._target(kind, owner, rank)
                 end = np.where(target > t, target, t)  # max(t, target)
                 totals[kind] += end - t
-                if self.by_owner is not None and inside:
-                    self.by_owner[owner] = self.by_owner.get(owner, 0.0) + end - t
+                if by_owner is not None and inside:  # (sum + end) - t, as whole arrays add
+                    by_owner[owner] = by_owner.get(owner, 0.0) + float(end[b]) - float(t[b])
                 t = end
-            self.index[ri] += 1
+            i += 1
             self.arrived[ri] = False
-            moved = True
-        self.time[ri] = t
-        return moved, True
+        self.index[ri], self.time[ri] = i, t
+        return i > start, i == len(chain)
 
     def _arrive(
-        self,
-        t: np.ndarray,
-        arrivals: list[tuple[int, tuple[float, ...] | int]],
-        factors: list[np.ndarray],
+        self, t: np.ndarray, arrivals: list[CompiledArrival], factors: list[np.ndarray]
     ) -> None:
         for inst, position in arrivals:
             if isinstance(position, tuple):
+                terms, gap = position
                 shift: np.ndarray | int = 0
-                for p, f in zip(position[:GAP], factors, strict=False):
-                    shift = shift + p * f
+                for c, p in terms:
+                    shift = shift + p * factors[c]
                 when = t + shift
-                when = when + position[GAP]
+                if gap:
+                    when = when + gap
             else:
                 when = t + position
             self.count[inst] = self.count.get(inst, 0) + 1
             last = self.last.get(inst)
             self.last[inst] = when if last is None else np.where(when > last, when, last)
+            if self.ends:  # an arrival after the instance was ready: its ends move
+                self.ends.pop(inst, None)
+                self.ends.pop(self.followers.get(inst, -1), None)
 
     def _ready(self, k: int) -> bool:
         members = self.graph.members
@@ -253,14 +272,29 @@ class _Run:
         )
 
     def _target(self, kind: int, k: int, rank: int) -> np.ndarray:
+        """Where a blocked piece of instance ``k`` ends on ``rank``: ``E'_k + (e_rk - E_k)``
+        when exposed, ``min(A'_k, e'_rk)`` for a wait."""
+        delta = self.graph.end_delta_ns[(k, rank)]
+        ends = self.ends.get(k)
+        if ends is None:
+            ends = self.ends[k] = self._ends(k)
+        if not delta:  # end + 0 is end: the shared arrays
+            return ends[1] if kind == WAIT else ends[0]
+        last = self.last[k]
+        end = ends[0] + delta
+        return np.where(end < last, end, last) if kind == WAIT else end  # min(last, end)
+
+    def _ends(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``E'_k`` (the transfer after the last arrival, or after the transfer it follows)
+        and ``min(A'_k, E'_k)``."""
         last = self.last[k]
         begin = last
         j = self.graph.after.get(k)
         if j is not None:
             later = self.last[j] + self.graph.transfer_ns[j]
             begin = np.where(later > last, later, last)  # max(last, later)
-        end = begin + self.graph.transfer_ns[k] + self.graph.end_delta_ns[(k, rank)]
-        return np.where(end < last, end, last) if kind == WAIT else end  # min(last, end)
+        end = begin + self.graph.transfer_ns[k]
+        return end, np.where(end < last, end, last)
 
 
 def totals_table(graph: SegmentGraph, totals: np.ndarray) -> pd.DataFrame:

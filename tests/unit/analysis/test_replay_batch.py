@@ -29,13 +29,16 @@ def test_each_replay_of_a_batch_is_the_replay_alone() -> None:
     # rank 0 computes 10 ms, rank 1 4 ms, then a 2 ms transfer, then 5 ms each
     graph = _two_ranks({0: (10.0, 5.0), 1: (4.0, 5.0)}, transfer_ms=2.0)
     batch = _batch()
-    owners: dict[int, np.ndarray] = {}
-    totals = replay_batch(graph, batch, owners)
+    totals = replay_batch(graph, batch)
     assert totals.shape == (3, 2, 1, len(KINDS))
+    blocked = []
     for b, changes in enumerate(batch):
         alone: dict[int, float] = {}
         assert np.array_equal(totals[b], replay_totals(graph, changes, alone))  # bit for bit
-        assert owners[0][b] == alone[0]
+        owners: dict[int, float] = {}
+        assert np.array_equal(replay_batch(graph, batch, owners, b), totals)
+        assert owners[0] == alone[0]  # replay b's blocked time, as it gives alone
+        blocked.append(owners[0])
     ms = totals[:, :, 0, :] / MS  # [replay, rank, class]
     # unchanged: rank 1 waits 10 - 4 ms, both ranks see the 2 ms transfer
     assert ms[0, 1, WAIT] == pytest.approx(6.0) and ms[0, 0, WAIT] == 0.0
@@ -45,7 +48,7 @@ def test_each_replay_of_a_batch_is_the_replay_alone() -> None:
     # rank 1 3 ms late: host idle 3 ms, then it waits 10 - (3 + 4) ms
     assert ms[2, 1, IDLE] == pytest.approx(3.0) and ms[2, 1, WAIT] == pytest.approx(3.0)
     # blocked ns per instance, over both ranks: wait + 2 x the transfer
-    assert owners[0] / MS == pytest.approx([6.0 + 4.0, 1.0 + 4.0, 3.0 + 4.0])
+    assert np.array(blocked) / MS == pytest.approx([6.0 + 4.0, 1.0 + 4.0, 3.0 + 4.0])
 
 
 def test_a_batch_of_one_is_the_plain_replay() -> None:
