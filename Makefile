@@ -43,10 +43,12 @@ test-fast: install
 	$(BIN)/python -m pytest -q -n auto tests/unit  # the unit lane: no torchrun, process group, browser or server
 
 # Both lanes on TEST_WORKERS pytest-xdist workers (2: this 2-core kind; the multi-rank tests start
-# 2-4 processes each, so more workers than cores oversubscribe them), the slowest 25 named at the end.
+# 2-4 processes each, so more workers than cores oversubscribe them), a module's tests on one
+# worker (--dist loadscope: a module's torchrun runs, made once by its fixture, are not made
+# again on the other), the slowest 25 named at the end.
 TEST_WORKERS ?= 2
 test: install browser
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 # The main job, measured like the benchmarks: the reference model on 2 gloo ranks in four arms
 # (baseline: random split of each global batch; balanced; pec: priority overlap; freescale: every
