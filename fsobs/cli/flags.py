@@ -24,13 +24,13 @@ import dataclasses
 import functools
 import inspect
 import re
-import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from fsobs.errors import FsobsError
+from fsobs.runformat.structs import optional_of
 
 _ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 _LITERAL = re.compile(r"``([^`]+)``")
@@ -62,7 +62,7 @@ def add_section(parser: argparse.ArgumentParser, section: Section, title: str) -
     defaults = {f.name: f.default for f in dataclasses.fields(section.config)}
     for name, flag in section.flags.items():
         text = help_text(docs.get(name, ""))
-        kind = _optional(hints[name])
+        kind = optional_of(hints[name])
         if kind is bool:
             group.add_argument(flag, action="store_true", default=None, help=text)
             continue
@@ -124,14 +124,6 @@ def help_text(doc: str) -> str:
     escaped for argparse."""
     first = " ".join(doc.split("\n\n")[0].split())
     return _LITERAL.sub(r"\1", _ROLE.sub(r"\1", first)).replace("%", "%%")
-
-
-def _optional(hint: Any) -> Any:
-    """``X`` of ``X | None``; any other hint as it is."""
-    if get_origin(hint) in (Union, types.UnionType):
-        (inner,) = [a for a in get_args(hint) if a is not type(None)]
-        return inner
-    return hint
 
 
 def _dest(flag: str) -> str:

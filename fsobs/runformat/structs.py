@@ -32,7 +32,7 @@ import msgspec
 
 from optim.errors import FieldError
 
-__all__ = ["FieldError", "convert"]
+__all__ = ["FieldError", "convert", "optional_of"]
 
 T = TypeVar("T")
 
@@ -102,16 +102,16 @@ def _check_dataclass(obj: object, kind: object, where: str) -> None:
     """Refuse what msgspec accepts in a dataclass: an unknown field, a float not finite."""
     if isinstance(obj, float) and not math.isfinite(obj):
         raise FieldError(where, f"must be a finite number, got {obj}")
-    kind = _optional_of(kind)
+    kind = optional_of(kind)
     if isinstance(obj, list) and get_origin(kind) in (list, tuple):
         for value in obj:
             _check_dataclass(value, get_args(kind)[0], where)
         return
     if not (isinstance(kind, type) and dataclasses.is_dataclass(kind) and isinstance(obj, dict)):
         return
-    hints = get_type_hints(kind)
+    hints, names = get_type_hints(kind), _field_names(kind)
     for key, value in obj.items():
-        if key not in hints or key not in _field_names(kind):
+        if key not in names:
             raise _unknown(_join(where, str(key)), kind)
         _check_dataclass(value, hints[key], _join(where, key))
 
@@ -127,16 +127,16 @@ def _field_names(kind: object) -> list[str]:
 def _type_at(kind: object, field: str) -> object:
     """The type of the (dotted) ``field`` of ``kind``: its dataclass or Struct fields' hints."""
     for name in filter(None, field.split(".")):
-        kind = _optional_of(kind)
+        kind = optional_of(kind)
         if not isinstance(kind, type) or name not in _field_names(kind):
             return None
         kind = get_type_hints(kind)[name]
         if get_origin(kind) in (list, tuple):  # a list's elements share its name
             kind = get_args(kind)[0]
-    return _optional_of(kind)
+    return optional_of(kind)
 
 
-def _optional_of(kind: object) -> object:
+def optional_of(kind: object) -> object:
     """``X`` for ``X | None``; ``kind`` itself otherwise."""
     if get_origin(kind) in (Union, types.UnionType):
         inner = [a for a in get_args(kind) if a is not type(None)]

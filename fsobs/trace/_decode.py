@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,20 +118,22 @@ def read_trace_bytes(
     return buf
 
 
-def text_pieces(path: Location, max_bytes: int, *, held: bool = False) -> Iterator[bytes]:
+def text_pieces(
+    path: Location, max_bytes: int, *, held: bool = False, zlib_only: bool = False
+) -> Iterator[bytes]:
     """The file's text in pieces of at most :data:`PIECE` bytes, gzip decompressed (several
     members too), front to back (no seek, so a remote file is one stream).
 
     Raises :class:`TraceReadError` when the file cannot be read, is not whole gzip, or its text
     passes ``max_bytes``; a local file too big by its size or its gzip trailer is refused
     before anything is decompressed. ``held``: the caller holds the whole text (the error says
-    so).
+    so). ``zlib_only``: zlib decompresses, even where ISA-L is installed (:func:`_inflaters`).
     """
     over = held_over if held else _over
     if isinstance(path, Path):
         _check_local_size(path, max_bytes, over)
     total = 0
-    new_inflater, errors = _inflaters()
+    new_inflater, errors = (_zlib_inflater, (zlib.error,)) if zlib_only else _inflaters()
     try:
         with open_binary(path) as f:
             raw = _first_bytes(f)
@@ -200,27 +203,13 @@ def _inflate(
     try:
         return inflater.decompress(raw, PIECE)
     except errors as exc:
-        reason = _zlib_reason(path) or str(exc).lower()
+        if isinstance(exc, zlib.error):  # "Error -3 while decompressing data: <reason>"
+            reason = str(exc).rpartition(": ")[2].lower()
+        else:  # ISA-L's words: the file read again by zlib raises zlib's error instead
+            for _ in text_pieces(path, sys.maxsize, zlib_only=True):
+                pass
+            reason = str(exc).lower()  # zlib found no fault
         raise TraceReadError(f"corrupt gzip data ({reason})", path=path) from exc
-
-
-def _zlib_reason(path: Location) -> str | None:
-    """Why zlib refuses the gzip file ``path`` (read again from the start, its text dropped):
-    the errors keep zlib's wording whichever decompressor found the fault; None if zlib finds
-    none."""
-    with open_binary(path) as f:
-        inflater = _zlib_inflater()
-        while raw := f.read(PIECE // 8):
-            while raw:
-                try:
-                    inflater.decompress(raw, PIECE)
-                except zlib.error as exc:  # "Error -3 while decompressing data: <reason>"
-                    return str(exc).rpartition(": ")[2].lower()
-                raw = inflater.unconsumed_tail
-                if inflater.eof:
-                    raw = inflater.unused_data.lstrip(b"\x00")
-                    inflater = _zlib_inflater() if raw else inflater
-    return None
 
 
 def _first_bytes(f: Readable) -> bytes:

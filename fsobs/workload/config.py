@@ -41,6 +41,9 @@ from fsobs.runformat.structs import FieldError, convert
 from fsobs.workload.data import DataConfig
 from optim.config import FreeScaleConfig
 
+_TABLES = ("num_items", "num_categories", "num_users", "num_contexts")
+"""The embedding tables' row counts, the same names in ModelConfig and DataConfig."""
+
 
 @dataclass(kw_only=True, frozen=True)
 class ModelConfig:
@@ -77,10 +80,7 @@ class ModelConfig:
     the loop scales the sum by world_size / global_batch_size)."""
 
     def __post_init__(self) -> None:
-        for name in ("emb_dim", "num_heads", "head_dim", "num_blocks"):
-            if getattr(self, name) < 1:
-                raise FieldError(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("num_items", "num_categories", "num_users", "num_contexts"):
+        for name in ("emb_dim", "num_heads", "head_dim", "num_blocks", *_TABLES):
             if getattr(self, name) < 1:
                 raise FieldError(name, f"must be >= 1, got {getattr(self, name)}")
         if self.wide_dim < 0:
@@ -168,7 +168,7 @@ def data_config_for(model: ModelConfig, **fields: Any) -> DataConfig:
 
 def check_compatible(model: ModelConfig, data: DataConfig) -> None:
     """Raise ValueError when the data's ids do not fit the model's tables."""
-    for name in ("num_items", "num_categories", "num_users", "num_contexts"):
+    for name in _TABLES:
         if getattr(data, name) > getattr(model, name):
             raise ValueError(
                 f"{name}: data ids go up to {getattr(data, name)} but the model table has "
@@ -208,7 +208,6 @@ OPTIMIZERS: tuple[str, ...] = ("adagrad", "sgd")
 ``sgd``: plain SGD on both, for tests: an update proportional to the gradient, so a wrong scale of
 the loss shows in the parameters (Adagrad's update is invariant to a constant factor)."""
 _STEPS = 20
-_TABLES = ("num_items", "num_categories", "num_users", "num_contexts")
 
 
 def job_profiler(
