@@ -21,7 +21,7 @@ from typing import Any
 
 from fsobs.analysis.bubbles import packing
 from fsobs.analysis.bubbles.parts import BubbleConfig, StepParts, step_parts
-from fsobs.analysis.collectives.matching import rank_collectives
+from fsobs.analysis.collectives.matching import pack_collectives, rank_collectives
 from fsobs.analysis.critical_path.chain import Chain, rank_chain
 from fsobs.analysis.hta_compat import RankHta, rank_hta
 from fsobs.analysis.spill import Spilled, SpillFile
@@ -51,8 +51,8 @@ class RankSummary:
     overview: dict[str, Any]
     """Row of the per-rank overview table (see :func:`overview_row`)."""
     sync_collectives: bytes
-    """:func:`fsobs.analysis.collectives.matching.rank_collectives`, pickled: a few rows, but as a
-    frame of its own several times their size, for every rank (the matching opens them)."""
+    """:func:`fsobs.analysis.collectives.matching.rank_collectives`, its columns pickled
+    (:func:`~fsobs.analysis.collectives.matching.pack_collectives`; the matching opens them)."""
     chain: bytes
     """:func:`fsobs.analysis.critical_path.chain.rank_chain`, pickled (the critical path
     opens them)."""
@@ -101,7 +101,7 @@ def summarize_rank(trace: RankTrace, config: BubbleConfig | None = None) -> Rank
         steps=trace.steps,
         step_source=trace.step_source,
         overview=overview_row(trace),
-        sync_collectives=pickle.dumps(rank_collectives(trace), pickle.HIGHEST_PROTOCOL),
+        sync_collectives=pack_collectives(rank_collectives(trace)),
         chain=pickle.dumps(rank_chain(trace, config), pickle.HIGHEST_PROTOCOL),
         parts=packing.pack(step_parts(trace, config)),
         hta=rank_hta(trace) if device == "gpu" else None,

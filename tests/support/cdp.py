@@ -173,8 +173,6 @@ class StreamlitServer:
             *dashboard_command(self.app, self.port),
             "--server.address",
             "127.0.0.1",
-            "--server.fileWatcherType",
-            "none",
         ]
         env = os.environ | {"FSOBS_STORE": str(self.store), "PYTHONWARNINGS": "ignore"}
         with open(self.log_path, "wb") as log:

@@ -192,3 +192,13 @@ def test_streamlit_run_of_the_app_listens_on_loopback_too():
     own default is every interface)."""
     config = tomllib.loads((ROOT / "dashboard" / ".streamlit" / "config.toml").read_text())
     assert config["server"]["address"] == "127.0.0.1"
+
+
+def test_the_served_app_is_a_service_not_an_editing_session():
+    """No file watcher (and no rerun on save), and no full garbage collection after each
+    script run: the pending view reruns twice a second, and each collection walked every
+    object the server held (the cached analyses)."""
+    config = tomllib.loads((ROOT / "dashboard" / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["fileWatcherType"] == "none"
+    assert config["server"]["runOnSave"] is False
+    assert config["runner"]["postScriptGC"] is False

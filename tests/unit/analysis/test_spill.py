@@ -18,7 +18,14 @@ import pytest
 from fsobs.analysis.bubbles.classify import StepBubbles
 from fsobs.analysis.bubbles.parts import CLASSES
 from fsobs.analysis.bubbles.store import BubbleStore
-from fsobs.analysis.collectives.matching import _INTERN_RANKS, _all_ranks, _shared_strings
+from fsobs.analysis.collectives.matching import (
+    _INTERN_RANKS,
+    _all_ranks,
+    _shared_strings,
+    concat_columns,
+    pack_collectives,
+    unpack_collectives,
+)
 from fsobs.analysis.spill import SpillFile
 from fsobs.trace.schema import Run
 
@@ -122,10 +129,34 @@ def test_every_rank_holds_the_one_text_when_read_group_by_group():
     def frame(rank: int) -> bytes:
         text = "".join(["[", members, "]"])  # a new object on every rank, as unpickled
         rows = {"rank": [rank, rank], "pg_ranks": [text, text]}
-        return pickle.dumps(pd.DataFrame(rows).astype({"pg_ranks": object}))
+        return pack_collectives(pd.DataFrame(rows).astype({"pg_ranks": object}))
 
     ranks = {r: SimpleNamespace(sync_collectives=frame(r)) for r in reversed(range(num_ranks))}
     out = _all_ranks(Run(path=Path("run"), world_size=num_ranks, ranks=ranks, meta=None))
     assert out["rank"].tolist() == [r for r in range(num_ranks) for _ in range(2)]
     assert len({id(v) for v in out["pg_ranks"]}) == 1
     assert out["pg_ranks"].iloc[0] == f"[{members}]"
+
+
+def test_the_ranks_columns_concatenate_as_pandas_does():
+    """concat_columns is pd.concat(ignore_index=True): array by array where the parts with
+    agree on columns and dtypes, pandas' own concatenation where they do not (an empty part of
+    object columns makes them all object, int beside float makes float)."""
+    ranks = [
+        pd.DataFrame({"rank": [0, 0], "coll": ["all_reduce", "barrier"], "pg": [np.nan, "[0]"]}),
+        pd.DataFrame({"rank": [2], "coll": ["all_to_all"], "pg": [np.nan]}).astype({"pg": object}),
+    ]
+    out = concat_columns([pack_and_unpack(f) for f in ranks])
+    assert out["rank"].tolist() == [0, 0, 2] and out["rank"].dtype == np.int64
+    assert out["coll"].tolist() == ["all_reduce", "barrier", "all_to_all"]
+    assert out["pg"].dtype == object and out["pg"].iloc[1] == "[0]" and out["pg"].isna().sum() == 2
+    pd.testing.assert_frame_equal(out, pd.concat(ranks, ignore_index=True))
+    empty = pd.DataFrame({"rank": np.zeros(0, np.int64), "coll": [], "pg": []}).astype(object)
+    out = concat_columns([pack_and_unpack(f) for f in [*ranks, empty]])
+    assert out["rank"].dtype == object and out["rank"].tolist() == [0, 0, 2]
+    mixed = [pd.DataFrame({"x": [1, 2]}), pd.DataFrame({"x": [0.5]})]
+    assert concat_columns([pack_and_unpack(f) for f in mixed])["x"].tolist() == [1.0, 2.0, 0.5]
+
+
+def pack_and_unpack(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    return unpack_collectives(pack_collectives(frame))
