@@ -64,6 +64,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from fsobs.trace._decode import Args, Event, raw_value
+from fsobs.trace.categorical import string_dtype
 from fsobs.trace.classify import (
     collective_from_annotation,
     collective_from_c10d,
@@ -546,7 +547,7 @@ def _categorical(values: list[str | None]) -> pd.Categorical:
         dtype = _NO_STRINGS if values else _NO_VALUES
         codes = np.full(len(values), -1)
     else:
-        dtype = pd.CategoricalDtype(categories)
+        dtype = string_dtype(tuple(categories))
         code = {v: i for i, v in enumerate(categories)}
         codes = np.array([-1 if v is None else code[v] for v in values])
     # pandas-stubs: codes are array-likes, not only a Sequence

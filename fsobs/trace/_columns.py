@@ -20,6 +20,7 @@ from fsobs.errors import TraceFormatError
 from fsobs.storage import Location
 from fsobs.trace._decode import Args, Event, decode_event_array, raw_value
 from fsobs.trace._legacy import modern_category
+from fsobs.trace.categorical import string_dtype
 from fsobs.trace.classify import COMM_KERNEL_RE
 
 _MAX_ABS_NS = 2**62  # times and durations in ns, so that base + ts stays inside int64
@@ -134,7 +135,8 @@ class ColumnBuilder:
             dtype=np.int32,
         )
         # pandas-stubs: codes and categories are array-likes, not only a Sequence and an Index
-        return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, list(unique))  # type: ignore[arg-type]
+        dtype = string_dtype(tuple(unique))
+        return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, dtype=dtype)  # type: ignore[arg-type]
 
     def _keep_structs(self, kept: list[Event], name_codes: np.ndarray) -> None:
         flags = self._keep_flags

@@ -175,8 +175,11 @@ def _sums_by_step(step: np.ndarray, values: np.ndarray, steps: list[int]) -> lis
 def main_thread(ev: pd.DataFrame, marks: np.ndarray) -> object:
     """The training thread: the one with the step marks (rows), else the one with the most
     ops."""
-    if len(marks):
-        return ev["tid"].iloc[marks].mode().iloc[0]
+    if len(marks):  # the most frequent, the first in category order among equals (as mode())
+        tid = ev["tid"]
+        marked = codes(tid)[marks]
+        counts = np.bincount(marked[marked >= 0], minlength=1)
+        return tid.cat.categories[int(np.argmax(counts))]
     ops = ev[(ev["cat"] == "cpu_op") & (ev["device"] == "cpu")]
     return ops["tid"].value_counts().index[0] if len(ops) else None
 

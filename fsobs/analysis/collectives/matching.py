@@ -216,10 +216,10 @@ Columns = dict[str, np.ndarray]
 """A frame as its columns: what :func:`pack_collectives` keeps of one rank's collectives."""
 
 
-def pack_collectives(frame: pd.DataFrame) -> bytes:
-    """One rank's :func:`rank_collectives`, pickled as its columns: a frame of a few rows
-    unpickles several times slower than its arrays, on every rank of the run."""
-    return pickle.dumps({c: frame[c].to_numpy() for c in frame.columns}, pickle.HIGHEST_PROTOCOL)
+def pack_collectives(columns: Columns) -> bytes:
+    """One rank's :func:`rank_collectives`, pickled: its arrays (a frame of a few rows
+    unpickles several times slower than its arrays, on every rank of the run)."""
+    return pickle.dumps(columns, pickle.HIGHEST_PROTOCOL)
 
 
 def unpack_collectives(data: bytes) -> Columns:
@@ -256,9 +256,10 @@ def _shared_strings(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def rank_collectives(trace: RankTrace) -> pd.DataFrame:
+def rank_collectives(trace: RankTrace) -> Columns:
     """One rank's synchronising collectives with their instance keys (see the module doc),
-    in arrival order."""
+    in arrival order, as columns (a frame of its own would cost more to build and to take
+    apart again than its few rows are worth)."""
     colls, events = trace.collectives, trace.events
     row, enqueue = colls["row"].to_numpy(), colls["enqueue_ns"].to_numpy()
     sync = np.flatnonzero(is_in(colls["coll"], SYNC_COLLECTIVES))
@@ -269,7 +270,7 @@ def rank_collectives(trace: RankTrace) -> pd.DataFrame:
     end = events["ts_ns"].to_numpy()[rows] + events["dur_ns"].to_numpy()[rows]
     gap, host_busy = gpu_gaps(trace, rows, start)
     columns = {
-        "rank": trace.rank,
+        "rank": np.full(len(rows), trace.rank, dtype=np.int64),
         "group": decoded(colls["pg_name"], DEFAULT_GROUP, str)[at],
         "coll": decoded(colls["coll"], convert=str)[at],
         "seq": colls["seq"].to_numpy()[at],
@@ -287,8 +288,7 @@ def rank_collectives(trace: RankTrace) -> pd.DataFrame:
         **volume_columns(colls, at),
     }
     columns["key"] = _instance_keys(*(columns[c] for c in ("group", "coll", "step", "seq")))
-    # a block per column: consolidating them would cost more than it saves on a frame this size
-    return pd.DataFrame(columns, copy=False)
+    return columns
 
 
 def _instance_keys(

@@ -128,8 +128,8 @@ def test_every_rank_holds_the_one_text_when_read_group_by_group():
 
     def frame(rank: int) -> bytes:
         text = "".join(["[", members, "]"])  # a new object on every rank, as unpickled
-        rows = {"rank": [rank, rank], "pg_ranks": [text, text]}
-        return pack_collectives(pd.DataFrame(rows).astype({"pg_ranks": object}))
+        rows = {"rank": np.array([rank, rank]), "pg_ranks": np.array([text, text], dtype=object)}
+        return pack_collectives(rows)
 
     ranks = {r: SimpleNamespace(sync_collectives=frame(r)) for r in reversed(range(num_ranks))}
     out = _all_ranks(Run(path=Path("run"), world_size=num_ranks, ranks=ranks, meta=None))
@@ -159,4 +159,4 @@ def test_the_ranks_columns_concatenate_as_pandas_does():
 
 
 def pack_and_unpack(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    return unpack_collectives(pack_collectives(frame))
+    return unpack_collectives(pack_collectives({c: frame[c].to_numpy() for c in frame.columns}))

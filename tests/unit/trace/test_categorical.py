@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fsobs.trace.categorical import codes, decoded, is_in
+from fsobs.trace.categorical import codes, decoded, is_in, string_dtype
 
 
 def _column() -> pd.Series:
@@ -31,3 +31,13 @@ def test_decoded_is_astype_object_with_the_missing_value_chosen():
     assert plain[0] == "b" and np.isnan(plain[1]) and plain[2] == "a"
     assert decoded(_column(), "default").tolist() == ["b", "default", "a", "b"]
     assert decoded(_column(), -1, len).tolist() == [1, -1, 1, 1]
+
+
+def test_a_string_dtype_is_made_once_per_set_of_categories():
+    """The ranks of a run share their categories: the dtype is pandas' own, made once."""
+    first = string_dtype(("all_reduce", "barrier"))
+    assert first == pd.CategoricalDtype(["all_reduce", "barrier"]) and not first.ordered
+    assert string_dtype(("all_reduce", "barrier")) is first
+    assert string_dtype(("barrier", "all_reduce")) is not first  # the order is the codes'
+    values = pd.Categorical.from_codes(np.array([1, 0, -1]), dtype=first)
+    assert values.tolist()[:2] == ["barrier", "all_reduce"] and pd.isna(values[2])
