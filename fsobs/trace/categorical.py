@@ -14,12 +14,23 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+CACHED_CATEGORIES = 256
+"""Sets of at most this many strings have their dtype kept (:func:`string_dtype`): the cache
+holds 64 such sets at most, whatever the traces name."""
+
+
+def string_dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
+    """``pd.CategoricalDtype(categories)``, made once per tuple of distinct strings of at most
+    :data:`CACHED_CATEGORIES`: pandas checks the categories each time a dtype is made (a fifth
+    of a millisecond for a few dozen), a dozen times per rank, and the ranks of a run share
+    their collectives' and (in small traces) names' sets."""
+    if len(categories) > CACHED_CATEGORIES:
+        return pd.CategoricalDtype(list(categories))
+    return _small_string_dtype(categories)
+
 
 @lru_cache(maxsize=64)
-def string_dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
-    """``pd.CategoricalDtype(categories)``, made once per tuple of distinct strings: pandas
-    checks the categories each time a dtype is made (a fifth of a millisecond for a few dozen),
-    a dozen times per rank, and the ranks of a run share their collectives' and names' sets."""
+def _small_string_dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
     return pd.CategoricalDtype(list(categories))
 
 

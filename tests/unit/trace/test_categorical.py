@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fsobs.trace.categorical import codes, decoded, is_in, string_dtype
+from fsobs.trace.categorical import CACHED_CATEGORIES, codes, decoded, is_in, string_dtype
 
 
 def _column() -> pd.Series:
@@ -41,3 +41,6 @@ def test_a_string_dtype_is_made_once_per_set_of_categories():
     assert string_dtype(("barrier", "all_reduce")) is not first  # the order is the codes'
     values = pd.Categorical.from_codes(np.array([1, 0, -1]), dtype=first)
     assert values.tolist()[:2] == ["barrier", "all_reduce"] and pd.isna(values[2])
+    many = tuple(f"op{i}" for i in range(CACHED_CATEGORIES + 1))  # a big trace's names: not kept
+    assert string_dtype(many) == pd.CategoricalDtype(list(many))
+    assert string_dtype(many) is not string_dtype(many)
