@@ -24,13 +24,12 @@ def string_dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
     :data:`CACHED_CATEGORIES`: pandas checks the categories each time a dtype is made (a fifth
     of a millisecond for a few dozen), a dozen times per rank, and the ranks of a run share
     their collectives' and (in small traces) names' sets."""
-    if len(categories) > CACHED_CATEGORIES:
-        return pd.CategoricalDtype(list(categories))
-    return _small_string_dtype(categories)
+    make = _made_once if len(categories) <= CACHED_CATEGORIES else _made_once.__wrapped__
+    return make(categories)
 
 
 @lru_cache(maxsize=64)
-def _small_string_dtype(categories: tuple[str, ...]) -> pd.CategoricalDtype:
+def _made_once(categories: tuple[str, ...]) -> pd.CategoricalDtype:
     return pd.CategoricalDtype(list(categories))
 
 

@@ -139,7 +139,7 @@ def test_every_rank_holds_the_one_text_when_read_group_by_group():
 
 
 def test_the_ranks_columns_concatenate_as_pandas_does():
-    """concat_columns is pd.concat(ignore_index=True): array by array where the parts with
+    """concat_columns is pd.concat(ignore_index=True): array by array where the parts
     agree on columns and dtypes, pandas' own concatenation where they do not (an empty part of
     object columns makes them all object, int beside float makes float)."""
     ranks = [
